@@ -1,0 +1,130 @@
+"""What running a loop produces: command, check, iteration and loop results."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from .spec import LoopSpec
+from .verdict import Verdict
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """One finished (or killed) subprocess.
+
+    ``exit_code`` is None when the command could not be started at all (then
+    ``start_error`` says why). ``timed_out`` is True when it was killed at its
+    deadline. ``output_file`` holds the full combined stdout+stderr; ``tail`` is
+    its last part, decoded.
+    """
+
+    command: str
+    exit_code: int | None
+    duration_s: float
+    tail: str = ""
+    output_file: str | None = None
+    output_bytes: int = 0
+    timed_out: bool = False
+    start_error: str | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.start_error is None
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The outcome of one check in one iteration."""
+
+    name: str
+    kind: str
+    passed: bool
+    exit_code: int | None
+    duration_s: float
+    output_tail: str = ""
+    output_file: str | None = None
+    reason: str = ""
+    runs: int = 1
+    timed_out: bool = False
+    needs_human: bool = False  # can never pass by machine: human / unimplemented hook
+    output_digest: str | None = None
+    command: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class IterationRecord:
+    """One propose -> verify -> guards -> reflect -> revise round.
+
+    Keeps the loop-runner per-iteration keys (iter, verify_exit, duration_s,
+    output_tail, state_hash, unchanged_streak, revise_exit) and adds ours.
+    """
+
+    iter: int
+    started_at: str
+    checks: list[CheckResult] = field(default_factory=list)
+    verify_exit: int | None = None
+    passed: bool = False
+    duration_s: float = 0.0
+    verify_duration_s: float = 0.0
+    output_tail: str = ""
+    state_hash: str | None = None
+    state_changed: bool | None = None
+    unchanged_streak: int = 0
+    lesson: str | None = None
+    revise_exit: int | None = None
+    revise_duration_s: float | None = None
+    revise_output_file: str | None = None
+    revise_tail: str = ""
+    guard: str | None = None  # the guard that ended the loop in this iteration
+    guards_seen: dict[str, Any] = field(default_factory=dict)
+    elapsed_s: float = 0.0  # loop time when this iteration ended
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["checks"] = [c.to_dict() for c in self.checks]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> IterationRecord:
+        known = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        check_fields = {f.name for f in dataclasses.fields(CheckResult)}
+        kwargs["checks"] = [
+            CheckResult(**{k: v for k, v in c.items() if k in check_fields})
+            for c in data.get("checks") or []
+        ]
+        return cls(**kwargs)
+
+
+@dataclass
+class LoopResult:
+    """The verdict of one loop and everything that led to it."""
+
+    spec: LoopSpec
+    verdict: Verdict
+    reason: str
+    iterations: list[IterationRecord]
+    started_at: str
+    ended_at: str
+    elapsed_s: float
+    log_path: str | None = None
+    run_dir: str | None = None
+    memory_page: str | None = None
+    artifacts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return self.verdict.exit_code
+
+    @property
+    def iterations_run(self) -> int:
+        return len(self.iterations)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.verdict is Verdict.SUCCESS

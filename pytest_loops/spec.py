@@ -1,0 +1,261 @@
+"""LoopSpec, Check and Guards: the frozen, validated shape every loop source produces.
+
+Nothing downstream of a LoopSpec knows whether it came from a `.loop` file, YAML,
+a marker or the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import LoopUsageError
+
+DEFAULT_MAX_ITER = 6
+DEFAULT_BUDGET_SECONDS = 900.0
+DEFAULT_NO_PROGRESS_K = 2
+DEFAULT_ESCALATE_AFTER = 0
+
+
+class CheckKind(str, enum.Enum):
+    """What a `done when` check is."""
+
+    COMMAND = "command"  # a shell command passes (exit 0), `times` runs in a row
+    FINDS_NOTHING = "finds_nothing"  # exit 0 and empty output
+    PYTEST = "pytest"  # a pytest node id passes in a fresh subprocess
+    HUMAN = "human"  # a human confirms: never passes by machine -> ESCALATE
+    HOOK = "hook"  # skill / judge checks: delegated to pytest_loop_run_check
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Check:
+    """One `done when` condition. All checks of a loop must pass."""
+
+    kind: CheckKind
+    name: str
+    command: str | None = None
+    times: int = 1
+    node_id: str | None = None
+    text: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    timeout: float | None = None
+    source: str | None = None  # "file:line" where it was written
+
+    def __post_init__(self) -> None:
+        kind = CheckKind(self.kind)
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "options", dict(self.options))
+        where = self.source or self.name
+        if kind in (CheckKind.COMMAND, CheckKind.FINDS_NOTHING) and not (self.command or "").strip():
+            raise LoopUsageError("a command check needs a non-empty command", location=where)
+        if kind is CheckKind.PYTEST and not (self.node_id or "").strip():
+            raise LoopUsageError("a test check needs a pytest node id", location=where)
+        if not isinstance(self.times, int) or isinstance(self.times, bool) or self.times < 1:
+            raise LoopUsageError(
+                f"passes N times needs a positive integer, got {self.times!r}", location=where
+            )
+        if self.timeout is not None and not (
+            isinstance(self.timeout, (int, float)) and math.isfinite(self.timeout) and self.timeout > 0
+        ):
+            raise LoopUsageError(
+                f"a check timeout must be a positive number of seconds, got {self.timeout!r}",
+                location=where,
+            )
+
+    @classmethod
+    def command_passes(cls, command: str, times: int = 1, **kw: Any) -> Check:
+        name = f'"{command}" passes' + (f" {times} times" if times > 1 else "")
+        return cls(CheckKind.COMMAND, kw.pop("name", name), command=command, times=times, **kw)
+
+    @classmethod
+    def finds_nothing(cls, command: str, **kw: Any) -> Check:
+        return cls(CheckKind.FINDS_NOTHING, kw.pop("name", f'"{command}" finds nothing'),
+                   command=command, **kw)
+
+    @classmethod
+    def test_passes(cls, node_id: str, **kw: Any) -> Check:
+        return cls(CheckKind.PYTEST, kw.pop("name", f'the test "{node_id}" passes'),
+                   node_id=node_id, **kw)
+
+    @classmethod
+    def human_confirms(cls, text: str, **kw: Any) -> Check:
+        return cls(CheckKind.HUMAN, kw.pop("name", f'a human confirms "{text}"'), text=text, **kw)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["kind"] = self.kind.value
+        data["options"] = dict(self.options)
+        return data
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class Guards:
+    """The stop rules. 0 turns a guard off, except max_iter, which is always on."""
+
+    max_iter: int = DEFAULT_MAX_ITER
+    budget_seconds: float = DEFAULT_BUDGET_SECONDS
+    no_progress_k: int = DEFAULT_NO_PROGRESS_K
+    escalate_after: int = DEFAULT_ESCALATE_AFTER
+
+    def __post_init__(self) -> None:
+        problems = validate_guard_values(
+            max_iter=self.max_iter,
+            budget_seconds=self.budget_seconds,
+            no_progress_k=self.no_progress_k,
+            escalate_after=self.escalate_after,
+        )
+        if problems:
+            name, message = problems[0]
+            raise LoopUsageError(message, location=name)
+        object.__setattr__(self, "budget_seconds", float(self.budget_seconds))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def validate_guard_values(**values: Any) -> list[tuple[str, str]]:
+    """Return (name, message) for each invalid guard value given; [] when all are valid.
+
+    One rule set shared by every source (flags, config files, ini, markers, loop files).
+    """
+    problems: list[tuple[str, str]] = []
+    for name, value in values.items():
+        if value is None:
+            continue
+        if name == "budget_seconds":
+            if not _is_number(value) or value < 0:
+                problems.append(
+                    (name, f"{value!r} is not a valid budget_seconds; valid: a number of seconds >= 0 (0 turns the budget off)")
+                )
+            continue
+        is_int = isinstance(value, int) and not isinstance(value, bool)
+        if name == "max_iter":
+            if not is_int or value < 1:
+                problems.append(
+                    (name, f"{value!r} is not a valid max_iter; valid: an integer >= 1 (the cap is always on)")
+                )
+        elif name in ("no_progress_k", "escalate_after"):
+            if not is_int or value < 0:
+                problems.append(
+                    (name, f"{value!r} is not a valid {name}; valid: an integer >= 0 (0 turns it off)")
+                )
+        else:  # pragma: no cover - programming error
+            raise KeyError(name)
+    return problems
+
+
+@dataclass(frozen=True)
+class IgnoredLine:
+    """A line of a loop file that LoopFlow accepts but this project does not act on."""
+
+    line: int
+    text: str
+    why: str = "not acted on by pytest-loops"
+
+
+_SLUG = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def slugify(name: str) -> str:
+    """A file-name-safe form of a loop name."""
+    slug = _SLUG.sub("-", name).strip("-.")
+    return slug[:80] or "loop"
+
+
+@dataclass(frozen=True)
+class LoopSpec:
+    """A loop: goal, checks, revise step, guards and what to watch."""
+
+    name: str
+    checks: tuple[Check, ...]
+    goal: str = ""
+    revise: str | None = None
+    guards: Guards = field(default_factory=Guards)
+    state_paths: tuple[str, ...] = ()
+    memory_page: str | None = None
+    reflexion: bool = True
+    cwd: str = "."
+    stop_message: str | None = None
+    escalate_when_blocked: bool = False
+    look_at: tuple[str, ...] = ()
+    protect: tuple[str, ...] = ()
+    scope: tuple[str, ...] = ()
+    ignored: tuple[IgnoredLine, ...] = ()
+    origin: Mapping[str, str] = field(default_factory=dict)
+    source: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise LoopUsageError("a loop needs a non-empty name", location=self.source)
+        for attr in ("checks", "state_paths", "look_at", "protect", "scope", "ignored"):
+            object.__setattr__(self, attr, tuple(getattr(self, attr)))
+        object.__setattr__(self, "origin", dict(self.origin))
+        if not self.checks:
+            raise LoopUsageError(
+                f"loop {self.name!r} has no checks", location=self.source,
+                fix="add at least one `done when` check (or --verify CMD)",
+            )
+        if self.revise is not None and not self.revise.strip():
+            object.__setattr__(self, "revise", None)
+
+    @property
+    def slug(self) -> str:
+        return slugify(self.name)
+
+    def replace(self, **changes: Any) -> LoopSpec:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "goal": self.goal,
+            "checks": [c.to_dict() for c in self.checks],
+            "revise": self.revise,
+            "guards": self.guards.to_dict(),
+            "state_paths": list(self.state_paths),
+            "memory_page": self.memory_page,
+            "reflexion": self.reflexion,
+            "cwd": self.cwd,
+            "stop_message": self.stop_message,
+            "escalate_when_blocked": self.escalate_when_blocked,
+            "look_at": list(self.look_at),
+            "protect": list(self.protect),
+            "scope": list(self.scope),
+            "ignored": [dataclasses.asdict(i) for i in self.ignored],
+            "origin": dict(self.origin),
+            "source": self.source,
+        }
+
+    def digest(self) -> str:
+        """sha256 of the loop's behaviour-relevant fields (not its origin bookkeeping)."""
+        data = self.to_dict()
+        for key in ("origin", "source", "ignored"):
+            data.pop(key)
+        blob = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+        return "sha256:" + hashlib.sha256(blob).hexdigest()
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Stages run in order, fail-fast: a stage that does not reach SUCCESS stops the rest."""
+
+    name: str
+    stages: tuple[LoopSpec, ...]
+    source: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stages", tuple(self.stages))
