@@ -1,0 +1,179 @@
+"""Running one check: command, passes N times, finds nothing, pytest node id, human, hook."""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pluggy
+
+from .results import CheckResult, CommandResult
+from .spec import Check, CheckKind
+
+if TYPE_CHECKING:
+    from .engine import LoopContext
+
+hookimpl = pluggy.HookimplMarker("pytest")
+
+# pytest exit codes that mean "this named test did not pass" with a special reason
+_PYTEST_REASONS = {
+    1: "the test failed",
+    2: "the test run was interrupted",
+    3: "pytest hit an internal error",
+    4: "pytest usage error (is the node id right?)",
+    5: "collected no test: the node id matches nothing",
+}
+
+
+def digest_file(path: str | None, fallback: str = "") -> str:
+    """sha256 of a command's full output file (or of the fallback text)."""
+    h = hashlib.sha256()
+    if path and Path(path).is_file():
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 16), b""):
+                h.update(block)
+    else:
+        h.update(fallback.encode("utf-8", "replace"))
+    return "sha256:" + h.hexdigest()
+
+
+def _result(check: Check, cmd: CommandResult, passed: bool, reason: str, runs: int = 1) -> CheckResult:
+    return CheckResult(
+        name=check.name,
+        kind=check.kind.value,
+        passed=passed,
+        exit_code=cmd.exit_code,
+        duration_s=cmd.duration_s,
+        output_tail=cmd.tail,
+        output_file=cmd.output_file,
+        reason=reason,
+        runs=runs,
+        timed_out=cmd.timed_out,
+        output_digest=digest_file(cmd.output_file, cmd.tail),
+        command=cmd.command,
+    )
+
+
+def _failure_reason(cmd: CommandResult, check: Check) -> str:
+    if cmd.start_error:
+        return f"could not start: {cmd.start_error}"
+    if cmd.timed_out:
+        return "killed: timed out"
+    return f"exit {cmd.exit_code}"
+
+
+def run_command_check(check: Check, context: LoopContext) -> CheckResult:
+    """`"cmd" passes [N times]`: every run must exit 0; the first failure stops."""
+    total = 0.0
+    cmd = None
+    for run in range(1, check.times + 1):
+        cmd = context.run_command(check.command or "", label=f"{context.check_label(check)}-run{run}"
+                                  if check.times > 1 else context.check_label(check),
+                                  timeout=check.timeout)
+        total += cmd.duration_s
+        if cmd.exit_code != 0:
+            reason = _failure_reason(cmd, check)
+            if check.times > 1:
+                reason = f"run {run} of {check.times} failed ({reason})"
+            result = _result(check, cmd, False, reason, runs=run)
+            return _with_duration(result, total)
+    assert cmd is not None
+    reason = "passed" if check.times == 1 else f"passed {check.times} times"
+    return _with_duration(_result(check, cmd, True, reason, runs=check.times), total)
+
+
+def _with_duration(result: CheckResult, duration: float) -> CheckResult:
+    from dataclasses import replace
+
+    return replace(result, duration_s=duration)
+
+
+def run_finds_nothing_check(check: Check, context: LoopContext) -> CheckResult:
+    """`"cmd" finds nothing`: exit 0 and empty output."""
+    cmd = context.run_command(check.command or "", label=context.check_label(check),
+                              timeout=check.timeout)
+    if cmd.exit_code != 0:
+        return _result(check, cmd, False, _failure_reason(cmd, check))
+    if cmd.output_bytes > 0 and cmd.tail.strip():
+        lines = len(cmd.tail.strip().splitlines())
+        return _result(check, cmd, False, f"found something ({lines} line(s) of output)")
+    return _result(check, cmd, True, "found nothing")
+
+
+def pytest_command(node_id: str, junit_path: str) -> str:
+    """A fresh pytest process for one node id (never in-process: the code changed)."""
+    return " ".join(
+        shlex.quote(part)
+        for part in (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                     f"--junitxml={junit_path}", "-o", "junit_family=xunit2", node_id)
+    )
+
+
+def _junit_counts(path: Path) -> tuple[int, int] | None:
+    """(testcases, testcases that passed outright) from a junit file, None if unreadable."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    cases = root.iter("testcase")
+    total = passed = 0
+    for case in cases:
+        total += 1
+        if not any(child.tag in ("failure", "error", "skipped") for child in case):
+            passed += 1
+    return total, passed
+
+
+def run_pytest_check(check: Check, context: LoopContext) -> CheckResult:
+    """`the test "NODEID" passes`: a fresh pytest subprocess; the test must run and pass.
+
+    Exit 0 is not enough: a run where the test was skipped or xfailed, or where
+    nothing was collected, does not pass.
+    """
+    label = context.check_label(check)
+    junit = context.iteration_dir / f"{label}.junit.xml"
+    cmd = context.run_command(pytest_command(check.node_id or "", str(junit)), label=label,
+                              timeout=check.timeout)
+    if cmd.exit_code != 0:
+        reason = _PYTEST_REASONS.get(cmd.exit_code or -1) or _failure_reason(cmd, check)
+        return _result(check, cmd, False, reason)
+    counts = _junit_counts(junit)
+    if counts is None:
+        return _result(check, cmd, False, "pytest wrote no readable result; cannot confirm a pass")
+    total, passed = counts
+    if total == 0:
+        return _result(check, cmd, False, _PYTEST_REASONS[5])
+    if passed < total:
+        return _result(check, cmd, False, f"{total - passed} of {total} test(s) skipped or xfailed, not passed")
+    return _result(check, cmd, True, f"{passed} test(s) passed")
+
+
+def needs_human_result(check: Check, reason: str) -> CheckResult:
+    return CheckResult(name=check.name, kind=check.kind.value, passed=False, exit_code=None,
+                       duration_s=0.0, reason=reason, needs_human=True)
+
+
+class BuiltinChecks:
+    """The built-in `pytest_loop_run_check`; `trylast`, so a conftest or plugin wins."""
+
+    @hookimpl(trylast=True)
+    def pytest_loop_run_check(self, check: Check, context: LoopContext) -> CheckResult:
+        kind = check.kind
+        if kind is CheckKind.COMMAND:
+            return run_command_check(check, context)
+        if kind is CheckKind.FINDS_NOTHING:
+            return run_finds_nothing_check(check, context)
+        if kind is CheckKind.PYTEST:
+            return run_pytest_check(check, context)
+        if kind is CheckKind.HUMAN:
+            return needs_human_result(check, f"a human must confirm: {check.text}")
+        what = check.options.get("skill") or check.text or check.name
+        return needs_human_result(
+            check,
+            f"no plugin implements pytest_loop_run_check for {what!r}; "
+            "this check cannot pass by machine",
+        )

@@ -1,0 +1,236 @@
+"""The standalone runner: ``pytest-loops run | selftest | demo`` (and more).
+
+Exit codes: 0 SUCCESS, 2 MAX_ITER, 3 TIMEOUT, 4 NO_PROGRESS, 5 ESCALATE,
+64 bad input (one line, never a traceback), 70 internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pluggy
+
+from .config import GUARD_KEYS, env_layer, parse_guard, read_runner_config, resolve
+from .errors import LoopUsageError
+from .spec import Check, Guards, LoopSpec
+from .verdict import EXIT_INTERNAL, EXIT_USAGE
+
+PROG = "pytest-loops"
+DEFAULT_CONFIG = Path("harness") / "loop-runner.config.yaml"
+
+hookimpl = pluggy.HookimplMarker("pytest")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 on a bad flag; 2 is MAX_ITER here, so raise instead."""
+
+    def error(self, message: str) -> NoReturn:
+        raise LoopUsageError(message, location=self.prog, fix=f"see `{self.prog} --help`")
+
+
+def _guard_type(name: str):
+    def parse(text: str) -> Any:
+        return parse_guard(name, text, f"--{name.replace('_', '-')}")
+    parse.__name__ = name  # argparse names the type in its own messages
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = _Parser(prog=PROG, description="Bounded, recorded, test-driven fix loops.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run a loop: verify, guards, reflect, revise until a verdict",
+                         description="Run a loop until every --verify check passes or a guard stops it. "
+                                     "Exit codes: 0 SUCCESS, 2 MAX_ITER, 3 TIMEOUT, 4 NO_PROGRESS, "
+                                     "5 ESCALATE, 64 bad input.")
+    run.add_argument("--verify", action="append", metavar="CMD", default=None,
+                     help="a check: this shell command must exit 0 (repeatable; all must pass)")
+    run.add_argument("--revise", metavar="CMD", help="the revise step: a shell command run after a failed iteration")
+    run.add_argument("--state", action="append", metavar="GLOB", default=None,
+                     help="state paths the no-progress guard fingerprints (repeatable)")
+    run.add_argument("--max-iter", type=_guard_type("max_iter"), metavar="N",
+                     help="iteration cap, >= 1 (default 6)")
+    run.add_argument("--budget-seconds", type=_guard_type("budget_seconds"), metavar="S",
+                     help="wall-clock budget, enforced during commands too; 0 = off (default 900)")
+    run.add_argument("--no-progress-k", type=_guard_type("no_progress_k"), metavar="K",
+                     help="stop after K iterations with unchanged state; 0 = off (default 2)")
+    run.add_argument("--escalate-after", type=_guard_type("escalate_after"), metavar="N",
+                     help="hand off to a human after N failed iterations; 0 = off (default)")
+    run.add_argument("--log", metavar="PATH", help="run log path (default .pytest-loops/runs/NAME-TIME.json)")
+    run.add_argument("--episodic", metavar="PATH", help="the reflexion page for lessons (markdown)")
+    run.add_argument("--no-reflexion", action="store_true", help="write and read no lessons")
+    run.add_argument("--config", metavar="FILE",
+                     help=f"a loop-runner config file (default: {DEFAULT_CONFIG} under --cwd, if present)")
+    run.add_argument("--cwd", metavar="DIR", help="the loop's working directory (default: .)")
+    run.add_argument("--name", default=None, help="the loop's name (default: the config file's stem or 'loop')")
+    run.add_argument("--goal", default="", help="the loop's goal, shown to the revise step")
+    run.add_argument("--artifacts", metavar="DIR", help="artifacts directory (default .pytest-loops under --cwd)")
+    run.add_argument("-p", dest="plugins", action="append", default=[], metavar="MODULE",
+                     help="load a plugin module implementing pytest_loop_* hooks (repeatable)")
+    run.add_argument("--quiet", "-q", action="store_true", help="print only the verdict line")
+
+    selftest = sub.add_parser("selftest", help="check the harness's own guards (no LLM, no network)")
+    selftest.add_argument("--quiet", "-q", action="store_true")
+
+    demo = sub.add_parser("demo", help="run the bundled demo loop: a deterministic script fixes a bug")
+    demo.add_argument("--dir", metavar="DIR", help="where to copy the demo project "
+                                                     "(default: a new temporary directory)")
+    demo.add_argument("--config", metavar="FILE",
+                      help=f"loop-runner config to use (default: {DEFAULT_CONFIG} if present, else the bundled one)")
+    demo.add_argument("--quiet", "-q", action="store_true")
+    return parser
+
+
+# -- live output ----------------------------------------------------------------------
+
+def iteration_line(spec: LoopSpec, record: Any) -> str:
+    """One line per iteration: loop, i/N, each check's result, elapsed, the guards."""
+    checks = "  ".join(f"{'PASS' if c.passed else 'FAIL'} {c.name} ({c.duration_s:.2f}s)" for c in record.checks)
+    seen = record.guards_seen
+    extras = [f"elapsed {seen.get('elapsed_s', 0):.1f}s"]
+    if "budget_left_s" in seen:
+        extras.append(f"budget left {seen['budget_left_s']:.0f}s")
+    if "unchanged" in seen:
+        extras.append(f"unchanged {seen['unchanged']}")
+    if "escalate_after" in seen:
+        extras.append(f"escalate {seen['escalate_after']}")
+    if record.revise_exit is not None:
+        extras.append(f"revise exit {record.revise_exit}")
+    if record.guard:
+        extras.append(f"stop: {record.guard}")
+    return f"[{spec.name}] iter {seen.get('iteration', record.iter)}  {checks}  | " + ", ".join(extras)
+
+
+class _LivePrinter:
+    def __init__(self, stream) -> None:
+        self.stream = stream
+
+    @hookimpl
+    def pytest_loop_iteration_finished(self, spec: LoopSpec, record: Any) -> None:
+        print(iteration_line(spec, record), file=self.stream, flush=True)
+
+
+def verdict_lines(result: Any) -> list[str]:
+    lines = [f"{result.verdict.value} (exit {result.exit_code}) after {result.iterations_run} "
+             f"iteration(s) in {result.elapsed_s:.1f}s: {result.reason}"]
+    for key, path in result.artifacts.items():
+        if key != "run_dir":
+            lines.append(f"  {key}: {path}")
+    return lines
+
+
+# -- run ----------------------------------------------------------------------------
+
+def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -> tuple[LoopSpec, dict[str, Any]]:
+    """Build the LoopSpec: defaults < config file < environment < flags."""
+    cwd = Path(args.cwd or ".")
+    if not cwd.is_dir():
+        what = "does not exist" if not cwd.exists() else "is not a directory"
+        raise LoopUsageError(f"{str(cwd)!r} {what}", location="--cwd", fix="give an existing directory")
+    config_path = Path(args.config) if args.config else None
+    if config_path is None and (cwd / DEFAULT_CONFIG).is_file():
+        config_path = cwd / DEFAULT_CONFIG
+    layers: list[tuple[str, dict[str, Any]]] = []
+    unknown: list[str] = []
+    if config_path is not None:
+        layer = read_runner_config(config_path)
+        unknown = layer.pop("unknown_keys", [])
+        layers.append((str(config_path), layer))
+    layers.append(("environment", env_layer(environ)))
+    flags = {key: getattr(args, key) for key in GUARD_KEYS}
+    flags.update(revise=args.revise, state_paths=args.state, verify=args.verify,
+                 memory_page=args.episodic, log_path=args.log,
+                 reflexion=False if args.no_reflexion else None)
+    layers.append(("command line", flags))
+    settings = resolve(layers)
+    verify = settings["verify"]
+    if not verify:
+        raise LoopUsageError("no check to run", location="--verify",
+                             fix="give --verify CMD (repeatable) or verify.cmd in the config file")
+    name = args.name or (config_path.stem.replace(".config", "") if config_path else "loop")
+    guards = Guards(**{key: settings[key] for key in GUARD_KEYS})
+    spec = LoopSpec(
+        name=name, goal=args.goal, checks=tuple(Check.command_passes(cmd) for cmd in verify),
+        revise=settings["revise"], guards=guards, state_paths=tuple(settings["state_paths"]),
+        memory_page=settings["memory_page"], reflexion=bool(settings["reflexion"]),
+        cwd=str(cwd.resolve()), origin=settings.origin,
+        source=str(config_path) if config_path else "command line",
+    )
+    return spec, {"log_path": settings["log_path"], "unknown_keys": unknown, "config": config_path}
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .engine import Engine
+    from .hooks import make_plugin_manager
+    from .process import ProcessRunner, TerminationGuard
+
+    spec, extra = spec_from_args(args)
+    out = sys.stdout
+    for key in extra["unknown_keys"]:
+        print(f"{PROG}: warning: {extra['config']}: unknown key {key!r} ignored", file=sys.stderr)
+    pm = make_plugin_manager(args.plugins)
+    if not args.quiet:
+        pm.register(_LivePrinter(out))
+        g = spec.guards
+        print(f"[{spec.name}] {len(spec.checks)} check(s); max_iter={g.max_iter} "
+              f"budget={g.budget_seconds:g}s no_progress_k={g.no_progress_k} "
+              f"escalate_after={g.escalate_after}; state: {', '.join(spec.state_paths) or '(none: no-progress off)'}",
+              file=out, flush=True)
+    runner = ProcessRunner()
+    engine = Engine(runner=runner, plugin_manager=pm, artifacts_dir=args.artifacts)
+    with TerminationGuard(runner):
+        result = engine.run(spec, log_path=extra["log_path"])
+    lines = verdict_lines(result)
+    print("\n".join(lines[:1] if args.quiet else lines), file=out, flush=True)
+    return result.exit_code
+
+
+# -- selftest and demo ----------------------------------------------------------------
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    from .selftest import run_selftest
+
+    return run_selftest(quiet=args.quiet)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(directory=args.dir, config=args.config, quiet=args.quiet)
+
+
+COMMANDS = {"run": cmd_run, "selftest": cmd_selftest, "demo": cmd_demo}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``pytest-loops`` console script."""
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            raise LoopUsageError("a command is required", location=PROG,
+                                 fix=f"one of: {', '.join(COMMANDS)}")
+        return COMMANDS[args.command](args)
+    except LoopUsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit as exc:  # --help / --version, or a termination signal
+        return exc.code if isinstance(exc.code, int) else 0
+    except Exception as exc:  # noqa: BLE001 - the contract is one line and exit 70
+        if os.environ.get("PYTEST_LOOPS_DEBUG"):
+            raise
+        print(f"{PROG}: internal error: {type(exc).__name__}: {exc} "
+              "(set PYTEST_LOOPS_DEBUG=1 for the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL

@@ -1,0 +1,232 @@
+"""Settings: the loop-runner config file, environment variables, and precedence.
+
+Precedence, lowest first: built-in defaults < config file < ini < environment <
+command line < marker / loop file line. :func:`resolve` is the one place that
+applies it; every entry point (the standalone runner, the pytest plugin) builds
+its layers and calls it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import LoopUsageError
+from .spec import (
+    DEFAULT_BUDGET_SECONDS,
+    DEFAULT_ESCALATE_AFTER,
+    DEFAULT_MAX_ITER,
+    DEFAULT_NO_PROGRESS_K,
+    validate_guard_values,
+)
+
+GUARD_KEYS = ("max_iter", "budget_seconds", "no_progress_k", "escalate_after")
+
+DEFAULTS: dict[str, Any] = {
+    "max_iter": DEFAULT_MAX_ITER,
+    "budget_seconds": DEFAULT_BUDGET_SECONDS,
+    "no_progress_k": DEFAULT_NO_PROGRESS_K,
+    "escalate_after": DEFAULT_ESCALATE_AFTER,
+    "revise": None,
+    "state_paths": [],
+    "verify": [],
+    "reflexion": True,
+    "memory_page": None,
+    "log_path": None,
+}
+
+ENV_PREFIX = "PYTEST_LOOPS_"
+# Setting -> environment variable. LOOP_* names are the revise step's contract,
+# so settings use their own prefix and a nested run never reads them by mistake.
+ENV_NAMES = {
+    "max_iter": "PYTEST_LOOPS_MAX_ITER",
+    "budget_seconds": "PYTEST_LOOPS_BUDGET_SECONDS",
+    "no_progress_k": "PYTEST_LOOPS_NO_PROGRESS_K",
+    "escalate_after": "PYTEST_LOOPS_ESCALATE_AFTER",
+    "revise": "PYTEST_LOOPS_REVISE",
+    "state_paths": "PYTEST_LOOPS_STATE",
+    "memory_page": "PYTEST_LOOPS_MEMORY",
+    "artifacts": "PYTEST_LOOPS_ARTIFACTS",
+}
+
+_VALID_HINT = {
+    "max_iter": "an integer >= 1 (the cap is always on)",
+    "budget_seconds": "a number of seconds >= 0 (0 turns the budget off)",
+    "no_progress_k": "an integer >= 0 (0 turns it off)",
+    "escalate_after": "an integer >= 0 (0 turns it off)",
+}
+
+
+def parse_guard(name: str, raw: Any, where: str) -> Any:
+    """Turn a raw value (text from a flag, ini or env; a YAML scalar) into a guard value.
+
+    Raises LoopUsageError naming ``where``, the value and what is valid.
+    """
+    value = raw
+    if isinstance(raw, str):
+        text = raw.strip()
+        try:
+            value = float(text) if name == "budget_seconds" else int(text)
+        except ValueError:
+            raise LoopUsageError(f"{raw!r} is not a valid {name}; valid: {_VALID_HINT[name]}",
+                                 location=where) from None
+    if name == "budget_seconds" and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if isinstance(value, float) and name != "budget_seconds":
+        if not math.isfinite(value) or value != int(value):
+            raise LoopUsageError(f"{raw!r} is not a valid {name}; valid: {_VALID_HINT[name]}",
+                                 location=where)
+        value = int(value)
+    problems = validate_guard_values(**{name: value})
+    if problems:
+        raise LoopUsageError(problems[0][1], location=where)
+    return value
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Values after precedence, and where each came from ("default", a file, a flag...)."""
+
+    values: dict[str, Any]
+    origin: dict[str, str]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+
+def resolve(layers: Sequence[tuple[str, Mapping[str, Any]]],
+            defaults: Mapping[str, Any] = DEFAULTS) -> Resolved:
+    """Apply layers lowest first; a None value in a layer means "not set here"."""
+    values = dict(defaults)
+    origin = dict.fromkeys(defaults, "default")
+    for name, layer in layers:
+        for key, value in layer.items():
+            if value is None:
+                continue
+            values[key] = value
+            origin[key] = name
+    return Resolved(values, origin)
+
+
+def env_layer(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Settings from PYTEST_LOOPS_* environment variables (validated)."""
+    environ = os.environ if environ is None else environ
+    layer: dict[str, Any] = {}
+    for key, var in ENV_NAMES.items():
+        raw = environ.get(var)
+        if raw is None or raw == "":
+            continue
+        if key in GUARD_KEYS:
+            layer[key] = parse_guard(key, raw, f"environment variable {var}")
+        elif key == "state_paths":
+            layer[key] = [p for p in raw.split(os.pathsep) if p]
+        else:
+            layer[key] = raw
+    return layer
+
+
+# -- the loop-runner config file ---------------------------------------------------
+
+_RUNNER_KEYS = {
+    "guards": {"max_iter", "budget_seconds", "no_progress_k", "escalate_after_iter", "escalate_after"},
+    "progress": {"state_paths"},
+    "reflexion": {"enabled", "episodic_memory_page"},
+    "run_log": {"path"},
+    "revise": {"cmd"},
+    "verify": {"cmd", "cmds"},
+}
+
+
+def _expect(cond: bool, where: str, what: str, value: Any) -> None:
+    if not cond:
+        raise LoopUsageError(f"expected {what}, got {type(value).__name__} {value!r}", location=where)
+
+
+def _str_list(value: Any, where: str) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    _expect(isinstance(value, list) and all(isinstance(v, str) for v in value), where,
+            "a list of strings", value)
+    return list(value)
+
+
+def load_yaml_file(path: str | os.PathLike) -> Any:
+    """Read a YAML file; any problem is one LoopUsageError line with file:line:column."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise LoopUsageError("config file not found", location=str(p),
+                             fix="check the path given to --config") from None
+    except IsADirectoryError:
+        raise LoopUsageError("is a directory, not a config file", location=str(p)) from None
+    except UnicodeDecodeError:
+        raise LoopUsageError("not UTF-8 text", location=str(p)) from None
+    except OSError as exc:
+        raise LoopUsageError(f"cannot read: {exc.strerror}", location=str(p)) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        location = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(p)
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise LoopUsageError(f"not valid YAML: {problem}", location=location) from None
+
+
+def read_runner_config(path: str | os.PathLike, data: Any = None) -> dict[str, Any]:
+    """Read a loop-runner ``loop-runner.config.yaml`` into a flat settings layer.
+
+    Keys: guards.{max_iter, budget_seconds, no_progress_k, escalate_after_iter},
+    progress.state_paths, reflexion.{enabled, episodic_memory_page}, run_log.path,
+    revise.cmd, and optionally verify.cmd / verify.cmds. Relative paths stay as
+    written (they are relative to the loop's working directory). Unknown keys are
+    returned under ``"unknown_keys"`` so callers can warn; wrong types raise.
+    """
+    p = str(path)
+    if data is None:
+        data = load_yaml_file(path)
+    if data is None:
+        data = {}
+    _expect(isinstance(data, dict), p, "a mapping at the top level", data)
+    layer: dict[str, Any] = {}
+    unknown: list[str] = []
+    for section, body in data.items():
+        if section not in _RUNNER_KEYS:
+            unknown.append(str(section))
+            continue
+        if body is None:
+            continue
+        where = f"{p}: {section}"
+        _expect(isinstance(body, dict), where, "a mapping", body)
+        for key, value in body.items():
+            kwhere = f"{p}: {section}.{key}"
+            if key not in _RUNNER_KEYS[section]:
+                unknown.append(f"{section}.{key}")
+                continue
+            if value is None:
+                continue
+            if section == "guards":
+                name = "escalate_after" if key == "escalate_after_iter" else key
+                _expect(isinstance(value, (int, float)) and not isinstance(value, bool), kwhere,
+                        "a number", value)
+                layer[name] = parse_guard(name, value, kwhere)
+            elif section == "progress":
+                layer["state_paths"] = _str_list(value, kwhere)
+            elif section == "reflexion" and key == "enabled":
+                _expect(isinstance(value, bool), kwhere, "true or false", value)
+                layer["reflexion"] = value
+            elif section == "verify":
+                layer["verify"] = _str_list(value, kwhere)
+            else:
+                _expect(isinstance(value, str) and value.strip() != "", kwhere, "a non-empty string", value)
+                target = {"reflexion": "memory_page", "run_log": "log_path", "revise": "revise"}[section]
+                layer[target] = value
+    if unknown:
+        layer["unknown_keys"] = unknown
+    return layer

@@ -1,0 +1,466 @@
+"""The control loop: verify -> guards -> reflect -> revise, until a verdict.
+
+Each iteration runs, in this order: budget (before work, and enforced during
+commands), cap, verify, progress, lesson, no-progress, escalate, revise. The
+engine never imports pytest; time comes from an injectable clock and commands
+from an injectable runner, so every guard is testable without sleeping or
+spawning.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import pluggy
+
+from . import guards
+from .artifacts.reflexion import MemoryPage, format_lesson
+from .artifacts.runlog import SCHEMA, RunLogWriter, append_index
+from .hooks import make_plugin_manager
+from .results import CheckResult, CommandResult, IterationRecord, LoopResult
+from .revise import CANNOT_START_EXIT_CODES, build_prompt, loop_env, write_failure_file
+from .spec import Check, LoopSpec, Pipeline
+from .verdict import Verdict
+
+ARTIFACTS_DIRNAME = ".pytest-loops"
+
+
+class CommandRunner(Protocol):
+    """Runs one shell command; see :class:`pytest_loops.process.ProcessRunner`."""
+
+    def run(self, command: str, *, cwd: str | os.PathLike, env: Mapping[str, str] | None = None,
+            timeout: float | None = None, output_path: str | os.PathLike | None = None) -> CommandResult: ...
+
+
+class Fingerprint(Protocol):
+    def compute(self) -> str: ...
+
+
+def with_python_on_path(env: Mapping[str, str]) -> dict[str, str]:
+    """The harness's interpreter first on PATH, so `python` in a loop's commands is
+    the one pytest-loops runs under (as tox and nox do), and LOOP_PYTHON names it."""
+    result = dict(env)
+    bindir = os.path.dirname(sys.executable)
+    parts = result.get("PATH", "").split(os.pathsep) if result.get("PATH") else []
+    if bindir and (not parts or parts[0] != bindir):
+        result["PATH"] = os.pathsep.join([bindir, *parts])
+    result["LOOP_PYTHON"] = sys.executable
+    return result
+
+
+def _iso(wall: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(wall)) + f".{int(wall % 1 * 1000):03d}Z"
+
+
+def _stamp(wall: float) -> str:
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(wall)) + f"{int(wall % 1 * 1000):03d}"
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+@dataclass
+class LoopContext:
+    """What a check or revise implementation may use during one iteration."""
+
+    spec: LoopSpec
+    iteration: int
+    workdir: Path
+    run_dir: Path
+    runner: CommandRunner
+    clock: Callable[[], float]
+    deadline: float | None
+    base_env: dict[str, str]
+    lessons: list[str] = field(default_factory=list)
+    suspects: list[str] = field(default_factory=list)
+    budget_hit: bool = False
+    _labels: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def iteration_dir(self) -> Path:
+        path = self.run_dir / f"iter-{self.iteration:03d}"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @property
+    def prompt_file(self) -> Path:
+        return self.iteration_dir / "prompt.md"
+
+    @property
+    def failure_file(self) -> Path:
+        return self.iteration_dir / "failure.txt"
+
+    def time_left(self) -> float | None:
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline - self.clock())
+
+    def check_label(self, check: Check) -> str:
+        """A stable file-name label for a check: its 1-based position in the loop."""
+        try:
+            index = self.spec.checks.index(check) + 1
+        except ValueError:
+            index = 0
+        return f"check-{index}"
+
+    def run_command(self, command: str, *, label: str, timeout: float | None = None,
+                    extra_env: Mapping[str, str] | None = None) -> CommandResult:
+        """Run a shell command in the loop's workdir with the budget as a deadline.
+
+        Sets ``budget_hit`` when the command was killed because the budget ran out
+        (as opposed to its own timeout).
+        """
+        left = self.time_left()
+        effective = timeout
+        budget_limited = False
+        if left is not None and (effective is None or left <= effective):
+            effective, budget_limited = left, True
+        env = dict(self.base_env)
+        env.update(loop_env(self.spec, self))
+        if extra_env:
+            env.update(extra_env)
+        result = self.runner.run(command, cwd=self.workdir, env=env, timeout=effective,
+                                 output_path=self.iteration_dir / f"{label}.out")
+        if result.timed_out and budget_limited:
+            self.budget_hit = True
+        return result
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    log: Path
+    run_dir: Path
+    artifacts_dir: Path
+    memory_page: Path | None
+
+
+def resolve_paths(spec: LoopSpec, *, artifacts_dir: str | os.PathLike | None = None,
+                  log_path: str | os.PathLike | None = None,
+                  memory_page: str | os.PathLike | None = None, wall: float | None = None) -> RunPaths:
+    """Where a run's artifacts go. The run dir is the log path without its suffix."""
+    cwd = Path(spec.cwd).resolve()
+    base = Path(artifacts_dir) if artifacts_dir else cwd / ARTIFACTS_DIRNAME
+    if not base.is_absolute():
+        base = cwd / base
+    if log_path:
+        log = Path(log_path)
+        log = log if log.is_absolute() else cwd / log
+    else:
+        stamp = _stamp(time.time() if wall is None else wall)
+        log = base / "runs" / f"{spec.slug}-{stamp}-{os.getpid()}.json"
+    page: Path | None = None
+    if spec.reflexion:
+        chosen = memory_page or spec.memory_page
+        page = Path(chosen) if chosen else base / "lessons" / f"{spec.slug}.md"
+        page = page if page.is_absolute() else cwd / page
+    return RunPaths(log=log, run_dir=log.with_suffix(""), artifacts_dir=base, memory_page=page)
+
+
+class Engine:
+    """Runs loops. Construct once, call :meth:`run` per loop.
+
+    :param runner: runs shell commands (default: :class:`~pytest_loops.process.ProcessRunner`).
+    :param clock: monotonic seconds (inject a fake one in tests).
+    :param wall: wall-clock seconds for timestamps.
+    :param plugin_manager: a pluggy manager with the ``pytest_loop_*`` hooks
+        (default: :func:`~pytest_loops.hooks.make_plugin_manager`).
+    :param fingerprint_factory: ``(root, patterns, exclude) -> Fingerprint``.
+    :param finishers: called as ``f(result, paths)`` after the verdict, before the
+        run log summary is written; they may add to ``result.artifacts``.
+    """
+
+    def __init__(self, *, runner: CommandRunner | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time,
+                 plugin_manager: pluggy.PluginManager | None = None,
+                 fingerprint_factory: Callable[..., Fingerprint] | None = None,
+                 artifacts_dir: str | os.PathLike | None = None,
+                 env: Mapping[str, str] | None = None,
+                 write_index: bool = True,
+                 finishers: Sequence[Callable[[LoopResult, RunPaths], None]] = ()) -> None:
+        if runner is None:
+            from .process import ProcessRunner
+
+            runner = ProcessRunner()
+        self.runner = runner
+        self.clock = clock
+        self.wall = wall
+        self.pm = plugin_manager or make_plugin_manager(entry_points=False)
+        if fingerprint_factory is None:
+            from .progress import StateFingerprint
+
+            fingerprint_factory = StateFingerprint
+        self.fingerprint_factory = fingerprint_factory
+        self.artifacts_dir = artifacts_dir
+        self.env = with_python_on_path(os.environ if env is None else env)
+        self.write_index = write_index
+        self.finishers = list(finishers)
+
+    # -- one loop -----------------------------------------------------------------
+
+    def run(self, spec: LoopSpec, *, log_path: str | os.PathLike | None = None,
+            memory_page: str | os.PathLike | None = None) -> LoopResult:
+        """Drive one loop to its verdict."""
+        hook = self.pm.hook
+        wall0 = self.wall()
+        t0 = self.clock()
+        paths = resolve_paths(spec, artifacts_dir=self.artifacts_dir, log_path=log_path,
+                              memory_page=memory_page, wall=wall0)
+        workdir = Path(spec.cwd).resolve()
+        g = spec.guards
+        deadline = t0 + g.budget_seconds if g.budget_seconds > 0 else None
+        page = MemoryPage(paths.memory_page, loop_name=spec.name, goal=spec.goal) if paths.memory_page else None
+        lessons_read = page.read_lessons() if page else []
+        lessons = list(lessons_read)
+        written_lessons: list[str] = []
+        fingerprint = None
+        if spec.state_paths:
+            exclude = [str(paths.artifacts_dir), str(paths.log), str(paths.run_dir)]
+            if paths.memory_page:
+                exclude += [str(paths.memory_page), str(paths.memory_page) + ".lock"]
+            fingerprint = self.fingerprint_factory(workdir, list(spec.state_paths), exclude=exclude)
+
+        log = RunLogWriter(paths.log)
+        header = {
+            "loop": spec.name, "goal": spec.goal, "source": spec.source,
+            "guards": g.to_dict(), "state_paths": list(spec.state_paths),
+            "started_at": _iso(wall0), "cwd": str(workdir), "revise": spec.revise,
+            "spec": spec.to_dict(), "spec_digest": spec.digest(),
+            "memory_page": str(paths.memory_page) if paths.memory_page else None,
+            "lessons_read": lessons_read, "run_dir": str(paths.run_dir),
+            "pytest_loops_version": _version(),
+        }
+        log.start(header)
+
+        records: list[IterationRecord] = []
+        verdict: Verdict | None = None
+        reason = ""
+        previous_hash: str | None = None
+        streak = 0
+        iteration = 0
+        try:
+            while verdict is None:
+                iteration += 1
+                elapsed = self.clock() - t0
+                if guards.budget_exhausted(elapsed, g.budget_seconds):
+                    verdict = Verdict.TIMEOUT
+                    reason = f"budget of {g.budget_seconds:g}s used up before iteration {iteration}"
+                    break
+                # the cap is enforced after the iteration (`cap_reached`), so no
+                # revise step is paid for that could never be verified.
+                record = IterationRecord(iter=iteration, started_at=_iso(self.wall()))
+                it0 = self.clock()
+                ctx = LoopContext(spec=spec, iteration=iteration, workdir=workdir,
+                                  run_dir=paths.run_dir, runner=self.runner, clock=self.clock,
+                                  deadline=deadline, base_env=self.env, lessons=lessons)
+
+                # verify
+                for check in spec.checks:
+                    result = hook.pytest_loop_run_check(check=check, context=ctx)
+                    if not isinstance(result, CheckResult):
+                        raise TypeError(
+                            f"pytest_loop_run_check returned {type(result).__name__} for {check.name!r}; "
+                            "expected a CheckResult"
+                        )
+                    record.checks.append(result)
+                    if ctx.budget_hit:
+                        break
+                record.verify_duration_s = self.clock() - it0
+                failed = [c for c in record.checks if not c.passed]
+                record.passed = bool(record.checks) and not failed and len(record.checks) == len(spec.checks)
+                first_failed = failed[0] if failed else None
+                record.verify_exit = first_failed.exit_code if first_failed else 0
+                record.output_tail = (first_failed or record.checks[-1]).output_tail if record.checks else ""
+
+                verdict, reason = self._after_verify(spec, ctx, record, failed)
+                if verdict is None:
+                    # progress
+                    if fingerprint is not None:
+                        current = fingerprint.compute()
+                        streak = guards.next_unchanged_streak(previous_hash, current, streak)
+                        record.state_hash = current
+                        record.state_changed = previous_hash is None or current != previous_hash
+                        previous_hash = current
+                    record.unchanged_streak = streak
+                    # only checks a machine can never pass are left: a human is needed
+                    machine_ok = all(c.needs_human for c in failed)
+                    # lesson
+                    if page is not None and not machine_ok:
+                        from .progress import first_meaningful_line
+
+                        line = format_lesson(iteration, record.verify_exit, record.state_changed,
+                                             first_meaningful_line(_failure_text(failed)),
+                                             loop_name=spec.name)
+                        page.append(line)
+                        record.lesson = line
+                        written_lessons.append(line)
+                        lessons.append(line)
+                    verdict, reason = self._guards(spec, record, failed, iteration, streak,
+                                                   measurable=fingerprint is not None, machine_ok=machine_ok)
+                if verdict is None:
+                    verdict, reason = self._revise(spec, ctx, record, failed)
+                record.guards_seen = self._guards_seen(spec, record, iteration, t0, fingerprint is not None)
+                record.duration_s = self.clock() - it0
+                record.elapsed_s = self.clock() - t0
+                records.append(record)
+                log.iteration(record.to_dict())
+                hook.pytest_loop_iteration_finished(spec=spec, record=record, context=ctx)
+        except BaseException as exc:
+            log.aborted(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+            raise
+
+        result = LoopResult(
+            spec=spec, verdict=verdict, reason=reason, iterations=records,
+            started_at=_iso(wall0), ended_at=_iso(self.wall()), elapsed_s=self.clock() - t0,
+            log_path=str(paths.log), run_dir=str(paths.run_dir),
+            memory_page=str(paths.memory_page) if paths.memory_page else None,
+            artifacts={"log": str(paths.log), "run_dir": str(paths.run_dir)},
+        )
+        if paths.memory_page and paths.memory_page.exists():
+            result.artifacts["memory"] = str(paths.memory_page)
+        for finish in self.finishers:
+            finish(result, paths)
+        summary = {"schema": SCHEMA, **header, **summarize(result), "lessons": written_lessons}
+        log.finish(summary)
+        if self.write_index:
+            append_index(paths.artifacts_dir / "index.jsonl", {
+                "loop": spec.name, "verdict": result.verdict.value, "exit_code": result.exit_code,
+                "iterations_run": result.iterations_run, "elapsed_s": round(result.elapsed_s, 3),
+                "started_at": result.started_at, "log": str(paths.log),
+            })
+        hook.pytest_loop_finished(spec=spec, result=result)
+        return result
+
+    # -- the steps ----------------------------------------------------------------
+
+    def _after_verify(self, spec: LoopSpec, ctx: LoopContext, record: IterationRecord,
+                      failed: list[CheckResult]) -> tuple[Verdict | None, str]:
+        if ctx.budget_hit:
+            record.guard = "budget"
+            return Verdict.TIMEOUT, (f"budget of {spec.guards.budget_seconds:g}s ran out during "
+                                     f"iteration {record.iter} (a check was killed)")
+        if record.passed:
+            return Verdict.SUCCESS, f"all {len(spec.checks)} check(s) passed in iteration {record.iter}"
+        return None, ""
+
+    def _guards(self, spec: LoopSpec, record: IterationRecord, failed: list[CheckResult],
+                iteration: int, streak: int, *, measurable: bool,
+                machine_ok: bool) -> tuple[Verdict | None, str]:
+        g = spec.guards
+        if guards.no_progress(streak, g.no_progress_k, measurable):
+            record.guard = "no_progress"
+            why = (f"state unchanged for {streak} iteration(s) in a row "
+                   f"(no_progress_k={g.no_progress_k}; watched: {', '.join(spec.state_paths)})")
+            if spec.escalate_when_blocked:
+                return Verdict.ESCALATE, f"blocked, asking a human: {why}"
+            return Verdict.NO_PROGRESS, why
+        if machine_ok:
+            record.guard = "human"
+            return Verdict.ESCALATE, "; ".join(c.reason for c in failed)
+        if guards.should_escalate(iteration, g.escalate_after):
+            record.guard = "escalate"
+            return Verdict.ESCALATE, (f"escalate_after={g.escalate_after} reached: still failing after "
+                                      f"{iteration} iteration(s) ({_failed_names(failed)})")
+        if guards.cap_reached(iteration, g.max_iter):
+            record.guard = "max_iter"
+            if spec.stop_message:
+                return Verdict.MAX_ITER, spec.stop_message
+            return Verdict.MAX_ITER, (f"max_iter={g.max_iter} reached without passing "
+                                      f"({_failed_names(failed)})")
+        return None, ""
+
+    def _revise(self, spec: LoopSpec, ctx: LoopContext, record: IterationRecord,
+                failed: list[CheckResult]) -> tuple[Verdict | None, str]:
+        if ctx.deadline is not None and self.clock() >= ctx.deadline:
+            record.guard = "budget"
+            return Verdict.TIMEOUT, (f"budget of {spec.guards.budget_seconds:g}s used up before "
+                                     f"the revise step of iteration {record.iter}")
+        write_failure_file(ctx.failure_file, failed)
+        ctx.prompt_file.write_text(build_prompt(spec, ctx, failed), encoding="utf-8")
+        r0 = self.clock()
+        outcome = self.pm.hook.pytest_loop_revise(spec=spec, iteration=record.iter, context=ctx)
+        record.revise_duration_s = self.clock() - r0
+        if outcome is None:
+            return None, ""
+        if isinstance(outcome, CommandResult):
+            record.revise_exit = outcome.exit_code
+            record.revise_tail = outcome.tail
+            record.revise_output_file = outcome.output_file
+            if ctx.budget_hit:
+                record.guard = "budget"
+                return Verdict.TIMEOUT, (f"budget of {spec.guards.budget_seconds:g}s ran out during "
+                                         f"the revise step of iteration {record.iter} (it was killed)")
+            if outcome.start_error or outcome.exit_code in CANNOT_START_EXIT_CODES:
+                record.guard = "revise"
+                why = outcome.start_error or f"exit {outcome.exit_code}: {outcome.tail.strip()[-200:]}"
+                return Verdict.ESCALATE, f"the revise step could not start: {why}"
+            return None, ""
+        if isinstance(outcome, bool) or not isinstance(outcome, int):
+            raise TypeError(f"pytest_loop_revise returned {outcome!r}; expected an int exit code, "
+                            "a CommandResult or None")
+        record.revise_exit = outcome
+        return None, ""
+
+    def _guards_seen(self, spec: LoopSpec, record: IterationRecord, iteration: int, t0: float,
+                     measurable: bool) -> dict[str, Any]:
+        g = spec.guards
+        elapsed = self.clock() - t0
+        seen: dict[str, Any] = {"iteration": f"{iteration}/{g.max_iter}", "elapsed_s": round(elapsed, 3)}
+        if g.budget_seconds > 0:
+            seen["budget_left_s"] = round(max(0.0, g.budget_seconds - elapsed), 3)
+        if measurable and g.no_progress_k > 0:
+            seen["unchanged"] = f"{record.unchanged_streak}/{g.no_progress_k}"
+        if g.escalate_after > 0:
+            seen["escalate_after"] = f"{iteration}/{g.escalate_after}"
+        return seen
+
+    # -- several loops ------------------------------------------------------------
+
+    def run_pipeline(self, pipeline: Pipeline, **kwargs: Any) -> list[LoopResult]:
+        """Run stages in order, fail-fast: a stage that does not reach SUCCESS stops the rest."""
+        results: list[LoopResult] = []
+        for stage in pipeline.stages:
+            result = self.run(stage, **kwargs)
+            results.append(result)
+            if not result.succeeded:
+                break
+        return results
+
+
+def _failure_text(failed: list[CheckResult]) -> str:
+    return "\n".join(c.output_tail or c.reason for c in failed)
+
+
+def _failed_names(failed: list[CheckResult]) -> str:
+    names = ", ".join(c.name for c in failed[:3])
+    more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
+    return f"failing: {names}{more}" if names else "no check passed"
+
+
+def summarize(result: LoopResult) -> dict[str, Any]:
+    """The run-log summary keys (the loop-runner keys and ours)."""
+    return {
+        "verdict": result.verdict.value,
+        "exit_code": result.exit_code,
+        "reason": result.reason,
+        "iterations_run": result.iterations_run,
+        "ended_at": result.ended_at,
+        "elapsed_s": round(result.elapsed_s, 6),
+        "artifacts": dict(result.artifacts),
+        "iterations": [r.to_dict() for r in result.iterations],
+    }
+
+
+def run_loop(spec: LoopSpec, **engine_kwargs: Any) -> LoopResult:
+    """Run one loop with a default engine: ``run_loop(spec, runner=..., clock=...)``."""
+    run_kwargs = {k: engine_kwargs.pop(k) for k in ("log_path", "memory_page") if k in engine_kwargs}
+    return Engine(**engine_kwargs).run(spec, **run_kwargs)

@@ -1,0 +1,64 @@
+"""Hooks of pytest-loops (specs only).
+
+Implement them in a ``conftest.py`` or a plugin. The standalone runner
+(``pytest-loops run``) calls the same hooks through its own plugin manager, which
+loads ``-p MODULE`` plugins and the ``pytest_loops.plugins`` entry point group.
+Hooks are always called with keyword arguments; an implementation may accept
+fewer arguments than the spec.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("pytest")
+
+
+@hookspec(firstresult=True)
+def pytest_loop_run_check(check, context):
+    """Run one check and return a :class:`pytest_loops.CheckResult`, or None to pass.
+
+    Called for every check of every iteration. The built-in implementation
+    (``trylast``) runs command, finds-nothing and pytest-node-id checks as
+    subprocesses and reports human checks as needing a human. Skill and judge
+    checks (``check.kind == "hook"``) reach the built-in only when no plugin
+    answers; it reports that they cannot pass.
+
+    :param check: the :class:`pytest_loops.Check`.
+    :param context: the :class:`pytest_loops.engine.LoopContext` of this iteration.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec(firstresult=True)
+def pytest_loop_revise(spec, iteration, context):
+    """Revise the code after a failed iteration, in Python instead of a shell command.
+
+    Return an ``int`` exit code (0 = the revise step ran; non-zero is recorded and
+    the loop goes on), or None to let the next implementation (in the end the
+    loop's shell ``revise`` command) handle it.
+
+    :param spec: the :class:`pytest_loops.LoopSpec`.
+    :param iteration: the number of the iteration that just failed (1-based).
+    :param context: the :class:`pytest_loops.engine.LoopContext`; its
+        ``prompt_file`` and ``failure_file`` are written before this is called.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def pytest_loop_iteration_finished(spec, record, context):
+    """Called after every iteration with its :class:`pytest_loops.IterationRecord`.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def pytest_loop_finished(spec, result):
+    """Called once per loop with its final :class:`pytest_loops.LoopResult`.
+
+    .. versionadded:: 0.1
+    """

@@ -1,0 +1,104 @@
+"""The revise step: the environment contract, the prompt and failure files, the built-in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pluggy
+
+from .results import CheckResult, CommandResult
+from .spec import LoopSpec
+
+if TYPE_CHECKING:
+    from .engine import LoopContext
+
+hookimpl = pluggy.HookimplMarker("pytest")
+
+# A shell answers 126 (found, not executable) and 127 (not found) for a command it
+# cannot start. A revise step that cannot start will not start next time either.
+CANNOT_START_EXIT_CODES = (126, 127)
+
+PROMPT_TAIL_CHARS = 3000
+
+
+def loop_env(spec: LoopSpec, context: LoopContext) -> dict[str, str]:
+    """LOOP_* variables every command of the loop gets (see docs: the env contract)."""
+    return {
+        "LOOP_NAME": spec.name,
+        "LOOP_GOAL": spec.goal,
+        "LOOP_ITERATION": str(context.iteration),
+        "LOOP_MAX_ITER": str(spec.guards.max_iter),
+        "LOOP_WORKDIR": str(context.workdir),
+        "LOOP_RUN_DIR": str(context.run_dir),
+    }
+
+
+def _read(path: str | None, limit: int | None = None) -> str:
+    if not path:
+        return ""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return ""
+    if limit is not None and len(data) > limit:
+        data = data[-limit:]
+    return data.decode("utf-8", "replace")
+
+
+def write_failure_file(path: Path, failed: list[CheckResult]) -> None:
+    """The full output of this iteration's failing checks, one section each."""
+    parts = []
+    for check in failed:
+        body = _read(check.output_file) or check.output_tail
+        parts.append(f"===== {check.name} ({check.reason}) =====\n{body}")
+    path.write_text("\n".join(parts), encoding="utf-8")
+
+
+def build_prompt(spec: LoopSpec, context: LoopContext, failed: list[CheckResult]) -> str:
+    """A ready prompt for an agent CLI: goal, failing checks, files, lessons."""
+    lines = [f"# Loop: {spec.name}", ""]
+    if spec.goal:
+        lines += [f"Goal: {spec.goal}", ""]
+    lines += [
+        f"Iteration {context.iteration} of at most {spec.guards.max_iter} failed. "
+        "Change the code so that every check below passes.",
+        "Do not edit the tests, the checks or the loop's configuration: "
+        "those edits are detected and undone.",
+        "",
+        "## Failing checks",
+        "",
+    ]
+    for check in failed:
+        lines.append(f"### {check.name}: {check.reason}")
+        if check.command:
+            lines.append(f"Command: `{check.command}`")
+        tail = check.output_tail[-PROMPT_TAIL_CHARS:]
+        if tail.strip():
+            lines += ["", "```", tail.rstrip(), "```"]
+        lines.append("")
+    look = list(spec.look_at) or list(spec.state_paths)
+    if look:
+        lines += ["## Files to look at", ""] + [f"- {p}" for p in look] + [""]
+    if context.suspects:
+        lines += ["## Suspicious lines", ""]
+        lines += [f"- {s}" for s in context.suspects] + [""]
+    if context.lessons:
+        lines += ["## Lessons from earlier iterations and runs", ""]
+        lines += [f"- {lesson.removeprefix('- ')}" for lesson in context.lessons[-20:]] + [""]
+    lines += [f"The full output of the failing checks is in {context.failure_file}."]
+    return "\n".join(lines) + "\n"
+
+
+class BuiltinRevise:
+    """The built-in `pytest_loop_revise`: run the loop's shell command. `trylast`."""
+
+    @hookimpl(trylast=True)
+    def pytest_loop_revise(self, spec: LoopSpec, iteration: int, context: LoopContext) -> CommandResult | None:
+        if not spec.revise:
+            return None
+        env = {
+            "LOOP_FAILURE_FILE": str(context.failure_file),
+            "LOOP_PROMPT_FILE": str(context.prompt_file),
+        }
+        return context.run_command(spec.revise, label="revise", extra_env=env)

@@ -1,0 +1,226 @@
+"""Contract-test kit: assert a loop's guard behaviour in a few lines.
+
+    def test_stalls(loop_harness):
+        r = loop_harness.run(verify=[1, 1, 1, 1], revise=None, max_iter=6, no_progress_k=2)
+        r.assert_verdict("NO_PROGRESS", iterations=3)
+        assert r.exit_code == 4
+
+Scripted verify exit codes run no subprocess; time comes from a fake clock, so
+budget tests never sleep. Each run gets its own workspace, the default state path.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pluggy
+
+from .engine import Engine, LoopContext
+from .hooks import make_plugin_manager
+from .results import CheckResult, CommandResult, IterationRecord, LoopResult
+from .spec import Check, CheckKind, Guards, LoopSpec
+from .verdict import Verdict
+
+hookimpl = pluggy.HookimplMarker("pytest")
+
+__all__ = ["FakeClock", "HarnessResult", "LoopHarness", "format_iterations"]
+
+
+class FakeClock:
+    """A monotonic clock that moves only when told to."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.now = float(start)
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError("a clock does not go back")
+        self.now += seconds
+
+
+def format_iterations(records: Sequence[IterationRecord]) -> str:
+    """The iteration table a human reads."""
+    rows = [("iter", "checks", "verify", "state", "streak", "revise", "guard")]
+    for r in records:
+        checks = " ".join(("PASS" if c.passed else "FAIL") for c in r.checks) or "-"
+        state = {True: "changed", False: "same", None: "-"}[r.state_changed]
+        rows.append((str(r.iter), checks, str(r.verify_exit), state, str(r.unchanged_streak),
+                     "-" if r.revise_exit is None else str(r.revise_exit), r.guard or ""))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+                     for row in rows)
+
+
+@dataclass
+class HarnessResult:
+    """A finished contract-test run."""
+
+    result: LoopResult
+    workspace: Path
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.result.verdict
+
+    @property
+    def exit_code(self) -> int:
+        return self.result.exit_code
+
+    @property
+    def iterations(self) -> list[IterationRecord]:
+        return self.result.iterations
+
+    @property
+    def reason(self) -> str:
+        return self.result.reason
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.result.log_path or "")
+
+    def table(self) -> str:
+        return format_iterations(self.iterations)
+
+    def assert_verdict(self, name: str | Verdict, iterations: int | None = None) -> None:
+        """Fail with the whole iteration table unless the verdict (and count) match."""
+        expected = Verdict(name.upper() if isinstance(name, str) else name)
+        ok = self.verdict is expected and (iterations is None or len(self.iterations) == iterations)
+        if not ok:
+            want = f"{expected.value}" + (f" after {iterations} iteration(s)" if iterations is not None else "")
+            raise AssertionError(
+                f"expected {want}, got {self.verdict.value} after {len(self.iterations)} "
+                f"iteration(s): {self.reason}\n{self.table()}"
+            )
+
+
+class _Scripted:
+    """Answers `pytest_loop_run_check` for scripted checks and advances the clock."""
+
+    def __init__(self, scripts: dict[str, list[int]], clock: FakeClock, per_iteration: float,
+                 last_check: str) -> None:
+        self.scripts = {name: itertools.chain(codes, itertools.repeat(codes[-1] if codes else 1))
+                        for name, codes in scripts.items()}
+        self.clock = clock
+        self.per_iteration = per_iteration
+        self.last_check = last_check
+
+    @hookimpl
+    def pytest_loop_run_check(self, check: Check, context: LoopContext) -> CheckResult | None:
+        if check.name not in self.scripts:
+            return None
+        code = next(self.scripts[check.name])
+        if check.name == self.last_check:
+            self.clock.advance(self.per_iteration)
+        return CheckResult(name=check.name, kind=check.kind.value, passed=code == 0, exit_code=code,
+                           duration_s=0.0, output_tail=f"scripted exit {code}",
+                           reason="passed" if code == 0 else f"exit {code}")
+
+
+class _CallableRevise:
+    def __init__(self, fn: Callable[[Path, int], Any], workspace: Path) -> None:
+        self.fn = fn
+        self.workspace = workspace
+
+    @hookimpl
+    def pytest_loop_revise(self, spec: LoopSpec, iteration: int, context: LoopContext) -> int:
+        outcome = self.fn(self.workspace, iteration)
+        return outcome if isinstance(outcome, int) and not isinstance(outcome, bool) else 0
+
+
+class _AdvancingRunner:
+    """Wraps the real runner so a command iteration also moves the fake clock."""
+
+    def __init__(self, inner: Any, clock: FakeClock, per_iteration: float, last_check: str | None) -> None:
+        self.inner = inner
+        self.clock = clock
+        self.per_iteration = per_iteration
+        self.last_check = last_check
+
+    def run(self, command: str, **kwargs: Any) -> CommandResult:
+        result = self.inner.run(command, **kwargs)
+        out = str(kwargs.get("output_path") or "")
+        if self.last_check is not None and Path(out).name.startswith(self.last_check):
+            self.clock.advance(self.per_iteration)
+        return result
+
+
+class LoopHarness:
+    """Runs loops for contract tests. The ``loop_harness`` fixture gives you one."""
+
+    def __init__(self, base_dir: str | os.PathLike | None = None) -> None:
+        self.base_dir = Path(base_dir) if base_dir is not None else Path(tempfile.mkdtemp(prefix="loop-harness-"))
+        self._count = 0
+
+    def new_workspace(self) -> Path:
+        self._count += 1
+        path = self.base_dir / f"run-{self._count}"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def run(self, verify: Sequence[int] | str | Sequence[Check | str], revise: Any = None, *,
+            max_iter: int = 6, budget_seconds: float = 900.0, no_progress_k: int = 2,
+            escalate_after: int = 0, seconds_per_iteration: float = 0.0,
+            state: Sequence[str] | None = None, name: str = "contract", goal: str = "",
+            plugins: Sequence[object] = (), files: dict[str, str] | None = None) -> HarnessResult:
+        """Run one loop and return its result.
+
+        :param verify: scripted exit codes (one per iteration; the last repeats),
+            a shell command, or a list of checks (Check objects or commands).
+        :param revise: None (changes nothing), a callable ``(workspace, iteration)``,
+            or a shell command run in the workspace.
+        :param state: state paths (default: the whole workspace).
+        :param files: files to create in the workspace first (path -> text).
+        """
+        workspace = self.new_workspace()
+        for rel, text in (files or {}).items():
+            target = workspace / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+        clock = FakeClock()
+        pm = make_plugin_manager(entry_points=False)
+        scripted: dict[str, list[int]] = {}
+        checks: list[Check] = []
+        if isinstance(verify, str):
+            checks.append(Check.command_passes(verify))
+        elif verify and all(isinstance(v, int) and not isinstance(v, bool) for v in verify):
+            scripted["scripted verify"] = [int(v) for v in verify]
+            checks.append(Check(CheckKind.COMMAND, "scripted verify", command="true"))
+        else:
+            for item in verify:
+                checks.append(Check.command_passes(item) if isinstance(item, str) else item)
+        if not checks:
+            raise ValueError("verify needs at least one exit code, command or check")
+        last = checks[-1].name
+        if scripted:
+            pm.register(_Scripted(scripted, clock, seconds_per_iteration, last))
+        revise_cmd: str | None = None
+        if callable(revise):
+            pm.register(_CallableRevise(revise, workspace))
+        elif isinstance(revise, str):
+            revise_cmd = revise
+        elif revise is not None:
+            raise TypeError("revise must be None, a callable (workspace, iteration) or a command string")
+        for plugin in plugins:
+            pm.register(plugin)
+        spec = LoopSpec(
+            name=name, goal=goal, checks=tuple(checks), revise=revise_cmd,
+            guards=Guards(max_iter=max_iter, budget_seconds=budget_seconds,
+                          no_progress_k=no_progress_k, escalate_after=escalate_after),
+            state_paths=tuple(state) if state is not None else (".",),
+            cwd=str(workspace),
+        )
+        from .process import ProcessRunner
+
+        last_label = None if scripted else f"check-{len(checks)}"
+        runner = _AdvancingRunner(ProcessRunner(), clock, seconds_per_iteration, last_label)
+        engine = Engine(runner=runner, clock=clock, plugin_manager=pm, write_index=False)
+        return HarnessResult(engine.run(spec), workspace)
