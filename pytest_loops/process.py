@@ -1,0 +1,542 @@
+"""Subprocesses for checks and revise steps: own session, deadline, full log, tail.
+
+Every command runs through ``/bin/sh`` in a new session, with stdin from
+``/dev/null`` and stdout+stderr going straight into a file (never a pipe that
+can fill up). No descendant outlives its command: when the command ends or its
+deadline passes, its process group, every descendant seen while it ran, and
+every orphan that can be traced back to it get SIGTERM, then SIGKILL after a
+short grace, and are reaped.
+
+On Linux the harness makes itself a child subreaper, so descendants that
+escape with ``setsid`` are re-parented to it instead of to init, and it walks
+``/proc`` while a command runs to learn the command's whole process tree.
+Orphans are attributed to a command by that tree, by its process group or
+session, or by a per-command tag in their environment; nothing else is ever
+signalled. Elsewhere only the process group is cleaned up.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from .results import CommandResult
+
+__all__ = ["ProcessRunner", "TerminationGuard", "TAG_VARIABLE"]
+
+TAG_VARIABLE = "PYTEST_LOOPS_COMMAND_TAG"
+"""Set in every command's environment; lets orphans be traced back to their command."""
+
+_PR_SET_CHILD_SUBREAPER = 36
+_POLL_MAX = 0.01  # seconds between exit checks: keeps deadlines precise to ~10 ms
+_SCAN_FIRST = 0.02  # first /proc walk soon after start: most escapes happen early
+_SCAN_MAX = 0.2  # later walks further apart, to stay cheap on long commands
+_REAP_WAIT = 2.0  # how long to wait for SIGKILLed processes to become reapable
+
+_tags = itertools.count(1)  # with the pid, makes each command's tag unique
+_subreaper_lock = threading.Lock()
+_subreaper_tried = False
+
+
+def _enable_subreaper() -> None:
+    """Become a child subreaper (Linux only), once per process; failures are ignored."""
+    global _subreaper_tried
+    if _subreaper_tried:
+        return
+    with _subreaper_lock:
+        if _subreaper_tried:
+            return
+        _subreaper_tried = True
+        if not sys.platform.startswith("linux"):
+            return
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(
+                ctypes.c_int(_PR_SET_CHILD_SUBREAPER),
+                ctypes.c_ulong(1),
+                ctypes.c_ulong(0),
+                ctypes.c_ulong(0),
+                ctypes.c_ulong(0),
+            )
+        except (OSError, AttributeError):  # no libc / no prctl: fall back to groups only
+            pass
+
+
+# --- the process table ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Proc:
+    """One line of the process table, as read from /proc/PID/stat."""
+
+    pid: int
+    ppid: int
+    pgid: int
+    sid: int
+    start: int  # start time in clock ticks since boot: (pid, start) never repeats
+    zombie: bool
+
+
+def _read_stat(pid: int) -> _Proc | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # the command name is in parentheses and may itself contain ") "
+    fields = data[data.rindex(b")") + 2 :].split()
+    try:
+        return _Proc(
+            pid=pid,
+            ppid=int(fields[1]),
+            pgid=int(fields[2]),
+            sid=int(fields[3]),
+            start=int(fields[19]),
+            zombie=fields[0] in (b"Z", b"X"),
+        )
+    except (IndexError, ValueError):
+        return None
+
+
+def _snapshot() -> dict[int, _Proc] | None:
+    """Every visible process by pid, or None where there is no /proc."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    table: dict[int, _Proc] = {}
+    for name in names:
+        if name.isdigit():
+            proc = _read_stat(int(name))
+            if proc is not None:
+                table[proc.pid] = proc
+    return table if table else None
+
+
+def _environ_has(pid: int, needle: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return data.startswith(needle) or b"\0" + needle in data
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _killpg(pgid: int, sig: int) -> bool:
+    """Signal a process group; False when the group no longer exists."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+# --- one command in flight ---------------------------------------------------
+
+
+class _Running:
+    """What is known about one running command's processes.
+
+    Read by the thread running the command and by :meth:`ProcessRunner.terminate_all`
+    (another thread or a signal handler), so it holds no lock: every update is a
+    single dict/set operation.
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes], tag: str) -> None:
+        self.proc = proc
+        self.pid = proc.pid  # also its process group and session id
+        self.needle = f"{TAG_VARIABLE}={tag}".encode() + b"\0"
+        self.known: dict[int, int] = {}  # pid -> start time of every member ever seen
+        self.not_ours: set[tuple[int, int]] = set()  # children of ours without the tag
+        self.group_gone = False
+
+    def members(self, table: dict[int, _Proc] | None) -> dict[int, _Proc]:
+        """The processes in ``table`` that belong to this command (and remember them)."""
+        if table is None:
+            return {}
+        me = os.getpid()
+        found: set[int] = set()
+        # the main process only while unreaped: after that its pid may be reused
+        if self.proc.returncode is None and self.pid in table:
+            found.add(self.pid)
+        for pid, start in list(self.known.items()):
+            entry = table.get(pid)
+            if entry is not None and entry.start == start:
+                found.add(pid)
+        if not self.group_gone:
+            # while any member of the group/session exists, its id cannot be reused
+            group = [p.pid for p in table.values() if self.pid in (p.pgid, p.sid)]
+            if group:
+                found.update(group)
+            elif self.proc.returncode is not None:
+                self.group_gone = True
+        for entry in table.values():  # orphans re-parented to us (we are a subreaper)
+            if entry.ppid != me or entry.pid in found or entry.zombie:
+                continue
+            key = (entry.pid, entry.start)
+            if key in self.not_ours:
+                continue
+            if _environ_has(entry.pid, self.needle):
+                found.add(entry.pid)
+            else:
+                self.not_ours.add(key)
+        children: dict[int, list[int]] = {}
+        for entry in table.values():
+            children.setdefault(entry.ppid, []).append(entry.pid)
+        todo = list(found)
+        while todo:
+            for child in children.get(todo.pop(), ()):
+                if child not in found:
+                    found.add(child)
+                    todo.append(child)
+        found.discard(me)
+        result = {pid: table[pid] for pid in found}
+        for pid, entry in result.items():
+            self.known[pid] = entry.start
+        return result
+
+    def signal(self, sig: int, table: dict[int, _Proc] | None) -> list[_Proc]:
+        """Send ``sig`` to the group and every live member; return the live members."""
+        if not self.group_gone and not _killpg(self.pid, sig) and self.proc.returncode is not None:
+            self.group_gone = True
+        live = [p for p in self.members(table).values() if not p.zombie]
+        for entry in live:
+            _kill(entry.pid, sig)
+        return live
+
+    def alive(self) -> bool:
+        """Whether any process of this command still runs (zombies do not count)."""
+        table = _snapshot()
+        if table is None:
+            if self.proc.returncode is None:
+                return True
+            return not self.group_gone and _killpg(self.pid, 0)
+        return any(not p.zombie for p in self.members(table).values())
+
+
+# --- the runner ----------------------------------------------------------------
+
+
+class ProcessRunner:
+    """Runs shell commands for checks and revise steps; see the module docstring.
+
+    :param grace_seconds: time between SIGTERM and SIGKILL when a command is stopped.
+    :param tail_chars: how many characters of the output end up in ``CommandResult.tail``.
+    """
+
+    def __init__(self, *, grace_seconds: float = 0.2, tail_chars: int = 2000) -> None:
+        self.grace_seconds = max(0.0, float(grace_seconds))
+        self.tail_chars = max(0, int(tail_chars))
+        self._active: dict[int, _Running] = {}
+        self._strays: dict[int, int] = {}  # killed but not yet reaped: pid -> start time
+
+    def run(
+        self,
+        command: str,
+        *,
+        cwd: str | os.PathLike[str],
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        output_path: str | os.PathLike[str] | None = None,
+    ) -> CommandResult:
+        """Run ``command`` with ``/bin/sh`` in ``cwd`` and wait for it, at most ``timeout`` s.
+
+        Output (stdout and stderr together) goes to ``output_path`` (parent
+        directories are created) or to a temporary file that is deleted once its
+        tail is read. ``env=None`` inherits ``os.environ``. A command that cannot
+        start gives ``exit_code=None`` and a one-line ``start_error``; this
+        method does not raise for that. A command killed by a signal has a
+        negative ``exit_code`` (``-signal``), as in :mod:`subprocess`.
+        """
+        started = time.monotonic()
+
+        def failed(reason: str) -> CommandResult:
+            return CommandResult(
+                command=command,
+                exit_code=None,
+                duration_s=time.monotonic() - started,
+                start_error=_one_line(reason),
+            )
+
+        problem = _cwd_problem(cwd)
+        if problem:
+            return failed(problem)
+        _enable_subreaper()
+        self._reap_strays(_snapshot())
+
+        keep_output = output_path is not None
+        try:
+            if output_path is not None:
+                path = os.fspath(output_path)
+                parent = os.path.dirname(path)
+                if parent:
+                    os.makedirs(parent, exist_ok=True)
+                out_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            else:
+                out_fd, path = tempfile.mkstemp(prefix="pytest-loops-", suffix=".out")
+        except OSError as exc:
+            return failed(f"cannot write the output file {output_path}: {exc.strerror or exc}")
+
+        tag = f"{os.getpid()}-{next(_tags)}-{time.monotonic_ns()}"
+        child_env = dict(os.environ if env is None else env)
+        child_env[TAG_VARIABLE] = tag
+        running: _Running | None = None
+        try:
+            try:
+                proc = subprocess.Popen(
+                    command,
+                    shell=True,
+                    cwd=cwd,
+                    env=child_env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out_fd,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except (OSError, ValueError, subprocess.SubprocessError) as exc:
+                _unlink(path)
+                reason = getattr(exc, "strerror", None) or str(exc)
+                return failed(f"cannot start the command in {os.fspath(cwd)}: {reason}")
+            finally:
+                os.close(out_fd)  # the child has its own copy
+            # registered at once, so terminate_all() from a signal handler sees it
+            running = _Running(proc, tag)
+            self._active[id(running)] = running
+            timed_out = self._wait(running, None if timeout is None else started + timeout)
+            self._stop(running)
+        except BaseException:
+            # KeyboardInterrupt or SystemExit from a signal handler: leave nothing behind
+            if running is not None:
+                self._stop(running)
+            if not keep_output:
+                _unlink(path)
+            raise
+        finally:
+            if running is not None:
+                self._active.pop(id(running), None)
+        duration = time.monotonic() - started
+
+        tail, size = _read_tail(path, self.tail_chars)
+        if not keep_output:
+            _unlink(path)
+        return CommandResult(
+            command=command,
+            exit_code=proc.returncode,
+            duration_s=duration,
+            tail=tail,
+            output_file=path if keep_output else None,
+            output_bytes=size,
+            timed_out=timed_out,
+        )
+
+    def terminate_all(self) -> None:
+        """Kill every command this runner is running now, with all its descendants.
+
+        SIGTERM first, SIGKILL after ``grace_seconds``. Safe to call from a
+        signal handler or another thread; the threads running those commands
+        then return (or unwind) as usual.
+        """
+        runs = list(self._active.values())
+        if not runs:
+            return
+        for running in runs:
+            running.signal(signal.SIGTERM, _snapshot())
+        end = time.monotonic() + self.grace_seconds
+        while time.monotonic() < end and any(r.alive() for r in runs):
+            time.sleep(_POLL_MAX)
+        for running in runs:
+            running.signal(signal.SIGKILL, _snapshot())
+
+    # -- internals --
+
+    def _wait(self, running: _Running, deadline: float | None) -> bool:
+        """Wait for the main process; True when the deadline came first."""
+        proc = running.proc
+        delay = 0.001
+        scan_gap = _SCAN_FIRST
+        next_scan = time.monotonic()
+        while proc.poll() is None:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return True
+            if now >= next_scan:
+                running.members(_snapshot())  # learn descendants before they escape
+                scan_gap = min(scan_gap * 1.5, _SCAN_MAX)
+                next_scan = time.monotonic() + scan_gap
+            pause = min(delay, max(0.0, next_scan - now))
+            if deadline is not None:
+                pause = min(pause, max(0.0, deadline - now))
+            time.sleep(max(pause, 0.0005))
+            delay = min(delay * 2, _POLL_MAX)
+        return False
+
+    def _stop(self, running: _Running) -> None:
+        """SIGTERM everything of the command, SIGKILL what is left after the grace, reap."""
+        proc = running.proc
+        proc.poll()
+        running.signal(signal.SIGTERM, _snapshot())
+        kill_at = time.monotonic() + self.grace_seconds
+        while time.monotonic() < kill_at:
+            proc.poll()
+            if proc.returncode is not None and not running.alive():
+                break
+            time.sleep(0.005)
+        # SIGKILL until nothing is left (members may still fork), then reap the zombies
+        give_up = time.monotonic() + _REAP_WAIT
+        while True:
+            proc.poll()
+            table = _snapshot()
+            members = running.members(table)
+            members = {pid: p for pid, p in members.items() if not self._reaped(p, running.pid)}
+            live = proc.returncode is None or any(not p.zombie for p in members.values())
+            if table is None:
+                live = live or (not running.group_gone and _killpg(running.pid, 0))
+            if live:
+                running.signal(signal.SIGKILL, table)
+            elif not members:
+                break
+            if time.monotonic() >= give_up:
+                break
+            time.sleep(0.005)
+        if proc.returncode is None:  # unkillable main process (D state): wait it out
+            proc.wait()
+        for pid, entry in members.items():  # reap later what did not die in time
+            self._strays[pid] = entry.start
+
+    @staticmethod
+    def _reaped(entry: _Proc, main_pid: int) -> bool:
+        """waitpid a member that is our own zombie child; never the main process,
+        which belongs to its Popen object."""
+        if entry.pid == main_pid or not entry.zombie or entry.ppid != os.getpid():
+            return False
+        return _waitpid(entry.pid)
+
+    def _reap_strays(self, table: dict[int, _Proc] | None) -> None:
+        if table is None:
+            return
+        me = os.getpid()
+        for pid, start in list(self._strays.items()):
+            entry = table.get(pid)
+            if entry is None or entry.start != start:
+                self._strays.pop(pid, None)
+            elif entry.zombie and entry.ppid == me:
+                _waitpid(pid)
+                self._strays.pop(pid, None)
+            elif not entry.zombie:
+                _kill(pid, signal.SIGKILL)
+
+
+def _waitpid(pid: int) -> bool:
+    """Reap ``pid`` if it has exited; True when it is gone."""
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    except ChildProcessError:
+        return True
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _cwd_problem(cwd: Any) -> str | None:
+    try:
+        path = os.fspath(cwd)
+    except TypeError:
+        return f"the working directory is not a path: {cwd!r}"
+    if not os.path.exists(path):
+        return f"the working directory does not exist: {path}"
+    if not os.path.isdir(path):
+        return f"the working directory is not a directory: {path}"
+    return None
+
+
+def _read_tail(path: str, chars: int) -> tuple[str, int]:
+    """The last ``chars`` characters of a file (UTF-8, errors replaced) and its size."""
+    try:
+        size = os.path.getsize(path)
+        if chars <= 0:
+            return "", size
+        # 4 bytes per character at most, plus room for a sequence cut at the start
+        want = 4 * chars + 4
+        with open(path, "rb") as f:
+            if size > want:
+                f.seek(size - want)
+            data = f.read(want)
+    except OSError:
+        return "", 0
+    return data.decode("utf-8", errors="replace")[-chars:], size
+
+
+# --- signals ---------------------------------------------------------------------
+
+
+class TerminationGuard:
+    """While active, SIGTERM and SIGINT first end every command of ``runner``.
+
+    Then the signal behaves as before: the previous Python handler is called if
+    there was one, else SIGINT raises KeyboardInterrupt and SIGTERM raises
+    ``SystemExit(143)``. A signal that was ignored stays ignored. Previous
+    handlers are restored on exit. Outside the main thread (where Python cannot
+    install handlers) the guard does nothing.
+    """
+
+    _SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, runner: ProcessRunner) -> None:
+        self.runner = runner
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> TerminationGuard:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for sig in self._SIGNALS:
+            previous = signal.getsignal(sig)
+            if previous == signal.SIG_IGN:
+                continue
+            self._previous[sig] = previous
+            signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        while self._previous:
+            sig, previous = self._previous.popitem()
+            signal.signal(sig, signal.SIG_DFL if previous is None else previous)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.runner.terminate_all()
+        previous = self._previous.get(signum)
+        if callable(previous):
+            previous(signum, frame)
+            return
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)

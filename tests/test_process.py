@@ -1,0 +1,648 @@
+"""ProcessRunner and TerminationGuard, with real subprocesses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_loops.process import (
+    TAG_VARIABLE,
+    ProcessRunner,
+    TerminationGuard,
+    _read_tail,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+linux_only = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="escaped sessions are tracked through /proc"
+)
+
+
+def _exists(pid: int) -> bool:
+    """True while ``pid`` exists at all, zombies included (so reaping is checked too)."""
+    if os.path.isdir("/proc"):
+        return os.path.exists(f"/proc/{pid}")
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def wait_gone(pids: list[int], within: float = 5.0) -> list[int]:
+    """Poll until every pid is gone; return those still there after ``within`` s."""
+    end = time.monotonic() + within
+    left = [p for p in pids if _exists(p)]
+    while left and time.monotonic() < end:
+        time.sleep(0.02)
+        left = [p for p in left if _exists(p)]
+    return left
+
+
+def read_pids(path: Path, count: int, within: float = 10.0) -> list[int]:
+    """Wait for ``count`` pids written one per line by a command."""
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        if path.exists():
+            pids = [int(x) for x in path.read_text().split() if x.isdigit()]
+            if len(pids) >= count:
+                return pids
+        time.sleep(0.02)
+    raise AssertionError(f"{path} never got {count} pids")
+
+
+@pytest.fixture
+def pidfile(tmp_path):
+    """A file commands write pids into; whatever it names is killed at teardown."""
+    path = tmp_path / "pids"
+    yield path
+    if path.exists():
+        for word in path.read_text().split():
+            if word.isdigit() and _exists(int(word)):
+                try:
+                    os.kill(int(word), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+
+@pytest.fixture
+def runner():
+    return ProcessRunner()
+
+
+# --- exit codes and output ---------------------------------------------------
+
+
+@pytest.mark.parametrize("code", [0, 1, 3, 127])
+def test_exit_code_passes_through(runner, tmp_path, code):
+    result = runner.run(f"exit {code}", cwd=tmp_path)
+    assert result.exit_code == code
+    assert result.started and not result.timed_out
+    assert result.start_error is None
+    assert result.duration_s >= 0
+
+
+def test_unknown_program_is_a_shell_error_not_a_start_error(runner, tmp_path):
+    result = runner.run("no-such-program-pytest-loops", cwd=tmp_path)
+    assert result.exit_code == 127
+    assert result.start_error is None
+    assert "not found" in result.tail
+
+
+def test_output_goes_to_file_and_tail_is_its_end(runner, tmp_path):
+    out = tmp_path / "deep" / "er" / "check.out"
+    result = runner.run("echo first; echo second >&2; echo third", cwd=tmp_path, output_path=out)
+    assert result.exit_code == 0
+    assert result.output_file == str(out)
+    content = out.read_text()
+    assert content == "first\nsecond\nthird\n"
+    assert result.output_bytes == len(content.encode())
+    assert result.tail == content
+
+
+def test_existing_output_file_is_replaced(runner, tmp_path):
+    out = tmp_path / "check.out"
+    out.write_text("stale output from last time\n" * 100)
+    result = runner.run("echo fresh", cwd=tmp_path, output_path=out)
+    assert out.read_text() == "fresh\n"
+    assert result.output_bytes == 6
+
+
+def test_tail_is_the_last_tail_chars_characters(tmp_path):
+    runner = ProcessRunner(tail_chars=100)
+    out = tmp_path / "o"
+    result = runner.run(
+        "i=0; while [ $i -lt 300 ]; do printf '%05d\\n' $i; i=$((i+1)); done; printf END",
+        cwd=tmp_path,
+        output_path=out,
+    )
+    text = out.read_text()
+    assert result.tail == text[-100:]
+    assert result.tail.endswith("00299\nEND")
+    assert result.output_bytes == len(text)
+
+
+def test_tail_counts_characters_not_bytes(tmp_path):
+    runner = ProcessRunner(tail_chars=10)
+    result = runner.run("printf 'ééééééééééééééééééééééééé€€€€€'", cwd=tmp_path)
+    assert result.tail == "ééééé€€€€€"
+    assert result.output_bytes == 20 * 2 + 5 * 2 + 5 * 3
+
+
+def test_undecodable_output_is_replaced_not_raised(runner, tmp_path):
+    result = runner.run("printf 'ok \\377\\376 end'", cwd=tmp_path)
+    assert result.tail == "ok \ufffd\ufffd end"
+
+
+def test_zero_tail_chars_gives_empty_tail(tmp_path):
+    result = ProcessRunner(tail_chars=0).run("echo something", cwd=tmp_path)
+    assert result.tail == ""
+    assert result.output_bytes == len("something\n")
+
+
+def test_temporary_output_is_deleted(runner, tmp_path, monkeypatch):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    result = runner.run("echo hello", cwd=tmp_path)
+    assert result.output_file is None
+    assert result.tail == "hello\n"
+    assert result.output_bytes == 6
+    assert list(scratch.iterdir()) == []
+
+
+def test_large_output_does_not_block(runner, tmp_path):
+    size = 8 * 1024 * 1024
+    out = tmp_path / "big.out"
+    result = runner.run(
+        f"head -c {size} /dev/zero | tr '\\0' x; echo done >&2",
+        cwd=tmp_path,
+        output_path=out,
+        timeout=60,
+    )
+    assert not result.timed_out
+    assert result.exit_code == 0
+    assert result.output_bytes == size + len("done\n") == out.stat().st_size
+    assert result.tail == "x" * (2000 - 5) + "done\n"
+
+
+def test_stdin_is_dev_null(runner, tmp_path):
+    result = runner.run("cat; echo eof", cwd=tmp_path, timeout=30)
+    assert not result.timed_out
+    assert result.exit_code == 0
+    assert result.tail == "eof\n"
+
+
+def test_runs_in_cwd(runner, tmp_path):
+    (tmp_path / "marker.txt").write_text("")
+    result = runner.run("ls", cwd=tmp_path)
+    assert "marker.txt" in result.tail
+
+
+def test_env_none_inherits_os_environ(runner, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTEST_LOOPS_PROBE", "inherited")
+    result = runner.run("echo $PYTEST_LOOPS_PROBE", cwd=tmp_path)
+    assert result.tail == "inherited\n"
+
+
+def test_env_mapping_replaces_environment(runner, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTEST_LOOPS_PROBE", "inherited")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "ONLY": "given"}
+    result = runner.run('echo "${PYTEST_LOOPS_PROBE:-unset} $ONLY"', cwd=tmp_path, env=env)
+    assert result.tail == "unset given\n"
+    assert "ONLY" not in os.environ
+
+
+def test_command_sees_its_tag(runner, tmp_path):
+    result = runner.run(f"echo ${TAG_VARIABLE}", cwd=tmp_path)
+    assert result.tail.strip()
+    again = runner.run(f"echo ${TAG_VARIABLE}", cwd=tmp_path)
+    assert again.tail != result.tail
+
+
+# --- start errors ------------------------------------------------------------
+
+
+def test_missing_cwd_is_a_start_error(runner, tmp_path):
+    missing = tmp_path / "nope"
+    out = tmp_path / "o" / "check.out"
+    result = runner.run("echo hi", cwd=missing, output_path=out)
+    assert result.exit_code is None
+    assert not result.started
+    assert "does not exist" in result.start_error and str(missing) in result.start_error
+    assert "\n" not in result.start_error
+    assert result.output_file is None
+    assert not out.exists()
+
+
+def test_cwd_that_is_a_file_is_a_start_error(runner, tmp_path):
+    afile = tmp_path / "file.txt"
+    afile.write_text("")
+    result = runner.run("echo hi", cwd=afile)
+    assert result.exit_code is None
+    assert "not a directory" in result.start_error
+
+
+def test_popen_oserror_is_a_start_error(runner, tmp_path, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    out = tmp_path / "check.out"
+    result = runner.run("echo hi", cwd=tmp_path, output_path=out)
+    assert result.exit_code is None
+    assert "Too many open files" in result.start_error
+    assert result.output_file is None
+    assert not out.exists()
+
+
+def test_bad_environment_is_a_start_error(runner, tmp_path):
+    result = runner.run("echo hi", cwd=tmp_path, env={"BAD": "nul\0byte"})
+    assert result.exit_code is None
+    assert result.start_error and "\n" not in result.start_error
+
+
+def test_unwritable_output_path_is_a_start_error(runner, tmp_path):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    result = runner.run("echo hi", cwd=tmp_path, output_path=blocker / "check.out")
+    assert result.exit_code is None
+    assert "output file" in result.start_error
+
+
+# --- timeouts and cleanup ----------------------------------------------------
+
+
+def test_timeout_returns_within_budget(runner, tmp_path):
+    t0 = time.monotonic()
+    result = runner.run("sleep 30", cwd=tmp_path, timeout=0.5)
+    wall = time.monotonic() - t0
+    assert result.timed_out
+    assert result.exit_code is not None and result.exit_code != 0
+    assert 0.5 <= wall < 1.5, wall
+    assert result.duration_s >= 0.5
+
+
+def test_timeout_of_term_ignoring_command_kills_after_grace(tmp_path):
+    runner = ProcessRunner(grace_seconds=0.2)
+    t0 = time.monotonic()
+    result = runner.run("trap '' TERM; sleep 30 & trap '' TERM; wait", cwd=tmp_path, timeout=0.3)
+    wall = time.monotonic() - t0
+    assert result.timed_out
+    assert result.exit_code == -signal.SIGKILL
+    assert wall < 0.3 + 0.2 + 1.5, wall
+
+
+def test_zero_timeout_times_out_at_once(runner, tmp_path):
+    result = runner.run("sleep 30", cwd=tmp_path, timeout=0)
+    assert result.timed_out
+    assert result.duration_s < 5
+
+
+def test_command_within_timeout_is_not_timed_out(runner, tmp_path):
+    result = runner.run("echo quick", cwd=tmp_path, timeout=30)
+    assert not result.timed_out
+    assert result.exit_code == 0
+
+
+def test_timeout_kills_children_and_grandchildren(runner, tmp_path, pidfile):
+    command = (
+        f"sleep 60 & echo $! >> {pidfile}; "
+        f"sh -c 'sleep 60 & echo $! >> {pidfile}; sleep 60' & echo $! >> {pidfile}; "
+        f"echo $$ >> {pidfile}; wait"
+    )
+    result = runner.run(command, cwd=tmp_path, timeout=1.0)
+    assert result.timed_out
+    pids = read_pids(pidfile, 4)
+    assert wait_gone(pids) == []
+
+
+def test_background_children_are_killed_after_normal_exit(runner, tmp_path, pidfile):
+    result = runner.run(
+        f"sleep 60 & echo $! >> {pidfile}; (sleep 60 & echo $! >> {pidfile}; wait) & "
+        f'while [ "$(wc -l < {pidfile})" -lt 2 ]; do sleep 0.01; done; exit 0',
+        cwd=tmp_path,
+        timeout=30,
+    )
+    assert result.exit_code == 0
+    assert not result.timed_out
+    assert result.duration_s < 10
+    assert wait_gone(read_pids(pidfile, 2)) == []
+
+
+def test_term_ignoring_background_child_is_killed_after_normal_exit(runner, tmp_path, pidfile):
+    result = runner.run(
+        f'sh -c \'trap "" TERM; echo $$ > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; '
+        f"while :; do sleep 1; done' & "
+        f"while [ ! -s {pidfile} ]; do sleep 0.01; done",
+        cwd=tmp_path,
+        timeout=30,
+    )
+    assert result.exit_code == 0
+    assert wait_gone(read_pids(pidfile, 1)) == []
+
+
+def _escape(pidfile: Path, clear_env: bool = False) -> str:
+    """Shell text that starts ``sleep 60`` in a new session and waits for its pid."""
+    prefix = "env -i PATH=/usr/bin:/bin " if clear_env else ""
+    return (
+        f"{prefix}setsid sh -c 'echo $$ > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; exec sleep 60' & "
+        f"while [ ! -s {pidfile} ]; do sleep 0.01; done"
+    )
+
+
+@linux_only
+def test_setsid_descendant_is_killed_after_normal_exit(runner, tmp_path, pidfile):
+    result = runner.run(_escape(pidfile), cwd=tmp_path, timeout=30)
+    assert result.exit_code == 0
+    pid = read_pids(pidfile, 1)[0]
+    assert wait_gone([pid]) == []
+
+
+@linux_only
+def test_setsid_descendant_is_killed_on_timeout(runner, tmp_path, pidfile):
+    result = runner.run(_escape(pidfile) + "; sleep 60", cwd=tmp_path, timeout=1.5)
+    assert result.timed_out
+    pid = read_pids(pidfile, 1)[0]
+    assert wait_gone([pid]) == []
+
+
+def _with_tag(tag: str) -> list[int]:
+    """Live processes whose environment carries a command's tag."""
+    needle = f"{TAG_VARIABLE}={tag}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                env = Path(f"/proc/{name}/environ").read_bytes()
+            except OSError:
+                continue
+            if needle in env.split(b"\0"):
+                found.append(int(name))
+    return found
+
+
+@linux_only
+def test_setsid_fork_that_detaches_at_once_is_killed(runner, tmp_path):
+    # setsid run by the session leader forks and exits: the command "succeeds" at once
+    tagfile = tmp_path / "tag"
+    result = runner.run(
+        f"echo ${TAG_VARIABLE} > {tagfile}; exec setsid sh -c 'sleep 0.5; exec sleep 60'",
+        cwd=tmp_path,
+        timeout=30,
+    )
+    assert result.exit_code == 0
+    tag = tagfile.read_text().strip()
+    assert tag
+    left = _with_tag(tag)
+    end = time.monotonic() + 5
+    while left and time.monotonic() < end:
+        time.sleep(0.02)
+        left = _with_tag(tag)
+    for pid in left:  # do not leak it if the assertion fails
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+
+
+@linux_only
+def test_escaped_descendant_without_the_tag_is_tracked(runner, tmp_path, pidfile):
+    # env -i drops the tag, so only the /proc walk while it ran can attribute it
+    result = runner.run(_escape(pidfile, clear_env=True) + "; sleep 1", cwd=tmp_path, timeout=30)
+    assert result.exit_code == 0
+    pid = read_pids(pidfile, 1)[0]
+    assert wait_gone([pid]) == []
+
+
+@linux_only
+def test_killed_descendants_are_reaped_not_left_as_zombies(runner, tmp_path, pidfile):
+    for _ in range(3):
+        runner.run(_escape(pidfile) + f"; sleep 60 & echo $! >> {pidfile}", cwd=tmp_path)
+        pids = read_pids(pidfile, 2)
+        assert wait_gone(pids) == []
+        pidfile.unlink()
+    me = os.getpid()
+    ours = [p for p in pids if os.path.exists(f"/proc/{p}") and f") Z {me} " in _stat_text(p)]
+    assert ours == []
+
+
+def _stat_text(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+
+
+def test_unrelated_processes_survive(runner, tmp_path, pidfile):
+    # children of ours that the command did not start, one in its own session
+    bystanders = [
+        subprocess.Popen(["sleep", "60"]),
+        subprocess.Popen(["sleep", "60"], start_new_session=True),
+    ]
+    try:
+        result = runner.run(f"sleep 60 & echo $! >> {pidfile}; sleep 0.3", cwd=tmp_path, timeout=30)
+        assert result.exit_code == 0
+        assert wait_gone(read_pids(pidfile, 1)) == []
+        timed = runner.run("sleep 60", cwd=tmp_path, timeout=0.3)
+        assert timed.timed_out
+        for proc in bystanders:
+            assert proc.poll() is None, "an unrelated process was killed"
+    finally:
+        for proc in bystanders:
+            proc.kill()
+            proc.wait()
+    # their exit status was still theirs to collect (nobody reaped them behind Popen's back)
+    assert [p.returncode for p in bystanders] == [-signal.SIGKILL, -signal.SIGKILL]
+
+
+def test_concurrent_commands_do_not_disturb_each_other(runner, tmp_path):
+    results = {}
+
+    def slow():
+        results["slow"] = runner.run("sleep 1; echo slow done", cwd=tmp_path, timeout=30)
+
+    thread = threading.Thread(target=slow)
+    thread.start()
+    fast = runner.run("sleep 30", cwd=tmp_path, timeout=0.3)
+    thread.join(30)
+    assert fast.timed_out
+    assert results["slow"].exit_code == 0
+    assert results["slow"].tail == "slow done\n"
+    assert not results["slow"].timed_out
+
+
+# --- terminate_all -------------------------------------------------------------
+
+
+def test_terminate_all_with_nothing_running_is_a_no_op(runner):
+    runner.terminate_all()
+
+
+def test_terminate_all_from_another_thread_kills_running_command(runner, tmp_path, pidfile):
+    def stop_when_started():
+        read_pids(pidfile, 2)
+        runner.terminate_all()
+
+    thread = threading.Thread(target=stop_when_started)
+    thread.start()
+    t0 = time.monotonic()
+    result = runner.run(
+        f"echo $$ >> {pidfile}; sleep 60 & echo $! >> {pidfile}; wait", cwd=tmp_path, timeout=60
+    )
+    wall = time.monotonic() - t0
+    thread.join(10)
+    assert not result.timed_out
+    assert result.exit_code is not None and result.exit_code < 0
+    assert wall < 30
+    assert wait_gone(read_pids(pidfile, 2)) == []
+
+
+@linux_only
+def test_terminate_all_kills_escaped_descendants(runner, tmp_path, pidfile):
+    escaped = tmp_path / "escaped"
+
+    def stop_when_started():
+        read_pids(escaped, 1)
+        time.sleep(0.5)  # leave the /proc walk time to see it (not a timing assertion)
+        runner.terminate_all()
+
+    thread = threading.Thread(target=stop_when_started)
+    thread.start()
+    result = runner.run(_escape(escaped, clear_env=True) + "; sleep 60", cwd=tmp_path, timeout=60)
+    thread.join(10)
+    assert result.exit_code is not None and result.exit_code < 0
+    pid = read_pids(escaped, 1)[0]
+    try:
+        assert wait_gone([pid]) == []
+    finally:
+        if _exists(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+# --- TerminationGuard ----------------------------------------------------------
+
+GUARD_SCRIPT = textwrap.dedent(
+    """
+    import signal, sys
+    from pytest_loops.process import ProcessRunner, TerminationGuard
+
+    pidfile = sys.argv[1]
+    runner = ProcessRunner()
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with TerminationGuard(runner):
+            runner.run(f"echo $$ > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; sleep 60",
+                       cwd=".", timeout=60)
+        print("command returned", flush=True)
+    except BaseException as exc:
+        after = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        print(type(exc).__name__, getattr(exc, "code", None), after == before, flush=True)
+        raise
+    """
+)
+
+
+def _guarded_child(pidfile: Path) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    return subprocess.Popen(
+        [sys.executable, "-c", GUARD_SCRIPT, str(pidfile)],
+        cwd=pidfile.parent,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("sig", "exit_code", "line"),
+    [
+        (signal.SIGTERM, 143, "SystemExit 143 True"),
+        # an uncaught KeyboardInterrupt makes Python end itself with SIGINT
+        (signal.SIGINT, -signal.SIGINT, "KeyboardInterrupt None True"),
+    ],
+)
+def test_guard_turns_signal_into_termination_of_the_command(pidfile, sig, exit_code, line):
+    child = _guarded_child(pidfile)
+    try:
+        command_pid = read_pids(pidfile, 1, within=30)[0]
+        child.send_signal(sig)
+        out, err = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == exit_code, (out, err)
+    assert out.strip() == line, (out, err)
+    assert wait_gone([command_pid]) == []
+
+
+def test_guard_installs_and_restores_handlers(runner):
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    with TerminationGuard(runner) as guard:
+        assert isinstance(guard, TerminationGuard)
+        during = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        assert all(during[s] != before[s] for s in during)
+    assert {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)} == before
+
+
+def test_guard_leaves_ignored_signal_ignored(runner):
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        with TerminationGuard(runner):
+            assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+            assert signal.getsignal(signal.SIGINT) != signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_guard_calls_previous_python_handler(runner):
+    seen = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
+    try:
+        with TerminationGuard(runner):
+            signal.raise_signal(signal.SIGTERM)
+        assert seen == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_guard_is_a_no_op_outside_the_main_thread(runner):
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    seen = {}
+
+    def body():
+        try:
+            with TerminationGuard(runner):
+                seen["during"] = {s: signal.getsignal(s) for s in before}
+        except Exception as exc:  # the test fails below if anything was raised
+            seen["error"] = exc
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join(10)
+    assert "error" not in seen
+    assert seen["during"] == before
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+# --- the tail reader -------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.lists(
+        st.one_of(st.text(max_size=50).map(lambda t: t.encode()), st.binary(max_size=8)),
+        max_size=40,
+    ),
+    chars=st.integers(min_value=0, max_value=60),
+)
+def test_read_tail_matches_decoding_the_whole_file(data, chars):
+    blob = b"".join(data)
+    fd, path = tempfile.mkstemp()
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        tail, size = _read_tail(path, chars)
+    finally:
+        os.unlink(path)
+    assert size == len(blob)
+    whole = blob.decode("utf-8", errors="replace")
+    assert tail == (whole[-chars:] if chars else "")
+
+
+def test_read_tail_of_missing_file_is_empty(tmp_path):
+    assert _read_tail(str(tmp_path / "gone"), 10) == ("", 0)
