@@ -8,7 +8,7 @@ variable whose *name* looks secret is replaced by a marker naming the variable.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 SECRET_NAME_PARTS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "CREDENTIAL", "AUTH")
@@ -45,6 +45,12 @@ def _apply(text: str, pairs: list[tuple[str, str]]) -> str:
         if value in text:
             text = text.replace(value, marker)
     return text
+
+
+def make_redactor(env: Mapping[str, str] | None = None) -> Callable[[str], str]:
+    """``redact`` with the secrets looked up once: for writers that clean many strings."""
+    pairs = secret_values(env)
+    return lambda text: _apply(text, pairs)
 
 
 def redact(text: str, env: Mapping[str, str] | None = None) -> str:

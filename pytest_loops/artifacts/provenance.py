@@ -1,0 +1,704 @@
+"""The `.tine` provenance file of a finished loop, and reading it back.
+
+One opentine run per loop: a start step (the spec), one tool step per check run,
+one think step per guard decision, one tool step per revise, and a done step
+with the verdict and reason. Steps are covered by opentine's integrity digest;
+run metadata is not, so everything a reader must trust lives in steps.
+
+opentine costs 150-250 ms to import, so it is imported inside the functions that
+need it, never when this module is imported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import LoopUsageError
+from ..redact import make_redactor
+from ..results import CheckResult, IterationRecord, LoopResult
+
+Scrub = Callable[[str], str]
+
+SCHEMA = "pytest-loops.tine/1"
+RUNLOG_SCHEMA = "pytest-loops.runlog/1"
+MIN_HMAC_KEY_BYTES = 16
+_CHECK_TOOL = "check"
+_REVISE_TOOL = "revise"
+_REFITS = 2  # re-saves allowed when opentine's redaction changed what was written
+
+
+def pytest_loops_version() -> str:
+    """The installed pytest-loops version, or "0+unknown" from a bare source tree."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pytest-loops")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+# --------------------------------------------------------------------------- sanitizing
+
+TAIL_LINES = 20
+TAIL_CHARS = 1200
+
+# `NAME: value` / `NAME=value` where NAME looks like a credential. Masked as
+# `NAME [REDACTED]`, without the separator, so opentine's save-time redaction
+# finds no assignment left to rewrite (it would drop everything after it).
+# Short words (key, pw, dsn, ...) only as a whole word or after `_`/`-`, so
+# `KeyError: ...` and `monkey: ...` stay readable.
+_SECRET_ASSIGNMENT = re.compile(
+    r"(?i)(?<![\w-])("
+    r"-{0,2}[\w.-]*?(?:token|secret|passw(?:or)?d|passwd|passphrase|api[_-]?key|access[_-]?key"
+    r"|private[_-]?key|credentials?|authorization|cookie|webhook[_-]?url|connection[_-]?string"
+    r"|conn[_-]?str)[\w-]*"
+    r"|-{0,2}(?:[\w.-]*?[_-])?(?:pwd|pw|key|keys|dsn|jwt|key[_-]data)"
+    r")[\"']?[ \t]*(?::(?!:)|=(?!=))[ \t]*(?:\S[^\r\n]*)?"
+)
+_BEARER = re.compile(r"(?i)\b(bearer)[ \t]+[A-Za-z0-9._~+/=-]{8,}")
+# A PEM private key: the BEGIN line, its header and base64 lines, the END line.
+_PEM = re.compile(
+    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----"
+    r"(?:\n(?:[\w-]+: [^\n]*|[A-Za-z0-9+/=]*)(?=\n|\Z))*"
+    r"(?:\n-----END [A-Z0-9 ]*PRIVATE KEY-----)?"
+)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_SEPARATED_MARKER = re.compile(r"[ \t]*[:=][ \t]*\[REDACTED")
+
+
+def premask(text: str) -> str:
+    """Mask private keys, credential-looking assignments and bearer tokens."""
+    text = _PEM.sub("[REDACTED PRIVATE KEY]", text)
+    text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)} [REDACTED]", text)
+    return _BEARER.sub(lambda m: f"{m.group(1)} [REDACTED]", text)
+
+
+def _printable(text: str) -> str:
+    # Lone surrogates (a stream cut mid-character) make opentine refuse the run.
+    text = text.encode("utf-8", "replace").decode("utf-8", "replace")
+    text = _ANSI.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+    return _CONTROL.sub("", text)
+
+
+def clean_text(text: Any, scrub: Scrub | None = None) -> str:
+    """A string safe to write anywhere: env secrets redacted, credentials masked.
+
+    ``scrub`` is a ``make_redactor()`` result, passed by callers cleaning many strings.
+    """
+    if text is None:
+        return ""
+    scrub = scrub or make_redactor()
+    return premask(scrub(_printable(str(text))))
+
+
+def tail_text(text: str | None, *, max_lines: int = TAIL_LINES, max_chars: int = TAIL_CHARS,
+              scrub: Scrub | None = None) -> str:
+    """The last lines of an output, cleaned: what a step or a report shows.
+
+    Redacted before it is cut, so a secret is never cut in half and half-kept.
+    The full output stays in the project's own output files.
+    """
+    scrub = scrub or make_redactor()
+    text = scrub(_printable(text or "")).rstrip("\n")
+    lines = text.split("\n")
+    if len(lines) > max_lines:
+        text = "\n".join(lines[-max_lines:])
+    if len(text) > max_chars:
+        cut = text[-max_chars:]
+        newline = cut.find("\n")
+        text = cut[newline + 1:] if 0 <= newline < len(cut) - 1 else "..." + cut
+    return premask(text)
+
+
+def file_tail(path: str | None, fallback: str, *, read_bytes: int = 64 * 1024,
+              scrub: Scrub | None = None) -> str:
+    """The cleaned tail of an output file, or of ``fallback`` when it cannot be read."""
+    if path:
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - read_bytes))
+                data = f.read()
+            text = data.decode("utf-8", "replace")
+            if size > read_bytes:  # started mid-file: drop the partial first line
+                text = text.partition("\n")[2]
+            return tail_text(text, scrub=scrub)
+        except OSError:
+            pass
+    return tail_text(fallback, scrub=scrub)
+
+
+def nonneg_seconds(value: Any) -> float:
+    """A duration opentine accepts: finite and >= 0, else 0.0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0.0
+    value = float(value)
+    return value if math.isfinite(value) and value >= 0 else 0.0
+
+
+def jsonable(obj: Any, scrub: Scrub | None = None) -> Any:
+    """A JSON-safe copy: NaN/inf become None, paths and sets become str/list,
+    every string is cleaned (``clean_text``)."""
+    return _jsonable(obj, scrub or make_redactor())
+
+
+def _jsonable(obj: Any, scrub: Scrub) -> Any:
+    if obj is None or isinstance(obj, bool) or isinstance(obj, int):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, str):
+        return clean_text(obj, scrub)
+    if isinstance(obj, Mapping):
+        return {clean_text(k, scrub): _jsonable(v, scrub) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v, scrub) for v in obj]
+    if isinstance(obj, (set, frozenset)):
+        return sorted((_jsonable(v, scrub) for v in obj), key=str)
+    if isinstance(obj, bytes):
+        return clean_text(obj.decode("utf-8", "replace"), scrub)
+    value = getattr(obj, "value", None)  # enums
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        return _jsonable(value, scrub)
+    return clean_text(obj, scrub)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def write_tine(
+    result: LoopResult,
+    path: str | os.PathLike,
+    *,
+    hmac_key: bytes | None = None,
+    ed25519_key_path: str | None = None,
+) -> str:
+    """Record ``result`` as a `.tine` file at ``path`` and return the path.
+
+    Sign it with ``hmac_key`` (at least 16 bytes) or the Ed25519 private key in
+    ``ed25519_key_path`` (as written by ``tine keygen --out FILE``), not both.
+    A bad key raises LoopUsageError before anything is written. Saved once, at
+    the end, never per step: opentine's save is the slow part (its redaction).
+    """
+    sign_key, algorithm = _signing_key(hmac_key, ed25519_key_path)
+    from opentine import Run
+
+    scrub = make_redactor()
+    payloads = _payloads(result, scrub)
+    metadata = _metadata(result, scrub)
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _save(payloads, metadata, result.succeeded, target, sign_key, algorithm)
+    # opentine redacts on save and cannot be told not to; it may drop the rest of
+    # a multi-line string after a `token:`. Reading back (~20 ms) is far cheaper
+    # than a second redaction pass, and the rare file that changed is re-saved
+    # with the changed strings masked line by line, so nothing else is lost.
+    for _ in range(_REFITS):
+        stored = _bodies_of(Run.load(target).steps)
+        if stored == _bodies(payloads):
+            break
+        payloads = _refit(payloads, stored, Run)
+        _save(payloads, metadata, result.succeeded, target, sign_key, algorithm)
+    return str(target)
+
+
+def _signing_key(hmac_key: bytes | None, ed25519_key_path: str | None) -> tuple[Any, str]:
+    if hmac_key is not None and ed25519_key_path is not None:
+        raise LoopUsageError(
+            "pass an HMAC key or an Ed25519 key file, not both", location="signing key"
+        )
+    if hmac_key is not None:
+        if isinstance(hmac_key, str):
+            hmac_key = hmac_key.encode()
+        if not isinstance(hmac_key, (bytes, bytearray)) or len(hmac_key) < MIN_HMAC_KEY_BYTES:
+            size = len(hmac_key) if isinstance(hmac_key, (bytes, bytearray)) else 0
+            raise LoopUsageError(
+                f"the HMAC key is {size} bytes; it must be at least {MIN_HMAC_KEY_BYTES}",
+                location="HMAC key",
+                fix="make one with `tine keygen --hmac --out FILE`",
+            )
+        return bytes(hmac_key), "hmac-sha256"
+    if ed25519_key_path is not None:
+        from opentine.signing import SignatureError, ed25519_private_from_file
+
+        try:
+            return ed25519_private_from_file(ed25519_key_path), "ed25519"
+        except FileNotFoundError:
+            raise LoopUsageError(
+                "no such Ed25519 key file", location=str(ed25519_key_path),
+                fix="make one with `tine keygen --out FILE`",
+            ) from None
+        except (OSError, SignatureError, ValueError) as exc:
+            raise LoopUsageError(
+                f"not an Ed25519 private key ({_one_line(exc)})", location=str(ed25519_key_path),
+                fix="make one with `tine keygen --out FILE`",
+            ) from None
+    return None, ""
+
+
+def _add_step(run: Any, kind: str, inputs: dict, outputs: dict, duration: float,
+              tool_info: dict | None) -> None:
+    from opentine import StepKind
+
+    # opentine accepts a non-dict output here and only fails later, in save().
+    if not isinstance(outputs, dict) or not isinstance(inputs, dict):
+        raise TypeError("step inputs and outputs must be dicts")
+    run.add_step(StepKind(kind), inputs=inputs, outputs=outputs,
+                 tool_info=tool_info, duration=nonneg_seconds(duration))
+
+
+def _metadata(result: LoopResult, scrub: Scrub) -> dict[str, Any]:
+    # Convenience only: metadata is outside the integrity digest, so the same
+    # facts are repeated in the start and done steps.
+    spec = result.spec
+    return jsonable({
+        "schema": SCHEMA,
+        "loop": spec.name,
+        "goal": spec.goal,
+        "spec_digest": spec.digest(),
+        "pytest_loops_version": pytest_loops_version(),
+        "verdict": result.verdict.value,
+        "reason": result.reason,
+        "started_at": result.started_at,
+        "ended_at": result.ended_at,
+    }, scrub)
+
+
+Payload = tuple[str, dict[str, Any], dict[str, Any], float, "dict[str, Any] | None"]
+
+
+def _payloads(result: LoopResult, scrub: Scrub) -> list[Payload]:
+    """Every step of the run, as plain JSON-safe, env-redacted dicts."""
+    spec = result.spec
+    node_ids = {c.name: c.node_id for c in spec.checks}
+    steps: list[Payload] = [_start_step(result)]
+    for record in result.iterations:
+        for index, check in enumerate(record.checks):
+            steps.append(_check_step(record.iter, index, check, node_ids.get(check.name), scrub))
+        steps.append(_guard_step(record))
+        if record.revise_exit is not None or record.revise_duration_s is not None:
+            steps.append(_revise_step(record, spec.revise, scrub))
+    steps.append(_done_step(result))
+    return [(kind, _jsonable(i, scrub), _jsonable(o, scrub), d, t) for kind, i, o, d, t in steps]
+
+
+def _start_step(result: LoopResult) -> Payload:
+    spec = result.spec
+    text = f"loop {spec.name!r} starts: {spec.goal or '(no goal given)'}"
+    outputs = {
+        "schema": SCHEMA,
+        "spec": spec.to_dict(),
+        "spec_digest": spec.digest(),
+        "pytest_loops_version": pytest_loops_version(),
+        "started_at": result.started_at,
+        "log_path": result.log_path,
+        "run_dir": result.run_dir,
+        "memory_page": result.memory_page,
+        "artifacts": dict(result.artifacts),
+    }
+    return ("think", {"text": text}, outputs, 0.0, None)
+
+
+def _check_step(iteration: int, index: int, check: CheckResult, node_id: str | None,
+                scrub: Scrub) -> Payload:
+    arguments: dict[str, Any] = {"iteration": iteration, "index": index, "kind": check.kind}
+    if check.command:
+        arguments["command"] = check.command
+    if node_id:
+        arguments["node_id"] = node_id
+    outputs = {
+        "exit_code": check.exit_code,
+        "passed": bool(check.passed),
+        "duration_s": nonneg_seconds(check.duration_s),
+        "output_digest": output_digest(check.output_file, check.output_tail, check.output_digest),
+        "tail": file_tail(check.output_file, check.output_tail, scrub=scrub),
+        "output_file": check.output_file,
+        "reason": check.reason,
+        "runs": check.runs,
+        "timed_out": bool(check.timed_out),
+        "needs_human": bool(check.needs_human),
+    }
+    inputs = {"name": check.name, "arguments": arguments}
+    return ("tool", inputs, outputs, check.duration_s, {"name": _CHECK_TOOL})
+
+
+def _guard_step(record: IterationRecord) -> Payload:
+    outputs = {
+        "iteration": record.iter,
+        "started_at": record.started_at,
+        "passed": bool(record.passed),
+        "verify_exit": record.verify_exit,
+        "duration_s": nonneg_seconds(record.duration_s),
+        "verify_duration_s": nonneg_seconds(record.verify_duration_s),
+        "state_hash": record.state_hash,
+        "state_changed": record.state_changed,
+        "unchanged_streak": record.unchanged_streak,
+        "guard": record.guard,
+        "guards_seen": dict(record.guards_seen),
+        "lesson": record.lesson,
+        "elapsed_s": nonneg_seconds(record.elapsed_s),
+    }
+    return ("think", {"text": guard_text(record)}, outputs, 0.0, None)
+
+
+def guard_text(record: IterationRecord) -> str:
+    """One sentence: what the guards saw after this iteration's checks."""
+    total = len(record.checks)
+    passed = sum(1 for c in record.checks if c.passed)
+    if record.state_changed is None:
+        state = "state not tracked"
+    elif record.state_changed:
+        state = "state changed"
+    else:
+        state = f"state unchanged ({record.unchanged_streak} in a row)"
+    seen = ", ".join(f"{k}={_short(v)}" for k, v in sorted(record.guards_seen.items()))
+    decision = f"guard {record.guard} stops the loop" if record.guard else (
+        "all checks pass" if record.passed else "no guard fired, loop goes on")
+    # The decision first: `tine show` cuts long text.
+    text = (f"iteration {record.iter}: {decision}; {passed}/{total} checks pass; {state}; "
+            f"{nonneg_seconds(record.elapsed_s):.1f}s elapsed")
+    return text + (f" (guards saw {seen})" if seen else "")
+
+
+def _revise_step(record: IterationRecord, command: str | None, scrub: Scrub) -> Payload:
+    outputs = {
+        "exit_code": record.revise_exit,
+        "duration_s": nonneg_seconds(record.revise_duration_s),
+        "output_digest": output_digest(record.revise_output_file, record.revise_tail, None),
+        "tail": file_tail(record.revise_output_file, record.revise_tail, scrub=scrub),
+        "output_file": record.revise_output_file,
+    }
+    inputs = {"name": _REVISE_TOOL, "arguments": {"iteration": record.iter, "command": command}}
+    return ("tool", inputs, outputs, record.revise_duration_s or 0.0, {"name": _REVISE_TOOL})
+
+
+def _done_step(result: LoopResult) -> Payload:
+    lessons = [r.lesson for r in result.iterations if r.lesson]
+    outputs = {
+        "verdict": result.verdict.value,
+        "exit_code": result.exit_code,
+        "reason": result.reason,
+        "iterations_run": result.iterations_run,
+        "started_at": result.started_at,
+        "ended_at": result.ended_at,
+        "elapsed_s": nonneg_seconds(result.elapsed_s),
+        "lessons": lessons,
+    }
+    text = f"verdict {result.verdict.value} after {result.iterations_run} iterations: {result.reason}"
+    return ("done", {"text": text}, outputs, 0.0, None)
+
+
+def output_digest(output_file: str | None, tail: str, known: str | None) -> str:
+    """sha256 of a command's full output: its output file, else the digest already
+    known, else the tail (all that is left)."""
+    if output_file:
+        try:
+            digest = hashlib.sha256()
+            with open(output_file, "rb") as f:
+                for block in iter(lambda: f.read(1 << 16), b""):
+                    digest.update(block)
+            return "sha256:" + digest.hexdigest()
+        except OSError:
+            pass
+    if known:
+        return known if known.startswith("sha256:") else "sha256:" + known
+    return "sha256:" + hashlib.sha256((tail or "").encode("utf-8", "replace")).hexdigest()
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.1f}" if math.isfinite(value) else str(value)
+    text = str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _save(payloads: list[Payload], metadata: dict[str, Any], succeeded: bool, target: Path,
+          sign_key: Any, algorithm: str) -> None:
+    from opentine import Run, RunStatus
+
+    run = Run(metadata=metadata, tags=["pytest-loops", str(metadata.get("verdict", "")).lower()])
+    for kind, inputs, outputs, duration, tool_info in payloads:
+        _add_step(run, kind, inputs, outputs, duration, tool_info)
+    run.status = RunStatus.completed if succeeded else RunStatus.failed
+    if sign_key is None:
+        run.save(target)
+    else:
+        run.save(target, sign_key=sign_key, sign_algorithm=algorithm)
+
+
+def _bodies(payloads: list[Payload]) -> list[dict[str, Any]]:
+    return [{"i": p[1], "o": p[2]} for p in payloads]
+
+
+def _bodies_of(steps: list[Any]) -> list[dict[str, Any]]:
+    return [{"i": s.inputs, "o": s.outputs} for s in steps]
+
+
+def _refit(payloads: list[Payload], stored: list[dict[str, Any]], run_class: Any) -> list[Payload]:
+    """Payloads that opentine's redaction leaves as they are."""
+    oracle = _oracle(run_class)
+    bodies = _bodies(payloads)
+    if len(stored) != len(bodies):  # pragma: no cover - opentine never drops steps
+        return payloads
+    fixed = [_fix(b, r, oracle) for b, r in zip(bodies, stored, strict=True)]
+    return [(p[0], b["i"], b["o"], p[3], p[4]) for p, b in zip(payloads, fixed, strict=True)]
+
+
+def _oracle(run_class: Any):
+    def redacted(value: Any) -> Any:
+        # The public to_dict(redact=True) runs the same passes as save().
+        probe = run_class(metadata={"probe": value})
+        return probe.to_dict(redact=True)["metadata"]["probe"]
+    return redacted
+
+
+def _fix(original: Any, redacted: Any, oracle: Any) -> Any:
+    if original == redacted:
+        return original
+    if isinstance(original, dict) and isinstance(redacted, dict) and original.keys() == redacted.keys():
+        return {k: _fix(original[k], redacted[k], oracle) for k in original}
+    if isinstance(original, list) and isinstance(redacted, list) and len(original) == len(redacted):
+        return [_fix(a, b, oracle) for a, b in zip(original, redacted, strict=True)]
+    if isinstance(original, str):
+        # Line by line, so a secret costs its own line and never the ones after
+        # it. opentine's `name: [REDACTED]` loses its separator: a whole-string
+        # pass would read `name:` as a label and replace everything after it.
+        lines = original.split("\n")
+        masked = [item["t"] for item in oracle([{"t": line} for line in lines])]
+        return "\n".join(
+            line if line == new else _SEPARATED_MARKER.sub(" [REDACTED", new)
+            for line, new in zip(lines, masked, strict=True)
+        )
+    return redacted
+
+
+def _one_line(exc: BaseException | str) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300] or type(exc).__name__
+
+
+# --------------------------------------------------------------------------- verifying
+
+
+def verify_tine(
+    path: str | os.PathLike,
+    *,
+    hmac_key: bytes | None = None,
+    pubkey_path: str | None = None,
+) -> tuple[bool, str]:
+    """Check a `.tine` file's integrity digest and, given a key, its signature.
+
+    Returns ``(ok, message)`` with a one-line message. Never raises: a missing,
+    empty, truncated or foreign file is ``(False, why)``. With no key, a signed
+    file whose digest holds is ok, and the message says the signature was not
+    checked.
+    """
+    where = str(path)
+    try:
+        return _verify(Path(path), hmac_key, pubkey_path)
+    except Exception as exc:  # noqa: BLE001 - the contract is "never raises"
+        return False, f"{where}: cannot verify: {_one_line(exc)}"
+
+
+def _verify(path: Path, hmac_key: bytes | None, pubkey_path: str | None) -> tuple[bool, str]:
+    where = str(path)
+    if hmac_key is not None and pubkey_path is not None:
+        return False, "pass an HMAC key or a public key, not both"
+    if not path.exists():
+        return False, f"{where}: no such file"
+    if path.is_dir():
+        return False, f"{where}: is a directory, not a .tine file"
+    if path.stat().st_size == 0:
+        return False, f"{where}: empty file, not a .tine file"
+    if hmac_key is not None and len(hmac_key) < MIN_HMAC_KEY_BYTES:
+        return False, f"HMAC key is {len(hmac_key)} bytes; it must be at least {MIN_HMAC_KEY_BYTES}"
+    from opentine import Run
+
+    integrity = Run.verify_integrity(path)
+    if not integrity.ok:
+        return False, f"{where}: integrity check failed: {_one_line(integrity.reason)}"
+    run = Run.load(path)
+    done = [s for s in run.steps if _kind(s) == "done"]
+    if not done:
+        return False, f"{where}: not a pytest-loops run file (no verdict step)"
+    verdict = (done[-1].outputs or {}).get("verdict", "?")
+    steps = len(run.steps)
+    public_key = None
+    if pubkey_path is not None:
+        from opentine.signing import SignatureError, ed25519_public_from_file
+
+        try:
+            public_key = ed25519_public_from_file(pubkey_path)
+        except FileNotFoundError:
+            return False, f"{pubkey_path}: no such public key file"
+        except (OSError, SignatureError, ValueError) as exc:
+            return False, f"{pubkey_path}: not an Ed25519 public key ({_one_line(exc)})"
+    signature = Run.verify_signature(path, hmac_key=hmac_key, public_key=public_key)
+    summary = f"{where}: integrity ok ({steps} steps, verdict {verdict})"
+    if hmac_key is None and public_key is None:
+        if signature.state == "unsigned":
+            return True, summary + "; not signed"
+        return True, summary + f"; signed ({signature.algorithm}), signature not checked: no key given"
+    if signature.ok:
+        return True, summary + f"; signature verified ({signature.algorithm})"
+    if signature.state == "unsigned":
+        return False, f"{where}: not signed, but a key was given to check a signature"
+    if signature.state == "mismatch":
+        return False, f"{where}: signature mismatch: tampered, or signed with another key"
+    if signature.state == "no-key":
+        return False, (f"{where}: signed with {signature.algorithm}; "
+                       "the key given is for another algorithm")
+    return False, f"{where}: signature {signature.state}: {_one_line(signature.reason)}"
+
+
+def _kind(step: Any) -> str:
+    kind = step.kind
+    return getattr(kind, "value", str(kind))
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def load_tine_summary(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a `.tine` written by ``write_tine`` into the run log's dict shape.
+
+    Keys the file cannot supply are present with empty values (``lessons_read``
+    is always []). Raises ValueError (one line) when the file is not a readable
+    pytest-loops `.tine`.
+    """
+    from opentine import Run
+
+    try:
+        run = Run.load(Path(path))
+    except FileNotFoundError:
+        raise ValueError("no such file") from None
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is one line
+        raise ValueError(f"not a readable .tine file ({_one_line(exc)})") from None
+    steps = run.steps
+    integrity = Run.verify_integrity(Path(path))
+    return summary_from_steps(steps, dict(run.metadata), integrity_ok=bool(integrity.ok))
+
+
+def summary_from_steps(steps: list[Any], metadata: Mapping[str, Any], *,
+                       integrity_ok: bool) -> dict[str, Any]:
+    start: dict[str, Any] = {}
+    done: dict[str, Any] | None = None
+    iterations: dict[int, dict[str, Any]] = {}
+
+    def iteration(number: int) -> dict[str, Any]:
+        return iterations.setdefault(number, _empty_iteration(number))
+
+    for step in steps:
+        kind = _kind(step)
+        inputs, outputs = step.inputs or {}, step.outputs or {}
+        if kind == "think" and "spec" in outputs and not start:
+            start = outputs
+        elif kind == "think" and "iteration" in outputs:
+            record = iteration(int(outputs["iteration"]))
+            record.update({k: v for k, v in outputs.items() if k != "iteration"})
+        elif kind == "tool" and (step.tool_info or {}).get("name") == _CHECK_TOOL:
+            arguments = inputs.get("arguments") or {}
+            record = iteration(int(arguments.get("iteration", 0)))
+            record["checks"].append(_check_from_step(inputs, arguments, outputs))
+        elif kind == "tool" and (step.tool_info or {}).get("name") == _REVISE_TOOL:
+            arguments = inputs.get("arguments") or {}
+            record = iteration(int(arguments.get("iteration", 0)))
+            record.update(revise_exit=outputs.get("exit_code"),
+                          revise_duration_s=outputs.get("duration_s"),
+                          revise_output_file=outputs.get("output_file"),
+                          revise_tail=outputs.get("tail", ""))
+        elif kind == "done":
+            done = outputs
+    if done is None or not start:
+        raise ValueError("not a pytest-loops run file (no start or verdict step)")
+    spec = start.get("spec") or {}
+    records = [iterations[k] for k in sorted(iterations)]
+    for record in records:
+        if record.get("verify_exit") is None and record["checks"]:
+            record["verify_exit"] = 0 if all(c["passed"] for c in record["checks"]) else 1
+        record["output_tail"] = "\n".join(c["output_tail"] for c in record["checks"]
+                                          if not c["passed"] and c["output_tail"])
+    return {
+        "schema": SCHEMA,
+        "format": "tine",
+        "integrity_ok": integrity_ok,
+        "loop": spec.get("name", metadata.get("loop")),
+        "goal": spec.get("goal", metadata.get("goal", "")),
+        "source": spec.get("source"),
+        "verdict": done.get("verdict"),
+        "exit_code": done.get("exit_code"),
+        "reason": done.get("reason", ""),
+        "iterations_run": done.get("iterations_run", len(records)),
+        "guards": spec.get("guards") or {},
+        "state_paths": spec.get("state_paths") or [],
+        "started_at": done.get("started_at") or start.get("started_at"),
+        "ended_at": done.get("ended_at"),
+        "elapsed_s": done.get("elapsed_s", 0.0),
+        "cwd": spec.get("cwd"),
+        "revise": spec.get("revise"),
+        "spec": spec,
+        "spec_digest": start.get("spec_digest"),
+        "memory_page": start.get("memory_page") or spec.get("memory_page"),
+        "lessons_read": [],
+        "lessons": list(done.get("lessons") or []),
+        "run_dir": start.get("run_dir"),
+        "artifacts": dict(start.get("artifacts") or {}),
+        "iterations": records,
+        "pytest_loops_version": start.get("pytest_loops_version",
+                                          metadata.get("pytest_loops_version")),
+    }
+
+
+def _empty_iteration(number: int) -> dict[str, Any]:
+    return {
+        "iter": number, "started_at": None, "checks": [], "verify_exit": None, "passed": False,
+        "duration_s": 0.0, "verify_duration_s": 0.0, "output_tail": "", "state_hash": None,
+        "state_changed": None, "unchanged_streak": 0, "lesson": None, "revise_exit": None,
+        "revise_duration_s": None, "revise_output_file": None, "revise_tail": "",
+        "guard": None, "guards_seen": {}, "elapsed_s": 0.0,
+    }
+
+
+def _check_from_step(inputs: Mapping[str, Any], arguments: Mapping[str, Any],
+                     outputs: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "name": inputs.get("name", "?"),
+        "kind": arguments.get("kind", "command"),
+        "passed": bool(outputs.get("passed")),
+        "exit_code": outputs.get("exit_code"),
+        "duration_s": outputs.get("duration_s", 0.0),
+        "output_tail": outputs.get("tail", ""),
+        "output_file": outputs.get("output_file"),
+        "reason": outputs.get("reason", ""),
+        "runs": outputs.get("runs", 1),
+        "timed_out": bool(outputs.get("timed_out")),
+        "needs_human": bool(outputs.get("needs_human")),
+        "output_digest": outputs.get("output_digest"),
+        "command": arguments.get("command"),
+    }
+
+
+_TINE_MAGIC = b"TINEZ1\0"
+
+
+def looks_like_tine(path: str | os.PathLike) -> bool:
+    """Whether a file is a `.tine` artifact, by suffix or by its first bytes."""
+    p = Path(path)
+    if p.suffix == ".tine":
+        return True
+    try:
+        with open(p, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    if head.startswith(_TINE_MAGIC):
+        return True
+    return bool(re.search(rb'"format_version"\s*:', head)) and b'"graph"' in head
