@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 
 hookimpl = pluggy.HookimplMarker("pytest")
 
+CHILD_ENV = "PYTEST_LOOPS_CHILD"
+"""Set in the pytest subprocesses a loop starts: `--loop` is ignored there, so a
+re-run never starts loops of its own (even with `--loop` in addopts)."""
+
 # pytest exit codes that mean "this named test did not pass" with a special reason
 _PYTEST_REASONS = {
     1: "the test failed",
@@ -104,13 +108,18 @@ def run_finds_nothing_check(check: Check, context: LoopContext) -> CheckResult:
     return _result(check, cmd, True, "found nothing")
 
 
-def pytest_command(node_id: str, junit_path: str) -> str:
-    """A fresh pytest process for one node id (never in-process: the code changed)."""
-    return " ".join(
-        shlex.quote(part)
-        for part in (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                     f"--junitxml={junit_path}", "-o", "junit_family=xunit2", node_id)
-    )
+def pytest_command(node_ids: str | list[str], junit_path: str, extra_args: list[str] | tuple[str, ...] = ()) -> str:
+    """A fresh pytest process for node ids (never in-process: the code changed).
+
+    ``extra_args`` carries the parent session's ``--rootdir`` / ``-c`` so node ids
+    resolve the same way.
+    """
+    ids = [node_ids] if isinstance(node_ids, str) else list(node_ids)
+    # a cache of its own, so re-runs never overwrite the user's --lf data
+    cache_dir = str(Path(junit_path).parent / ".pytest_cache")
+    parts = [sys.executable, "-m", "pytest", "-q", "-o", f"cache_dir={cache_dir}",
+             f"--junitxml={junit_path}", "-o", "junit_family=xunit2", *extra_args, *ids]
+    return " ".join(shlex.quote(part) for part in parts)
 
 
 def _junit_counts(path: Path) -> tuple[int, int] | None:
@@ -136,8 +145,9 @@ def run_pytest_check(check: Check, context: LoopContext) -> CheckResult:
     """
     label = context.check_label(check)
     junit = context.iteration_dir / f"{label}.junit.xml"
-    cmd = context.run_command(pytest_command(check.node_id or "", str(junit)), label=label,
-                              timeout=check.timeout)
+    extra = [str(a) for a in check.options.get("pytest_args", ())]
+    cmd = context.run_command(pytest_command(check.node_id or "", str(junit), extra), label=label,
+                              timeout=check.timeout, extra_env={CHILD_ENV: "1"})
     if cmd.exit_code != 0:
         reason = _PYTEST_REASONS.get(cmd.exit_code or -1) or _failure_reason(cmd, check)
         return _result(check, cmd, False, reason)

@@ -17,6 +17,7 @@ import pluggy
 
 from .config import GUARD_KEYS, env_layer, parse_guard, read_runner_config, resolve
 from .errors import LoopUsageError
+from .reporting import iteration_line
 from .spec import Check, Guards, LoopSpec
 from .verdict import EXIT_INTERNAL, EXIT_USAGE
 
@@ -90,24 +91,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # -- live output ----------------------------------------------------------------------
-
-def iteration_line(spec: LoopSpec, record: Any) -> str:
-    """One line per iteration: loop, i/N, each check's result, elapsed, the guards."""
-    checks = "  ".join(f"{'PASS' if c.passed else 'FAIL'} {c.name} ({c.duration_s:.2f}s)" for c in record.checks)
-    seen = record.guards_seen
-    extras = [f"elapsed {seen.get('elapsed_s', 0):.1f}s"]
-    if "budget_left_s" in seen:
-        extras.append(f"budget left {seen['budget_left_s']:.0f}s")
-    if "unchanged" in seen:
-        extras.append(f"unchanged {seen['unchanged']}")
-    if "escalate_after" in seen:
-        extras.append(f"escalate {seen['escalate_after']}")
-    if record.revise_exit is not None:
-        extras.append(f"revise exit {record.revise_exit}")
-    if record.guard:
-        extras.append(f"stop: {record.guard}")
-    return f"[{spec.name}] iter {seen.get('iteration', record.iter)}  {checks}  | " + ", ".join(extras)
-
 
 class _LivePrinter:
     def __init__(self, stream) -> None:

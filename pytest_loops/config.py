@@ -99,6 +99,14 @@ class Resolved:
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
 
+    def with_layer(self, name: str, layer: Mapping[str, Any]) -> Resolved:
+        """These values with one more layer on top (a marker, a loop file line)."""
+        values, origin = dict(self.values), dict(self.origin)
+        for key, value in layer.items():
+            if value is not None:
+                values[key], origin[key] = value, name
+        return Resolved(values, origin)
+
 
 def resolve(layers: Sequence[tuple[str, Mapping[str, Any]]],
             defaults: Mapping[str, Any] = DEFAULTS) -> Resolved:

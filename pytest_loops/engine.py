@@ -208,8 +208,13 @@ class Engine:
     # -- one loop -----------------------------------------------------------------
 
     def run(self, spec: LoopSpec, *, log_path: str | os.PathLike | None = None,
-            memory_page: str | os.PathLike | None = None) -> LoopResult:
-        """Drive one loop to its verdict."""
+            memory_page: str | os.PathLike | None = None,
+            first_results: Mapping[str, CheckResult] | None = None) -> LoopResult:
+        """Drive one loop to its verdict.
+
+        ``first_results`` (check name -> result) stands in for running those checks
+        in iteration 1, when the caller has just run them (a failed pytest test).
+        """
         hook = self.pm.hook
         wall0 = self.wall()
         t0 = self.clock()
@@ -265,7 +270,10 @@ class Engine:
 
                 # verify
                 for check in spec.checks:
-                    result = hook.pytest_loop_run_check(check=check, context=ctx)
+                    if iteration == 1 and first_results and check.name in first_results:
+                        result = first_results[check.name]
+                    else:
+                        result = hook.pytest_loop_run_check(check=check, context=ctx)
                     if not isinstance(result, CheckResult):
                         raise TypeError(
                             f"pytest_loop_run_check returned {type(result).__name__} for {check.name!r}; "
@@ -288,7 +296,8 @@ class Engine:
                         current = fingerprint.compute()
                         streak = guards.next_unchanged_streak(previous_hash, current, streak)
                         record.state_hash = current
-                        record.state_changed = previous_hash is None or current != previous_hash
+                        # the first measurement has nothing to compare with: None
+                        record.state_changed = None if previous_hash is None else current != previous_hash
                         previous_hash = current
                     record.unchanged_streak = streak
                     # only checks a machine can never pass are left: a human is needed
@@ -297,7 +306,8 @@ class Engine:
                     if page is not None and not machine_ok:
                         from .progress import first_meaningful_line
 
-                        line = format_lesson(iteration, record.verify_exit, record.state_changed,
+                        line = format_lesson(iteration, record.verify_exit,
+                                             record.state_changed if fingerprint is not None else "untracked",
                                              first_meaningful_line(_failure_text(failed)),
                                              loop_name=spec.name)
                         page.append(line)
@@ -441,7 +451,7 @@ def _failure_text(failed: list[CheckResult]) -> str:
 
 
 def _failed_names(failed: list[CheckResult]) -> str:
-    names = ", ".join(c.name for c in failed[:3])
+    names = ", ".join(f"{c.name}: {c.reason}" if c.reason else c.name for c in failed[:3])
     more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
     return f"failing: {names}{more}" if names else "no check passed"
 

@@ -1,8 +1,47 @@
-"""pytest glue: options, collection, reporting. The loop logic lives in the engine."""
+"""pytest glue: options, settings, registration. The loop logic lives in the engine.
+
+Without ``--loop`` nothing changes: no revise command runs and no artifact is
+written, whatever markers or ``--loop-*`` options are present.
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
 import pytest
+
+from .checks import CHILD_ENV
+from .config import GUARD_KEYS, Resolved, env_layer, parse_guard, read_runner_config, resolve
+from .errors import LoopUsageError
+
+MARKER = (
+    "loop(revise=None, max_iter=None, budget_seconds=None, no_progress_k=None, "
+    "escalate_after=None, state=None): under --loop, when this test fails, run the "
+    "revise command and re-run the test in a fresh pytest process until it passes "
+    "or a guard stops the loop (MAX_ITER, TIMEOUT, NO_PROGRESS, ESCALATE)."
+)
+MARKER_KEYS = ("revise", *GUARD_KEYS, "state")
+EXITCODE_CHOICES = ("pytest", "verdict")
+TINE_CHOICES = ("on", "off")
+
+# name -> (help, ini type). One description serves the option and its ini twin.
+OPTIONS: dict[str, tuple[str, str]] = {
+    "max_iter": ("iteration cap of every loop, >= 1 (default 6)", "string"),
+    "budget_seconds": ("wall-clock budget per loop in seconds, enforced during commands; 0 = off (default 900)", "string"),
+    "no_progress_k": ("stop a loop after K iterations with unchanged state; 0 = off (default 2)", "string"),
+    "escalate_after": ("hand a loop to a human after N failed iterations; 0 = off (default)", "string"),
+    "revise": ("shell command that revises the code after a failed iteration; with --loop, failing tests "
+               "become a fix-loop", "string"),
+    "state": ("state paths (globs) the no-progress guard fingerprints (default: the rootdir)", "linelist"),
+    "artifacts": ("directory for run logs, lessons and provenance (default: <rootdir>/.pytest-loops)", "string"),
+    "memory": ("the reflexion page lessons are appended to and read from (markdown)", "string"),
+    "config": ("a loop-runner config file (guards, progress, reflexion, revise) as a settings layer", "string"),
+    "exitcode": ("'pytest' (default): exit 1 when a loop fails; 'verdict': exit with the highest loop "
+                 "verdict code (5 ESCALATE > 4 NO_PROGRESS > 3 TIMEOUT > 2 MAX_ITER)", "string"),
+}
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -11,9 +50,122 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("loop", "pytest-loops: bounded fix-loops around tests")
+    group.addoption("--loop", action="store_true", default=False,
+                    help="run loops: fix-loops around failing tests (marker or --loop-revise) and loop files")
+    for name, (help_text, ini_type) in OPTIONS.items():
+        flag = "--loop-" + name.replace("_", "-")
+        if ini_type == "linelist":
+            group.addoption(flag, action="append", default=None, metavar="GLOB", dest=f"loop_{name}",
+                            help=help_text + " (repeatable)")
+        else:
+            group.addoption(flag, action="store", default=None, dest=f"loop_{name}", help=help_text)
+        parser.addini(f"loop_{name}", help_text, type=ini_type, default=None)
+
+
+def _ini(config: pytest.Config, key: str) -> Any:
+    value = config.getini(f"loop_{key}")
+    return value if value not in (None, "", []) else None
+
+
+def _layer(config: pytest.Config, read, where) -> dict[str, Any]:
+    layer: dict[str, Any] = {}
+    for key in GUARD_KEYS:
+        raw = read(key)
+        if raw is not None:
+            layer[key] = parse_guard(key, raw, where(key))
+    for key, target in (("revise", "revise"), ("state", "state_paths"), ("memory", "memory_page"),
+                        ("artifacts", "artifacts")):
+        raw = read(key)
+        if raw is not None:
+            layer[target] = list(raw) if key == "state" else raw
+    return layer
+
+
+def build_settings(config: pytest.Config, environ: Mapping[str, str] | None = None) -> Resolved:
+    """The one place precedence is applied for pytest:
+    defaults < config file < ini < environment < command line (< marker, per test)."""
+    layers: list[tuple[str, dict[str, Any]]] = []
+    config_file = config.getoption("loop_config") or _ini(config, "config")
+    if config_file:
+        path = Path(config_file)
+        if not path.is_absolute():
+            path = Path(config.rootpath) / path
+        file_layer = read_runner_config(path)
+        file_layer.pop("unknown_keys", None)
+        file_layer.pop("verify", None)
+        file_layer.pop("log_path", None)
+        layers.append((str(path), file_layer))
+    layers.append(("ini", _layer(config, lambda k: _ini(config, k), lambda k: f"ini loop_{k}")))
+    env = env_layer(environ)
+    layers.append(("environment", env))
+    layers.append(("command line", _layer(
+        config, lambda k: config.getoption(f"loop_{k}"), lambda k: "--loop-" + k.replace("_", "-"))))
+    defaults = {"max_iter": 6, "budget_seconds": 900.0, "no_progress_k": 2, "escalate_after": 0,
+                "revise": None, "state_paths": [], "memory_page": None, "reflexion": True,
+                "artifacts": None}
+    return resolve(layers, defaults=defaults)
+
+
+def marker_layer(marker: pytest.Mark, nodeid: str) -> dict[str, Any]:
+    """Validate a `@pytest.mark.loop(...)` and turn it into the top settings layer."""
+    if marker.args:
+        raise LoopUsageError(f"@pytest.mark.loop takes keyword arguments only, got {marker.args!r}",
+                             location=nodeid, fix=f"valid keywords: {', '.join(MARKER_KEYS)}")
+    unknown = sorted(set(marker.kwargs) - set(MARKER_KEYS))
+    if unknown:
+        raise LoopUsageError(f"@pytest.mark.loop got unknown keyword(s) {', '.join(unknown)}",
+                             location=nodeid, fix=f"valid keywords: {', '.join(MARKER_KEYS)}")
+    layer: dict[str, Any] = {}
+    for key, value in marker.kwargs.items():
+        if value is None:
+            continue
+        where = f"{nodeid}: @pytest.mark.loop({key}=...)"
+        if key in GUARD_KEYS:
+            if isinstance(value, str):
+                raise LoopUsageError(f"{value!r} is not a valid {key}; give a number", location=where)
+            layer[key] = parse_guard(key, value, where)
+        elif key == "revise":
+            if not isinstance(value, str) or not value.strip():
+                raise LoopUsageError(f"{value!r} is not a valid revise; give a shell command string",
+                                     location=where)
+            layer["revise"] = value
+        else:  # state
+            paths = [value] if isinstance(value, str) else value
+            if not isinstance(paths, (list, tuple)) or not all(isinstance(p, str) for p in paths):
+                raise LoopUsageError(f"{value!r} is not a valid state; give a glob or a list of globs",
+                                     location=where)
+            layer["state_paths"] = list(paths)
+    return layer
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", MARKER)
+    try:
+        settings = build_settings(config)
+        exitcode = config.getoption("loop_exitcode") or _ini(config, "exitcode") or "pytest"
+        if exitcode not in EXITCODE_CHOICES:
+            raise LoopUsageError(f"{exitcode!r} is not a valid --loop-exitcode; valid: "
+                                 f"{', '.join(EXITCODE_CHOICES)}")
+    except LoopUsageError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    enabled = bool(config.getoption("loop")) and not os.environ.get(CHILD_ENV)
+    if not enabled:
+        return
+    from .hooks import register_builtins
+    from .session import LoopSession
+
+    register_builtins(config.pluginmanager)
+    config.pluginmanager.register(LoopSession(config, settings, exitcode), "loop-session")
+
+
 @pytest.fixture
 def loop_harness(tmp_path_factory: pytest.TempPathFactory):
-    """A :class:`pytest_loops.testing.LoopHarness` with its own temporary base directory."""
+    """A :class:`pytest_loops.testing.LoopHarness` with its own temporary base directory.
+
+    Works without ``--loop``: contract tests run in ordinary sessions.
+    """
     from .testing import LoopHarness
 
     return LoopHarness(tmp_path_factory.mktemp("loop-harness"))

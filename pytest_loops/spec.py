@@ -24,7 +24,7 @@ DEFAULT_NO_PROGRESS_K = 2
 DEFAULT_ESCALATE_AFTER = 0
 
 
-class CheckKind(str, enum.Enum):
+class CheckKind(enum.StrEnum):
     """What a `done when` check is."""
 
     COMMAND = "command"  # a shell command passes (exit 0), `times` runs in a row

@@ -23,6 +23,7 @@ import pluggy
 
 from .engine import Engine, LoopContext
 from .hooks import make_plugin_manager
+from .reporting import format_iterations
 from .results import CheckResult, CommandResult, IterationRecord, LoopResult
 from .spec import Check, CheckKind, Guards, LoopSpec
 from .verdict import Verdict
@@ -45,19 +46,6 @@ class FakeClock:
         if seconds < 0:
             raise ValueError("a clock does not go back")
         self.now += seconds
-
-
-def format_iterations(records: Sequence[IterationRecord]) -> str:
-    """The iteration table a human reads."""
-    rows = [("iter", "checks", "verify", "state", "streak", "revise", "guard")]
-    for r in records:
-        checks = " ".join(("PASS" if c.passed else "FAIL") for c in r.checks) or "-"
-        state = {True: "changed", False: "same", None: "-"}[r.state_changed]
-        rows.append((str(r.iter), checks, str(r.verify_exit), state, str(r.unchanged_streak),
-                     "-" if r.revise_exit is None else str(r.revise_exit), r.guard or ""))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-                     for row in rows)
 
 
 @dataclass

@@ -11,7 +11,7 @@ EXIT_INTERNAL = 70
 """An internal error of the harness (sysexits EX_SOFTWARE)."""
 
 
-class Verdict(str, enum.Enum):
+class Verdict(enum.StrEnum):
     """How a loop ended. Exactly one per loop."""
 
     SUCCESS = "SUCCESS"

@@ -20,10 +20,15 @@ def _now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def format_lesson(iteration: int, exit_code: int | None, state_moved: bool | None,
+def format_lesson(iteration: int, exit_code: int | None, state_moved: bool | str | None,
                   failure_line: str, loop_name: str | None = None) -> str:
-    """One lesson line: exit code, whether the state moved, what failed first."""
-    moved = {True: "state moved", False: "state unchanged", None: "state not tracked"}[state_moved]
+    """One lesson line: exit code, whether the state moved, what failed first.
+
+    ``state_moved``: True / False against the previous iteration, None on the first
+    measurement, "untracked" when the loop has no state paths.
+    """
+    moved = {True: "state moved", False: "state unchanged", None: "state first seen",
+             "untracked": "state not tracked"}[state_moved]
     failure = " ".join(failure_line.split())[:MAX_LESSON_CHARS] or "(no output)"
     prefix = f"{_now_iso()} {loop_name} iter {iteration}" if loop_name else f"{_now_iso()} iter {iteration}"
     return f"- {prefix}: exit {exit_code}, {moved}: {failure}"

@@ -1,0 +1,116 @@
+"""Text a human reads about loops: live lines, failure reports, the summary table."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .results import IterationRecord, LoopResult
+from .spec import LoopSpec
+
+# JUnit properties (report.user_properties) every loop item carries.
+LOOP_PROPERTY = "loop"
+TAIL_LINES = 30
+
+
+def iteration_line(spec: LoopSpec, record: IterationRecord) -> str:
+    """One line per iteration: loop, i/N, each check's result, elapsed, the guards."""
+    checks = "  ".join(f"{'PASS' if c.passed else 'FAIL'} {c.name} ({c.duration_s:.2f}s)"
+                       for c in record.checks)
+    seen = record.guards_seen
+    extras = [f"elapsed {seen.get('elapsed_s', 0):.1f}s"]
+    if "budget_left_s" in seen:
+        extras.append(f"budget left {seen['budget_left_s']:.0f}s")
+    if "unchanged" in seen:
+        extras.append(f"unchanged {seen['unchanged']}")
+    if "escalate_after" in seen:
+        extras.append(f"escalate {seen['escalate_after']}")
+    if record.revise_exit is not None:
+        extras.append(f"revise exit {record.revise_exit}")
+    if record.guard:
+        extras.append(f"stop: {record.guard}")
+    return f"[{spec.name}] iter {seen.get('iteration', record.iter)}  {checks}  | " + ", ".join(extras)
+
+
+def format_iterations(records: Sequence[IterationRecord]) -> str:
+    """The iteration table a human reads."""
+    rows = [("iter", "checks", "verify", "state", "streak", "revise", "guard")]
+    for r in records:
+        checks = " ".join(("PASS" if c.passed else "FAIL") for c in r.checks) or "-"
+        state = {True: "changed", False: "same", None: "-"}[r.state_changed]  # None: first or untracked
+        rows.append((str(r.iter), checks, str(r.verify_exit), state, str(r.unchanged_streak),
+                     "-" if r.revise_exit is None else str(r.revise_exit), r.guard or ""))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+                     for row in rows)
+
+
+def iteration_summary(record: IterationRecord) -> str:
+    """One iteration as a JUnit property value."""
+    checks = ", ".join(f"{'PASS' if c.passed else 'FAIL'} {c.name} ({c.reason})" for c in record.checks)
+    state = {True: "state changed", False: "state unchanged", None: "state not compared"}[record.state_changed]
+    revise = "" if record.revise_exit is None else f"; revise exit {record.revise_exit}"
+    guard = f"; stop: {record.guard}" if record.guard else ""
+    return f"{checks}; {record.duration_s:.2f}s; {state}{revise}{guard}"
+
+
+def loop_properties(result: LoopResult) -> list[tuple[str, str]]:
+    """Properties for JUnit XML and xdist: the verdict, and every iteration."""
+    props = [
+        (LOOP_PROPERTY, result.spec.name),
+        ("verdict", result.verdict.value),
+        ("exit_code", str(result.exit_code)),
+        ("iterations", str(result.iterations_run)),
+        ("reason", result.reason),
+        ("elapsed_s", f"{result.elapsed_s:.2f}"),
+    ]
+    props += [(f"artifact_{key}", path) for key, path in result.artifacts.items() if key != "run_dir"]
+    props += [(f"iteration_{r.iter}", iteration_summary(r)) for r in result.iterations]
+    return props
+
+
+def is_loop_report(props: dict[str, Any]) -> bool:
+    return LOOP_PROPERTY in props and "verdict" in props
+
+
+def last_failure_tail(result: LoopResult, lines: int = TAIL_LINES) -> str:
+    for record in reversed(result.iterations):
+        failed = [c for c in record.checks if not c.passed]
+        if failed:
+            text = "\n".join(f"--- {c.name}: {c.reason}\n{c.output_tail}" for c in failed)
+            return "\n".join(text.rstrip().splitlines()[-lines:])
+    return ""
+
+
+def failure_text(result: LoopResult) -> str:
+    """The report of a loop that did not reach SUCCESS: verdict, reason, table, tail."""
+    parts = [
+        f"loop {result.spec.name!r} ended {result.verdict.value} (exit {result.exit_code}) after "
+        f"{result.iterations_run} iteration(s) in {result.elapsed_s:.1f}s",
+        f"reason: {result.reason}",
+        "",
+        format_iterations(result.iterations),
+    ]
+    tail = last_failure_tail(result)
+    if tail:
+        parts += ["", "last failure (tail):", tail]
+    artifacts = [f"  {key}: {path}" for key, path in result.artifacts.items() if key != "run_dir"]
+    if artifacts:
+        parts += ["", "artifacts:", *artifacts]
+    return "\n".join(parts)
+
+
+def summary_rows(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """The `loops` terminal summary section: loop, verdict, iterations, time, reason, artifacts."""
+    out = []
+    for row in rows:
+        if row.get("error"):
+            out.append(f"{row.get(LOOP_PROPERTY, '?')}: ERROR {row['error']}")
+            continue
+        out.append(f"{row.get('verdict', '?'):<11} {row.get(LOOP_PROPERTY, '?')}: "
+                   f"{row.get('iterations', '?')} iteration(s), {row.get('elapsed_s', '?')}s: "
+                   f"{row.get('reason', '')}")
+        for key, value in row.items():
+            if key.startswith("artifact_"):
+                out.append(f"    {key[len('artifact_'):]}: {value}")
+    return out

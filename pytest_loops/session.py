@@ -1,0 +1,260 @@
+"""A `--loop` session: fix-loops around failing tests, live lines, summary, exit code.
+
+Registered by :mod:`pytest_loops.plugin` only when ``--loop`` is given.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+from filelock import FileLock
+
+from .config import GUARD_KEYS, Resolved
+from .engine import ARTIFACTS_DIRNAME, Engine
+from .errors import LoopUsageError
+from .reporting import (
+    LOOP_PROPERTY,
+    failure_text,
+    is_loop_report,
+    iteration_line,
+    loop_properties,
+    summary_rows,
+)
+from .results import CheckResult, LoopResult
+from .spec import Check, CheckKind, Guards, LoopSpec
+from .verdict import Verdict
+
+# Never part of a test tree's state: virtualenvs and build output change on
+# their own and would fake progress (caches are excluded by the fingerprint).
+TREE_EXCLUDES = (".venv", "venv", ".tox", ".nox", "node_modules", "build", "dist", "*.egg-info")
+
+SESSION_LOOP_NAME = "failing tests"
+
+
+class LoopSession:
+    """The plugin object of one `--loop` session."""
+
+    def __init__(self, config: pytest.Config, settings: Resolved, exitcode: str) -> None:
+        self.config = config
+        self.settings = settings
+        self.exitcode = exitcode
+        self.rootdir = Path(config.rootpath)
+        artifacts = settings["artifacts"]
+        self.artifacts_dir = Path(artifacts) if artifacts else self.rootdir / ARTIFACTS_DIRNAME
+        if not self.artifacts_dir.is_absolute():
+            self.artifacts_dir = self.rootdir / self.artifacts_dir
+        self.rows: list[dict[str, Any]] = []  # one per finished loop (also from xdist workers)
+        self.failed_nodeids: list[str] = []  # failing tests outside any marker loop
+        self.passed_nodeids: list[str] = []
+        self.loop_failures = 0  # marker-loop tests that failed (counted in session.testsfailed)
+        self.session_result: LoopResult | None = None
+
+    # -- settings ---------------------------------------------------------------------
+
+    @property
+    def is_worker(self) -> bool:
+        return hasattr(self.config, "workerinput")
+
+    def child_args(self) -> list[str]:
+        """Arguments that make a child pytest see the same rootdir and config."""
+        args = [f"--rootdir={self.rootdir}"]
+        if self.config.inipath:
+            args += ["-c", str(self.config.inipath)]
+        return args
+
+    def make_engine(self) -> Engine:
+        def exclude_trees(root, patterns, exclude=()):
+            from .progress import StateFingerprint
+
+            return StateFingerprint(root, patterns, exclude=[*exclude, *TREE_EXCLUDES])
+
+        return Engine(plugin_manager=self.config.pluginmanager, artifacts_dir=self.artifacts_dir,
+                      fingerprint_factory=exclude_trees)
+
+    def spec_for(self, name: str, goal: str, checks: tuple[Check, ...], values: Resolved) -> LoopSpec:
+        return LoopSpec(
+            name=name, goal=goal, checks=checks, revise=values["revise"],
+            guards=Guards(**{k: values[k] for k in GUARD_KEYS}),
+            state_paths=tuple(values["state_paths"] or ["."]),
+            memory_page=values["memory_page"], cwd=str(self.rootdir), origin=values.origin,
+            source=name,
+        )
+
+    def run_loop(self, spec: LoopSpec, **kwargs: Any) -> LoopResult:
+        """Run one loop holding the working tree's lock: loops that revise the same
+        tree never interleave, also across xdist workers."""
+        lock_path = self.rootdir / ARTIFACTS_DIRNAME / "tree.lock"
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(lock_path)):
+            return self.make_engine().run(spec, **kwargs)
+
+    # -- reporting ----------------------------------------------------------------------
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        s = self.settings
+        revise = s["revise"] or "(none: failing tests are reported, not revised)"
+        origins = ", ".join(f"{k} from {s.origin[k]}" for k in (*GUARD_KEYS, "revise")
+                            if s.origin.get(k, "default") != "default")
+        lines = [
+            f"loops: max_iter={s['max_iter']} budget_seconds={s['budget_seconds']:g} "
+            f"no_progress_k={s['no_progress_k']} escalate_after={s['escalate_after']} "
+            f"exitcode={self.exitcode}" + (f" ({origins})" if origins else ""),
+            f"loops: revise: {revise}; artifacts: {self.artifacts_dir}",
+            "loops: reproduce with: " + self.reproduce_command(),
+        ]
+        return lines
+
+    def reproduce_command(self) -> str:
+        s = self.settings
+        args = ["pytest", "--loop"]
+        for key in GUARD_KEYS:
+            args += ["--loop-" + key.replace("_", "-"), f"{s[key]:g}" if isinstance(s[key], float) else str(s[key])]
+        if s["revise"]:
+            args += ["--loop-revise", s["revise"]]
+        for path in s["state_paths"] or []:
+            args += ["--loop-state", path]
+        if self.exitcode != "pytest":
+            args += ["--loop-exitcode", self.exitcode]
+        own = {"--loop", "--loop-revise", "--loop-state", "--loop-exitcode"} | {
+            "--loop-" + k.replace("_", "-") for k in GUARD_KEYS}
+        rest: list[str] = []
+        skip = False
+        for arg in self.config.invocation_params.args:
+            if skip:
+                skip = False
+                continue
+            name = arg.split("=", 1)[0]
+            if name in own:
+                skip = "=" not in arg and name != "--loop"
+                continue
+            rest.append(arg)
+        return " ".join(shlex.quote(a) for a in args + rest)
+
+    @pytest.hookimpl
+    def pytest_loop_iteration_finished(self, spec: LoopSpec, record: Any) -> None:
+        if self.is_worker:
+            return
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line(iteration_line(spec, record))
+
+    # -- fix-loops around marked tests ---------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]):
+        report = yield
+        if call.when != "call" or not report.failed or hasattr(report, "wasxfail"):
+            return report
+        marker = item.get_closest_marker("loop")
+        if marker is None:
+            return report
+        from .plugin import marker_layer
+
+        try:
+            values = self.settings.with_layer("marker", marker_layer(marker, item.nodeid))
+        except LoopUsageError as exc:
+            report.longrepr = f"pytest-loops: {exc}"
+            report.user_properties += [(LOOP_PROPERTY, item.nodeid), ("error", str(exc))]
+            return report
+        check = Check.test_passes(item.nodeid, options={"pytest_args": self.child_args()})
+        spec = self.spec_for(item.nodeid, f"make {item.nodeid} pass", (check,), values)
+        seed = CheckResult(name=check.name, kind=CheckKind.PYTEST.value, passed=False, exit_code=1,
+                           duration_s=report.duration, output_tail=report.longreprtext[-2000:],
+                           reason="the test failed (in the session)")
+        result = self.run_loop(spec, first_results={check.name: seed})
+        props = loop_properties(result)
+        report.user_properties.extend(props)
+        item.user_properties.extend(props)  # JUnit XML writes properties from the teardown report
+        if result.verdict is Verdict.SUCCESS:
+            report.outcome = "passed"
+            report.longrepr = None
+        else:
+            report.longrepr = failure_text(result)
+        return report
+
+    @pytest.hookimpl
+    def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config):
+        props = dict(getattr(report, "user_properties", ()) or ())
+        if report.when == "call" and report.passed and is_loop_report(props) and props["verdict"] == "SUCCESS":
+            return "repaired", "L", ("REPAIRED", {"green": True})
+        return None
+
+    # -- collecting outcomes (on the controller under xdist) -----------------------------------
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        props = dict(getattr(report, "user_properties", ()) or ())
+        if report.when == "call" and (is_loop_report(props) or (LOOP_PROPERTY in props and "error" in props)):
+            self.rows.append(props)
+            if report.failed:
+                self.loop_failures += 1
+            return
+        if report.failed and (report.when == "call" or report.when == "setup"):
+            if report.nodeid not in self.failed_nodeids:
+                self.failed_nodeids.append(report.nodeid)
+        elif report.when == "call" and report.passed:
+            self.passed_nodeids.append(report.nodeid)
+
+    # -- the session fix-loop ---------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.is_worker:
+            return
+        from .session_loop import run_session_loop
+
+        if self.failed_nodeids and self.settings["revise"] and exitstatus in (0, 1):
+            self.session_result = run_session_loop(self)
+            self.rows.append(dict(loop_properties(self.session_result)))
+            if self.session_result.succeeded:
+                self._mark_repaired(session)
+        self._set_exitstatus(session)
+
+    def _mark_repaired(self, session: pytest.Session) -> None:
+        """Failures the session loop repaired count as repaired, not failed."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        repaired = set(self.failed_nodeids)
+        if reporter is not None:
+            still = []
+            for rep in reporter.stats.get("failed", []):
+                if getattr(rep, "nodeid", None) in repaired:
+                    reporter.stats.setdefault("repaired", []).append(rep)
+                else:
+                    still.append(rep)
+            reporter.stats["failed"] = still
+            errors = [rep for rep in reporter.stats.get("error", [])
+                      if getattr(rep, "nodeid", None) not in repaired]
+            moved = [rep for rep in reporter.stats.get("error", []) if rep not in errors]
+            if moved:
+                reporter.stats.setdefault("repaired", []).extend(moved)
+                reporter.stats["error"] = errors
+        session.testsfailed = max(0, session.testsfailed - len(repaired))
+
+    def _set_exitstatus(self, session: pytest.Session) -> None:
+        failed_loops = [row for row in self.rows if row.get("verdict") not in ("SUCCESS", None)]
+        errors = [row for row in self.rows if row.get("error")]
+        status = int(session.exitstatus)
+        if status not in (0, 1):  # interrupted, internal or usage error: leave it alone
+            return
+        plain = session.testsfailed - self.loop_failures > 0
+        if self.exitcode == "verdict":
+            if failed_loops:
+                status = max(Verdict(row["verdict"]).exit_code for row in failed_loops)
+            else:
+                status = 1 if plain or errors else 0
+        else:
+            status = 1 if (plain or failed_loops or errors) else 0
+        session.exitstatus = status
+
+    @pytest.hookimpl
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.rows:
+            return
+        terminalreporter.section("loops")
+        for line in summary_rows(self.rows):
+            terminalreporter.write_line(line)
+

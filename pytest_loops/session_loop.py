@@ -1,0 +1,136 @@
+"""`pytest --loop --loop-revise CMD`: the session's failing tests become one fix-loop.
+
+Each iteration re-runs only the tests still failing (a fresh pytest process);
+when they all pass, one confirm run of every test the session ran — the failing
+ones and the green ones together — decides SUCCESS. A test that was green in the
+session and fails in the confirm run is a regression: the loop goes on, and if
+it ends before a revise repairs it, the reason names it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+from .checks import CHILD_ENV, digest_file, pytest_command
+from .engine import LoopContext
+from .results import CheckResult, CommandResult, LoopResult
+from .spec import Check, CheckKind
+
+if TYPE_CHECKING:
+    from .session import LoopSession
+
+hookimpl = pluggy.HookimplMarker("pytest")
+
+CHECK_NAME = "the failing tests pass"
+_OUTCOME_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XPASS|XFAIL|SKIPPED) (\S+)")
+
+
+def passed_ids(output_file: str | None, tail: str) -> set[str]:
+    """Node ids that passed, from pytest's `-rA` short summary (`PASSED nodeid`)."""
+    text = tail
+    if output_file:
+        try:
+            with open(output_file, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            pass
+    passed: set[str] = set()
+    for line in text.splitlines():
+        match = _OUTCOME_LINE.match(line)
+        if match and match.group(1) == "PASSED":
+            passed.add(match.group(2))
+    return passed
+
+
+class SessionFixCheck:
+    """Answers `pytest_loop_run_check` for the session fix-loop's one check."""
+
+    def __init__(self, failing: list[str], green: list[str], first_output: str, pytest_args: list[str]) -> None:
+        self.original_failing = list(failing)
+        self.green = list(green)
+        self.failing = list(failing)
+        self.first_output = first_output
+        self.pytest_args = pytest_args
+        self.regressions: list[str] = []
+
+    def _run(self, ids: list[str], context: LoopContext, label: str) -> tuple[CommandResult, set[str]]:
+        args_file = context.iteration_dir / f"{label}.ids"
+        args_file.write_text("\n".join(ids) + "\n", encoding="utf-8")
+        junit = context.iteration_dir / f"{label}.junit.xml"
+        command = pytest_command(f"@{args_file}", str(junit), [*self.pytest_args, "-rA", "-p", "no:randomly"])
+        result = context.run_command(command, label=label, extra_env={CHILD_ENV: "1"})
+        return result, passed_ids(result.output_file, result.tail)
+
+    def _result(self, check: Check, cmd: CommandResult, passed: bool, reason: str) -> CheckResult:
+        return CheckResult(name=check.name, kind=check.kind.value, passed=passed, exit_code=cmd.exit_code,
+                           duration_s=cmd.duration_s, output_tail=cmd.tail, output_file=cmd.output_file,
+                           reason=reason, timed_out=cmd.timed_out,
+                           output_digest=digest_file(cmd.output_file, cmd.tail), command=cmd.command)
+
+    @hookimpl
+    def pytest_loop_run_check(self, check: Check, context: LoopContext) -> CheckResult | None:
+        if check.name != CHECK_NAME or check.kind is not CheckKind.HOOK:
+            return None
+        if context.iteration == 1:  # the session itself was iteration 1
+            return CheckResult(name=check.name, kind=check.kind.value, passed=False, exit_code=1,
+                               duration_s=0.0, output_tail=self.first_output[-4000:],
+                               reason=f"{len(self.failing)} test(s) failed in the session: "
+                                      + ", ".join(self.failing[:5]))
+        cmd, passed = self._run(self.failing, context, "failing")
+        if context.budget_hit:
+            return self._result(check, cmd, False, "killed: the budget ran out")
+        still = [node for node in self.failing if node not in passed]
+        if still:
+            self.failing = still
+            return self._result(check, cmd, False, self._reason(f"{len(still)} still failing: " + ", ".join(still[:5])))
+        everything = self.original_failing + [n for n in self.green if n not in self.original_failing]
+        cmd, passed = self._run(everything, context, "confirm")
+        if context.budget_hit:
+            return self._result(check, cmd, False, "killed during the confirm run: the budget ran out")
+        failing = [node for node in everything if node not in passed]
+        self.regressions = [node for node in failing if node in self.green]
+        if failing:
+            self.failing = failing
+            return self._result(check, cmd, False, self._reason(
+                f"confirm run: {len(failing)} failing: " + ", ".join(failing[:5])))
+        return self._result(check, cmd, True, f"confirm run: all {len(everything)} test(s) passed together")
+
+    def _reason(self, text: str) -> str:
+        if self.regressions:
+            return (f"regression: {', '.join(self.regressions[:5])} passed before the loop and fail now; "
+                    + text)
+        return text
+
+
+def run_session_loop(session: LoopSession) -> LoopResult:
+    """Run the session fix-loop over the tests that failed."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    first_output = _failure_texts(reporter, session.failed_nodeids)
+    values = session.settings
+    check = Check(CheckKind.HOOK, CHECK_NAME, options={"session_fix": True})
+    spec = session.spec_for("failing tests", "make the failing tests pass: " + ", ".join(session.failed_nodeids[:10]),
+                            (check,), values)
+    fixer = SessionFixCheck(session.failed_nodeids, session.passed_nodeids, first_output, session.child_args())
+    pm = session.config.pluginmanager
+    pm.register(fixer, "loop-session-fix")
+    try:
+        if reporter is not None:
+            reporter.write_sep("=", f"loop: {len(session.failed_nodeids)} failing test(s), revise: {spec.revise}")
+        return session.run_loop(spec)
+    finally:
+        pm.unregister(fixer)
+
+
+def _failure_texts(reporter: Any, nodeids: list[str]) -> str:
+    if reporter is None:
+        return ""
+    wanted = set(nodeids)
+    parts = []
+    for key in ("failed", "error"):
+        for rep in reporter.stats.get(key, []):
+            if getattr(rep, "nodeid", None) in wanted:
+                parts.append(f"___ {rep.nodeid} ___\n{rep.longreprtext[-3000:]}")
+    return "\n".join(parts)
