@@ -83,9 +83,9 @@ def parse_guard(name: str, raw: Any, where: str) -> Any:
             raise LoopUsageError(f"{raw!r} is not a valid {name}; valid: {_VALID_HINT[name]}",
                                  location=where)
         value = int(value)
-    problems = validate_guard_values(**{name: value})
-    if problems:
-        raise LoopUsageError(problems[0][1], location=where)
+    if validate_guard_values(**{name: value}):
+        raise LoopUsageError(f"{raw!r} is not a valid {name}; valid: {_VALID_HINT[name]}",
+                             location=where)
     return value
 
 

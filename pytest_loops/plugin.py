@@ -142,6 +142,9 @@ def marker_layer(marker: pytest.Mark, nodeid: str) -> dict[str, Any]:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
+    enabled = bool(config.getoption("loop")) and not os.environ.get(CHILD_ENV)
+    if not enabled:
+        return  # without --loop the plugin changes nothing, not even by erroring
     try:
         settings = build_settings(config)
         exitcode = config.getoption("loop_exitcode") or _ini(config, "exitcode") or "pytest"
@@ -150,9 +153,6 @@ def pytest_configure(config: pytest.Config) -> None:
                                  f"{', '.join(EXITCODE_CHOICES)}")
     except LoopUsageError as exc:
         raise pytest.UsageError(str(exc)) from None
-    enabled = bool(config.getoption("loop")) and not os.environ.get(CHILD_ENV)
-    if not enabled:
-        return
     from .hooks import register_builtins
     from .session import LoopSession
 

@@ -104,9 +104,6 @@ def summary_rows(rows: Iterable[dict[str, Any]]) -> list[str]:
     """The `loops` terminal summary section: loop, verdict, iterations, time, reason, artifacts."""
     out = []
     for row in rows:
-        if row.get("error"):
-            out.append(f"{row.get(LOOP_PROPERTY, '?')}: ERROR {row['error']}")
-            continue
         out.append(f"{row.get('verdict', '?'):<11} {row.get(LOOP_PROPERTY, '?')}: "
                    f"{row.get('iterations', '?')} iteration(s), {row.get('elapsed_s', '?')}s: "
                    f"{row.get('reason', '')}")

@@ -16,7 +16,6 @@ from .config import GUARD_KEYS, Resolved
 from .engine import ARTIFACTS_DIRNAME, Engine
 from .errors import LoopUsageError
 from .reporting import (
-    LOOP_PROPERTY,
     failure_text,
     is_loop_report,
     iteration_line,
@@ -144,6 +143,19 @@ class LoopSession:
 
     # -- fix-loops around marked tests ---------------------------------------------------
 
+    @pytest.hookimpl
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """Reject a bad `@pytest.mark.loop(...)` before anything runs."""
+        from .plugin import marker_layer
+
+        for item in items:
+            marker = item.get_closest_marker("loop")
+            if marker is not None:
+                try:
+                    marker_layer(marker, item.nodeid)
+                except LoopUsageError as exc:
+                    raise pytest.UsageError(str(exc)) from None
+
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]):
         report = yield
@@ -154,12 +166,7 @@ class LoopSession:
             return report
         from .plugin import marker_layer
 
-        try:
-            values = self.settings.with_layer("marker", marker_layer(marker, item.nodeid))
-        except LoopUsageError as exc:
-            report.longrepr = f"pytest-loops: {exc}"
-            report.user_properties += [(LOOP_PROPERTY, item.nodeid), ("error", str(exc))]
-            return report
+        values = self.settings.with_layer("marker", marker_layer(marker, item.nodeid))
         check = Check.test_passes(item.nodeid, options={"pytest_args": self.child_args()})
         spec = self.spec_for(item.nodeid, f"make {item.nodeid} pass", (check,), values)
         seed = CheckResult(name=check.name, kind=CheckKind.PYTEST.value, passed=False, exit_code=1,
@@ -188,7 +195,7 @@ class LoopSession:
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props = dict(getattr(report, "user_properties", ()) or ())
-        if report.when == "call" and (is_loop_report(props) or (LOOP_PROPERTY in props and "error" in props)):
+        if report.when == "call" and is_loop_report(props):
             self.rows.append(props)
             if report.failed:
                 self.loop_failures += 1
@@ -235,8 +242,7 @@ class LoopSession:
         session.testsfailed = max(0, session.testsfailed - len(repaired))
 
     def _set_exitstatus(self, session: pytest.Session) -> None:
-        failed_loops = [row for row in self.rows if row.get("verdict") not in ("SUCCESS", None)]
-        errors = [row for row in self.rows if row.get("error")]
+        failed_loops = [row for row in self.rows if row.get("verdict") != "SUCCESS"]
         status = int(session.exitstatus)
         if status not in (0, 1):  # interrupted, internal or usage error: leave it alone
             return
@@ -245,9 +251,9 @@ class LoopSession:
             if failed_loops:
                 status = max(Verdict(row["verdict"]).exit_code for row in failed_loops)
             else:
-                status = 1 if plain or errors else 0
+                status = 1 if plain else 0
         else:
-            status = 1 if (plain or failed_loops or errors) else 0
+            status = 1 if (plain or failed_loops) else 0
         session.exitstatus = status
 
     @pytest.hookimpl
