@@ -62,6 +62,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         else:
             group.addoption(flag, action="store", default=None, dest=f"loop_{name}", help=help_text)
         parser.addini(f"loop_{name}", help_text, type=ini_type, default=None)
+    parser.addini("loop_paths", "directories (or files) whose loop files are collected under --loop "
+                  "when no paths are given on the command line", type="paths", default=[])
 
 
 def _ini(config: pytest.Config, key: str) -> Any:
@@ -158,6 +160,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
     register_builtins(config.pluginmanager)
     config.pluginmanager.register(LoopSession(config, settings, exitcode), "loop-session")
+    if config.args_source is not pytest.Config.ArgsSource.ARGS:
+        known = [Path(a).resolve() for a in config.args]
+        for path in config.getini("loop_paths"):
+            if not any(path == k or k in path.parents for k in known):
+                config.args.append(str(path))
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ Registered by :mod:`pytest_loops.plugin` only when ``--loop`` is given.
 from __future__ import annotations
 
 import shlex
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from filelock import FileLock
 from .config import GUARD_KEYS, Resolved
 from .engine import ARTIFACTS_DIRNAME, Engine
 from .errors import LoopUsageError
+from .items import SESSION_KEY, LoopFileCollector, merge_file_spec, shared_result
 from .reporting import (
     failure_text,
     is_loop_report,
@@ -50,6 +52,9 @@ class LoopSession:
         self.passed_nodeids: list[str] = []
         self.loop_failures = 0  # marker-loop tests that failed (counted in session.testsfailed)
         self.session_result: LoopResult | None = None
+        workerinput = getattr(config, "workerinput", None)
+        self.testrunuid = workerinput["testrunuid"] if workerinput else uuid.uuid4().hex
+        config.stash[SESSION_KEY] = self
 
     # -- settings ---------------------------------------------------------------------
 
@@ -85,10 +90,33 @@ class LoopSession:
     def run_loop(self, spec: LoopSpec, **kwargs: Any) -> LoopResult:
         """Run one loop holding the working tree's lock: loops that revise the same
         tree never interleave, also across xdist workers."""
+        revises = spec.revise or len(self.config.pluginmanager.hook.pytest_loop_revise.get_hookimpls()) > 1
+        if not revises:  # a loop that changes nothing needs no lock
+            return self.make_engine().run(spec, **kwargs)
         lock_path = self.rootdir / ARTIFACTS_DIRNAME / "tree.lock"
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(lock_path)):
             return self.make_engine().run(spec, **kwargs)
+
+    # -- loop files -------------------------------------------------------------------------
+
+    def pytest_collect_file(self, file_path: Path, parent: pytest.Collector):
+        from .sources import is_loop_file
+
+        if is_loop_file(file_path):
+            return LoopFileCollector.from_parent(parent, path=file_path)
+        return None
+
+    def loop_file_spec(self, spec: LoopSpec) -> LoopSpec:
+        """A loop from a file with the session's settings filling its gaps."""
+        spec = merge_file_spec(spec, self.settings)
+        if not spec.state_paths:
+            spec = spec.replace(state_paths=(".",))
+        return spec
+
+    def shared_result(self, nodeid: str, spec: LoopSpec) -> LoopResult:
+        return shared_result(self.artifacts_dir / "sessions" / self.testrunuid, nodeid, spec,
+                             self.run_loop)
 
     # -- reporting ----------------------------------------------------------------------
 
@@ -196,7 +224,9 @@ class LoopSession:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props = dict(getattr(report, "user_properties", ()) or ())
         if report.when == "call" and is_loop_report(props):
-            self.rows.append(props)
+            key = (props.get("loop"), props.get("artifact_log"))
+            if all((row.get("loop"), row.get("artifact_log")) != key for row in self.rows):
+                self.rows.append(props)  # the check items of one loop share one row
             if report.failed:
                 self.loop_failures += 1
             return

@@ -1,0 +1,212 @@
+"""Loop files as pytest collectors, loops as collectors, checks as items.
+
+Node ids read ``fix.loop::fix checkout::done when "pytest -q" passes``. Running
+any item of a loop drives that loop once; each check item then reports its own
+final result and carries the loop's verdict. The loop's result is shared through
+a file under a lock, so items of one loop spread over xdist workers still run
+the loop once.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from filelock import FileLock
+
+from .errors import LoopUsageError
+from .reporting import failure_text, loop_properties
+from .results import CheckResult, IterationRecord, LoopResult
+from .spec import Check, Guards, LoopSpec, Pipeline
+from .verdict import Verdict
+
+if TYPE_CHECKING:
+    from .session import LoopSession
+
+SESSION_KEY = pytest.StashKey["LoopSession"]()
+
+
+class LoopFileError(Exception):
+    """A loop file that cannot be read: reported as one line, not a traceback."""
+
+
+class LoopCheckFailed(Exception):
+    """A check item whose check did not pass when its loop ended."""
+
+
+class LoopFileCollector(pytest.File):
+    """A `.loop`, `*.loop.yaml` or `*.loop.yml` file."""
+
+    def collect(self):
+        from .sources import load_any
+
+        try:
+            loop_file = load_any(self.path)
+        except LoopUsageError as exc:
+            raise LoopFileError(str(exc)) from None
+        session: LoopSession = self.config.stash[SESSION_KEY]
+        for spec in loop_file.loops:
+            yield LoopCollector.from_parent(self, name=spec.name, spec=session.loop_file_spec(spec))
+        for pipeline in loop_file.pipelines:
+            stages = tuple(session.loop_file_spec(stage) for stage in pipeline.stages)
+            yield PipelineCollector.from_parent(self, name=pipeline.name,
+                                                pipeline=Pipeline(pipeline.name, stages, pipeline.source))
+
+    def repr_failure(self, excinfo, style=None):
+        if excinfo.errisinstance(LoopFileError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+
+class PipelineCollector(pytest.Collector):
+    """A pipeline: its stages run in order; a stage that does not succeed stops the rest."""
+
+    def __init__(self, *, pipeline: Pipeline, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+
+    def collect(self):
+        previous: LoopCollector | None = None
+        for stage in self.pipeline.stages:
+            label = stage.name.split(" / ", 1)[-1]
+            collector = LoopCollector.from_parent(self, name=label, spec=stage, after=previous)
+            previous = collector
+            yield collector
+
+
+class LoopCollector(pytest.Collector):
+    """One loop; its children are its checks."""
+
+    def __init__(self, *, spec: LoopSpec, after: LoopCollector | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec = spec
+        self.after = after
+        self._result: LoopResult | None = None
+
+    def collect(self):
+        for check in self.spec.checks:
+            yield CheckItem.from_parent(self, name=check.name, check=check)
+
+    def result(self) -> LoopResult:
+        """Run the loop once per session (across xdist workers too) and return its result."""
+        if self._result is None:
+            if self.after is not None:
+                before = self.after.result()
+                if not before.succeeded:
+                    pytest.skip(f"pipeline stopped: stage {self.after.spec.name!r} ended "
+                                f"{before.verdict.value}: {before.reason}")
+            session: LoopSession = self.config.stash[SESSION_KEY]
+            self._result = session.shared_result(self.nodeid, self.spec)
+        return self._result
+
+
+class CheckItem(pytest.Item):
+    """One `done when` check of a loop."""
+
+    def __init__(self, *, check: Check, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.check = check
+
+    @property
+    def loop(self) -> LoopCollector:
+        assert isinstance(self.parent, LoopCollector)
+        return self.parent
+
+    def runtest(self) -> None:
+        result = self.loop.result()
+        self.user_properties.extend(loop_properties(result))
+        final = last_result(result, self.check.name)
+        if final is not None and final.passed:
+            return
+        raise LoopCheckFailed(result, final)
+
+    def repr_failure(self, excinfo, style=None):
+        if excinfo.errisinstance(LoopCheckFailed):
+            result, final = excinfo.value.args
+            if final is None:
+                head = f"check not reached: the loop ended {result.verdict.value} before running it"
+            else:
+                head = f"check failed: {final.reason}"
+            return f"{head}\n{failure_text(result)}"
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self):
+        line = None
+        if self.check.source and ":" in self.check.source:
+            tail = self.check.source.rsplit(":", 1)[-1]
+            line = int(tail) - 1 if tail.isdigit() else None
+        return self.path, line, f"{self.loop.spec.name}: {self.check.name}"
+
+
+def last_result(result: LoopResult, check_name: str) -> CheckResult | None:
+    """The check's result in the last iteration that ran it."""
+    for record in reversed(result.iterations):
+        for check in record.checks:
+            if check.name == check_name:
+                return check
+    return None
+
+
+def result_from_summary(spec: LoopSpec, data: dict[str, Any]) -> LoopResult:
+    """Rebuild a LoopResult from a run-log summary (another worker ran the loop)."""
+    return LoopResult(
+        spec=spec, verdict=Verdict(data["verdict"]), reason=data.get("reason", ""),
+        iterations=[IterationRecord.from_dict(r) for r in data.get("iterations", [])],
+        started_at=data.get("started_at", ""), ended_at=data.get("ended_at", ""),
+        elapsed_s=float(data.get("elapsed_s", 0.0)), log_path=data.get("artifacts", {}).get("log"),
+        run_dir=data.get("run_dir"), memory_page=data.get("memory_page"),
+        artifacts=dict(data.get("artifacts", {})),
+    )
+
+
+def shared_result(session_dir: Path, nodeid: str, spec: LoopSpec, run) -> LoopResult:
+    """Run `run(spec)` once per `session_dir`; later callers read the stored result."""
+    from .spec import slugify
+
+    session_dir.mkdir(parents=True, exist_ok=True)
+    key = slugify(nodeid)
+    stored = session_dir / f"{key}.json"
+    with FileLock(str(session_dir / f"{key}.lock")):
+        if stored.is_file():
+            return result_from_summary(spec, json.loads(stored.read_text(encoding="utf-8")))
+        result = run(spec)
+        summary = {"verdict": result.verdict.value, "reason": result.reason,
+                   "iterations": [r.to_dict() for r in result.iterations],
+                   "started_at": result.started_at, "ended_at": result.ended_at,
+                   "elapsed_s": result.elapsed_s, "run_dir": result.run_dir,
+                   "memory_page": result.memory_page, "artifacts": result.artifacts}
+        stored.write_text(json.dumps(summary, default=str), encoding="utf-8")
+        return result
+
+
+def merge_file_spec(spec: LoopSpec, settings: Any) -> LoopSpec:
+    """Session settings fill what the loop file left at its default.
+
+    Precedence: defaults < config file < ini < environment < command line < loop file line.
+    """
+    origin = dict(spec.origin)
+
+    def from_file(key: str) -> bool:
+        return origin.get(key, "default") != "default"
+
+    guards = {}
+    for key in ("max_iter", "budget_seconds", "no_progress_k", "escalate_after"):
+        if from_file(f"guards.{key}"):
+            guards[key] = getattr(spec.guards, key)
+        else:
+            guards[key] = settings[key]
+            origin[f"guards.{key}"] = settings.origin.get(key, "default")
+    changes: dict[str, Any] = {"guards": Guards(**guards), "origin": origin}
+    if spec.revise is None and settings["revise"]:
+        changes["revise"] = settings["revise"]
+        origin["revise"] = settings.origin.get("revise", "default")
+    if not spec.state_paths and settings["state_paths"]:
+        changes["state_paths"] = tuple(settings["state_paths"])
+        origin["state_paths"] = settings.origin.get("state_paths", "default")
+    if spec.memory_page is None and settings["memory_page"]:
+        changes["memory_page"] = settings["memory_page"]
+        origin["memory_page"] = settings.origin.get("memory_page", "default")
+    return spec.replace(**changes)
+
