@@ -1,0 +1,824 @@
+"""The ``.loop`` parser: LoopFlow files, plus a few lines of our own, into LoopSpecs.
+
+Every file LoopFlow accepts parses here; lines pytest-loops does not act on are
+kept as :class:`~pytest_loops.spec.IgnoredLine` (with the reason), never an error.
+Real syntax errors raise :class:`~pytest_loops.errors.LoopFileError` naming
+file:line:column and the fix. The grammar, and what each line maps to, is
+documented in docs/loop-language.md.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import LoopFileError, LoopUsageError
+from ..spec import (
+    DEFAULT_BUDGET_SECONDS,
+    DEFAULT_ESCALATE_AFTER,
+    DEFAULT_MAX_ITER,
+    DEFAULT_NO_PROGRESS_K,
+    Check,
+    CheckKind,
+    Guards,
+    IgnoredLine,
+    LoopSpec,
+    Pipeline,
+    slugify,
+)
+from . import phrases
+from .files import read_text
+from .model import Flow, LoopFile
+from .phrases import Predicate, Problem
+
+RIGOR_MAX_ITER = 8  # LoopFlow's thrash guard under `rigor: structured ai-assisted | agentic engineering`
+RIGOR_MESSAGE = "thrashing"
+
+# Why a line is kept but not acted on. Shown by `pytest-loops show`.
+WHY_CONFIG = "config tier: kept as written, not acted on"
+WHY_TARGET = "config tier: the working directory of every loop in this file"
+WHY_RIGOR = f"config tier: a loop without `after N tries` stops after {RIGOR_MAX_ITER} tries"
+WHY_PARALLEL = "stages run one after another here (fail-fast), never in parallel"
+WHY_UNKNOWN = "not a line pytest-loops knows; kept, not acted on"
+WHY_FLOW = "flows are not run as a unit: each .loop file is collected on its own"
+_WHY = {
+    "policy": "action policy is for an agent: the revise command decides what it edits "
+              "(see `protect:` and `scope:`)",
+    "cycle": "each iteration here is verify, guards, reflect, revise",
+    "also": "finishing passes are not run: a loop ends when its checks pass",
+    "skills": "skills, tools and plans belong to the revise step, not the harness",
+    "models": "model choice belongs to the revise step",
+    "human_plan": "plan approval belongs to the revise step; the harness never waits for input",
+    "human_review": "the result is reviewed afterwards (run log, report, pull request); "
+                    "the harness never waits for input",
+    "gate_loop": "LoopFlow acts on a gate only in a stage",
+    "git": "git policy is not applied: commit what the loop leaves yourself",
+    "hooks": "lifecycle hooks are not run: make a command a `done when` check if it must pass",
+    "when_pass": "the loop ends with SUCCESS when every check passes",
+    "when_fail": "a failed iteration always reflects (a lesson) and revises here",
+    "when_blocked": "only `ask a human` is acted on when blocked",
+    "when_other": "unknown `when` condition",
+    "after_other": "only `stop` and `ask a human` are acted on after N tries",
+    "bar": "`the bar:` belongs under a skill check",
+    "unknown": WHY_UNKNOWN,
+}
+
+
+# -- lines ----------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class _Line:
+    no: int  # 1-based line number
+    indent: int  # leading whitespace characters (a tab counts as one, as in LoopFlow)
+    text: str  # the line without comment and surrounding whitespace
+
+    def col(self, offset: int = 0) -> int:
+        """1-based column of ``offset`` into ``text``."""
+        return self.indent + offset + 1
+
+
+def _strip_comment(raw: str) -> str:
+    if "#" not in raw:
+        return raw
+    in_quote = False
+    for i, c in enumerate(raw):
+        if c == '"':
+            in_quote = not in_quote
+        elif c == "#" and not in_quote:
+            return raw[:i]
+    return raw
+
+
+def _tokenize(text: str) -> list[_Line]:
+    lines = []
+    for no, raw in enumerate(text.split("\n"), 1):
+        code = _strip_comment(raw[:-1] if raw.endswith("\r") else raw)
+        stripped = code.strip()
+        if stripped:
+            lines.append(_Line(no, len(code) - len(code.lstrip()), stripped))
+    return lines
+
+
+def _re(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, re.I)
+
+
+# -- drafts: what a definition says, before defaults are applied --------------------
+
+@dataclass
+class _Setting:
+    value: Any
+    where: str  # "file:line", or "file:line (note)"
+
+
+@dataclass
+class _Body:
+    """One loop or stage body as read; turned into a LoopSpec once the file is read."""
+
+    header: _Line
+    name: str | None
+    name_col: int
+    is_stage: bool = False
+    goal: str | None = None
+    checks: list[tuple[Predicate, str, _Line]] = field(default_factory=list)
+    gates: list[tuple[str, _Line]] = field(default_factory=list)
+    look: list[str] = field(default_factory=list)
+    look_line: _Line | None = None
+    hints: list[str] = field(default_factory=list)  # examples:, knowledge:
+    settings: dict[str, _Setting] = field(default_factory=dict)
+    protect: list[str] = field(default_factory=list)
+    protect_where: list[str] = field(default_factory=list)
+    ignored: list[IgnoredLine] = field(default_factory=list)
+    human_review: bool = False
+    has_fail: bool = False
+    has_after: bool = False
+
+
+@dataclass
+class _PipelineDraft:
+    header: _Line
+    name: str | None
+    name_col: int
+    stages: list[_Body] = field(default_factory=list)
+
+
+# -- the parser -------------------------------------------------------------------------
+
+_LOOP = _re(r"loop\b(.*)$")
+_PIPELINE = _re(r"pipeline\b(.*)$")
+_FLOW = _re(r"flow\b(.*)$")
+_STAGE = _re(r"stage\b(.*)$")
+_STAGE_HEADER = _re(r"stage\s+(.+?):\s*$")
+_FLOW_STEP = _re(r"(?:then\s+)?(?:run|for\s+each)\b")
+_FLOW_RUN = _re(r'(?:then\s+)?run\s+"([^"]*)"(.*)$')
+_PARALLEL = _re(r"stages\s+in\s+parallel\s*:?\s*$")
+_CONFIG_BLOCK = _re(r"(?:git|observe|sandbox)\s*:?\s*$")
+_CONFIG_LINE = _re(
+    r"(?:use\s|run\s+with\s|runner\b|schedule\s*:|notify\s*:|mode\s*:|runs\s+as\s*:|models\s*:|"
+    r"(?:then\s+)?each\s+cycle\s*:|recommend\s+skills\s+with\s+ctx\b|grant\s+ctx\s*:|"
+    r"ctx\s+may\s+use\b|live\s*[:=])"
+)
+_TARGET = _re(r"target\s*:(.*)$")
+_RIGOR = _re(r"rigor\s*:(.*)$")
+_RIGOR_ON = ("structured ai-assisted", "agentic engineering")
+
+# a loop-body line written at the top level: almost always a missing indent
+_BODY_AT_TOP = _re(r"(?:goal\s*:|done\s+when\b|look\s+at\s*:|check\s*:|verify\s*:|after\s+\S+\s+tr(?:ies|y)\b|"
+                   r"when\s+[^:]*:|remember\s+in\b)")
+
+_GOAL = _re(r"goal\s*:(.*)$")
+_DONE = _re(r"done\s+when\b\s*:?(.*)$")
+_LOOK = _re(r"(?:look\s+at|look\s+in|files|context|in)\s*:(.*)$")
+_CHECK = _re(r"(check|verify)\s*:(.*)$")
+_BAR = _re(r"the\s+bar\s*:(.*)$")
+_BLOCK = _re(r"(git|hooks)\s*:?\s*$")
+_POLICY = _re(r"(?:allow|ask\s+me\s+before)\b")
+_CYCLE = _re(r"(?:then\s+)?each\s+cycle\s*:")
+_ALSO = _re(r"also(?:\s+do)?\s*:")
+_SKILLS = _re(r"(?:use\s+skills?\s*:|skills\s*:|use\s+skills\s+recommended\s+by\s+ctx\b|"
+              r"top\s+up\s+skills\s+from\s+ctx\b|use\s+tools\s+from\b|plan\s+from\b)")
+_EXAMPLES = _re(r"examples?\s*:(.*)$")
+_KNOWLEDGE = _re(r"knowledge\s*:(.*)$")
+_MEMORY = _re(r"(?:remember|keep\s+a\s+memory)\s+in\b(.*)$")
+_HUMAN_PLAN = _re(r"a\s+human\s+approves\s+the\s+plan\s+first\s*$")
+_HUMAN_REVIEW = _re(r"a\s+human\s+reviews\s+before\s+stopping\s*$")
+_HUMAN_GATE = _re(r"a\s+human\s+approves\s+before\s+(.+)$")
+_MODELS = _re(r"models\s*:")
+_WHEN = _re(r"when\s+(.+?)\s*:(.*)$")
+_AFTER = _re(r"after\s+(\S+)\s+tr(?:ies|y)\b\s*:?(.*)$")
+# our own lines
+_BUDGET = _re(r"budget\s*:(.*)$")
+_NO_PROGRESS = _re(r"stop\s+when\s+nothing\s+changes\b(.*)$")
+_ESCALATE = _re(r"escalate\s+after\b(.*)$")
+_COUNT_TRIES = _re(r"\s*(?:for\s+)?(\S+)\s+(?:tries|try|iterations?)\s*$")
+_REVISE = _re(r"revise\s+with\b\s*:?(.*)$")
+_LISTS = _re(r"(protect|scope|watch)\s*:(.*)$")
+
+_PASS_COND = _re(r"it\s+passes(?:\s+and\s+(?:the\s+)?goal\s+is\s+met)?$")
+_FAIL_COND = _re(r"it\s+(?:fails|breaks)$")
+_BLOCKED_COND = _re(r"(?:it\s+is\s+|it\s+gets\s+)?(?:blocked|stuck)$")
+_ASK_HUMAN = _re(r"\bask\s+(?:a\s+|the\s+)?human\b")
+_STOP = _re(r"\bstop\b")
+_WARN = _re(r'\bstop\s+and\s+warn\s+(?:"([^"]*)"|([^",]+))')
+
+_TYPO_KEYS = ["goal", "look at", "look in", "files", "context", "check", "verify", "also",
+              "use skills", "skills", "examples", "knowledge", "budget", "protect", "scope",
+              "watch", "each cycle", "models", "hooks", "the bar"]
+_TYPO_STARTS = ["done when", "remember in", "revise with", "escalate after", "stop when"]
+
+
+def _ignore(why: str) -> Callable[..., None]:
+    """A handler that keeps the line, not acted on, with the reason ``_WHY[why]``."""
+    def handler(parser: _Parser, body: _Body, line: _Line, m: re.Match[str]) -> None:
+        body.ignored.append(IgnoredLine(line.no, line.text, _WHY[why]))
+    return handler
+
+
+class _Parser:
+    def __init__(self, text: str, path: str):
+        self.path = path
+        self.lines = _tokenize(text)
+        self.filedir = os.path.dirname(os.path.abspath(path))
+        self.cwd = self.filedir
+        self.cwd_where: str | None = None
+        base = os.path.basename(path)
+        self.stem = (base[: -len(".loop")] if base.lower().endswith(".loop") else base).strip()
+        if not self.stem or self.stem.startswith("<"):
+            self.stem = "loop"
+        self.config: list[IgnoredLine] = []
+        self.ignored: list[IgnoredLine] = []
+        self.defaults = _Body(header=_Line(0, 0, ""), name=None, name_col=1)
+        self.rigor: str | None = None
+        self.loops: list[_Body] = []
+        self.pipelines: list[_PipelineDraft] = []
+        self.flows: list[Flow] = []
+        self.names: dict[str, int] = {}  # top-level definition names (and slugs) -> line
+
+    # -- errors and bookkeeping ---------------------------------------------------------
+
+    def error(self, message: str, line: _Line | None, column: int | None = None,
+              fix: str | None = None) -> LoopFileError:
+        if line is None:
+            return LoopFileError(message, self.path, fix=fix)
+        return LoopFileError(message, self.path, line.no, column if column is not None else line.col(),
+                             fix=fix)
+
+    def problem(self, exc: Problem, line: _Line, start: int) -> LoopFileError:
+        return self.error(exc.message, line, line.col(start + exc.offset), exc.fix)
+
+    def where(self, line: _Line, note: str | None = None) -> str:
+        return f"{self.path}:{line.no}" + (f" ({note})" if note else "")
+
+    def children(self, start: int, indent: int, lines: list[_Line] | None = None) -> int:
+        """Index just past the lines after ``start`` indented deeper than ``indent``."""
+        lines = self.lines if lines is None else lines
+        end = start + 1
+        while end < len(lines) and lines[end].indent > indent:
+            end += 1
+        return end
+
+    def header_name(self, line: _Line, rest_start: int) -> tuple[str | None, int]:
+        """The quoted (or bare) name of a loop/pipeline/flow/stage header, and its column."""
+        try:
+            phrases.check_quotes(line.text)
+        except Problem as exc:
+            raise self.problem(exc, line, 0) from None
+        q = line.text.find('"')
+        if q >= 0:
+            end = line.text.index('"', q + 1)
+            name = line.text[q + 1:end].strip()
+            return (name or None), line.col(q)
+        bare = line.text[rest_start:].strip()
+        if bare.endswith(":"):
+            bare = bare[:-1].strip()
+        return (bare or None), line.col(rest_start)
+
+    def claim(self, name: str, line: _Line, column: int, what: str = "loop") -> None:
+        """Record a top-level definition name; a second use is an error."""
+        for key in (name, "slug:" + slugify(name)):
+            if key in self.names:
+                same = "name" if key == name else "file-name form"
+                raise self.error(f"duplicate {what} name {name!r} (same {same} as line {self.names[key]})",
+                                 line, column, "give each loop and pipeline in a file its own name")
+        self.names[name] = line.no
+        self.names["slug:" + slugify(name)] = line.no
+
+    # -- the top level ------------------------------------------------------------------
+
+    def parse(self) -> LoopFile:
+        lines = self.lines
+        i = 0
+        while i < len(lines):
+            line = lines[i]
+            text = line.text
+            if line.indent:
+                raise self.error("unexpected indentation at the top level", line, fix=(
+                    "start `loop`, `pipeline`, `flow` and config lines in column 1; "
+                    "indent only the lines inside a definition"))
+            m = _LOOP.match(text)
+            if m:
+                i = self.parse_loop(i, m.start(1))
+                continue
+            m = _PIPELINE.match(text)
+            if m:
+                i = self.parse_pipeline(i, m.start(1))
+                continue
+            m = _FLOW.match(text)
+            if m:
+                i = self.parse_flow(i, m.start(1))
+                continue
+            if _STAGE.match(text):
+                raise self.error("a `stage` outside a pipeline", line,
+                                 fix='put stages under a `pipeline "name":` line, indented by two spaces')
+            if _CONFIG_BLOCK.match(text):
+                end = self.children(i, 0)
+                self.config.extend(IgnoredLine(ln.no, ln.text, WHY_CONFIG) for ln in lines[i:end])
+                i = end
+                continue
+            i = self.top_line(i)
+        return self.finish()
+
+    def top_line(self, i: int) -> int:
+        """A config-tier line, one of our own lines as a file default, or an unknown line."""
+        line = self.lines[i]
+        text = line.text
+        end = self.children(i, 0)
+        m = _TARGET.match(text)
+        known = True
+        if m:
+            target = m.group(1).strip().strip('"').strip()
+            if target:
+                self.cwd = os.path.normpath(os.path.join(self.filedir, target))
+                self.cwd_where = self.where(line)
+            self.config.append(IgnoredLine(line.no, text, WHY_TARGET))
+        elif _RIGOR.match(text):
+            level = " ".join(_RIGOR.match(text).group(1).split()).lower()  # type: ignore[union-attr]
+            if level in _RIGOR_ON:
+                self.rigor = self.where(line, "rigor")
+                self.config.append(IgnoredLine(line.no, text, WHY_RIGOR))
+            else:
+                self.config.append(IgnoredLine(line.no, text, WHY_CONFIG))
+        elif _CONFIG_LINE.match(text):
+            self.config.append(IgnoredLine(line.no, text, WHY_CONFIG))
+        elif self.own_line(self.defaults, line):
+            pass
+        else:
+            known = False
+            if _BODY_AT_TOP.match(text):
+                raise self.error("a loop line at the top level", line,
+                                 fix="indent it under its `loop` or `stage` line (two spaces deeper)")
+            self.ignored.extend(IgnoredLine(ln.no, ln.text, WHY_UNKNOWN) for ln in self.lines[i:end])
+        if known and end > i + 1:
+            raise self.error("unexpected indentation", self.lines[i + 1], fix=(
+                f"line {line.no} is not a block: start the next line in column 1, "
+                "or indent it under a `loop`/`stage`"))
+        return end
+
+    # -- loops, pipelines, stages ---------------------------------------------------------
+
+    def parse_loop(self, i: int, rest: int) -> int:
+        header = self.lines[i]
+        name, col = self.header_name(header, rest)
+        end = self.children(i, header.indent)
+        if name is not None:
+            self.claim(name, header, col)
+        body = _Body(header=header, name=name, name_col=col)
+        self.parse_body(body, self.lines[i + 1:end])
+        self.loops.append(body)
+        return end
+
+    def parse_pipeline(self, i: int, rest: int) -> int:
+        header = self.lines[i]
+        name, col = self.header_name(header, rest)
+        if name is not None:
+            self.claim(name, header, col, "pipeline")
+        draft = _PipelineDraft(header, name, col)
+        end = self.children(i, header.indent)
+        body = self.lines[i + 1:end]
+        label = f"pipeline {name!r}" if name else "the pipeline"
+        j = 0
+        while j < len(body):
+            line = body[j]
+            if _PARALLEL.match(line.text):
+                self.ignored.append(IgnoredLine(line.no, line.text, WHY_PARALLEL))
+                group_end = self.children(j, line.indent, body)
+                k = j + 1
+                while k < group_end:
+                    k = self.parse_stage(draft, body, k, label, group_end)
+                j = group_end
+                continue
+            j = self.parse_stage(draft, body, j, label, len(body))
+        if not draft.stages:
+            raise self.error(f"{label} has no stages", header,
+                             fix='add `stage "name":` lines indented under it, each with its own body')
+        self.pipelines.append(draft)
+        return end
+
+    def parse_stage(self, draft: _PipelineDraft, body: list[_Line], j: int, label: str, limit: int) -> int:
+        line = body[j]
+        if not _STAGE.match(line.text):
+            raise self.error(f"expected a `stage` line inside {label}, got {line.text!r}", line,
+                             fix='indent it under its stage, or start a stage with `stage "name":`')
+        m = _STAGE_HEADER.match(line.text)
+        if not m:
+            try:
+                phrases.check_quotes(line.text)
+            except Problem as exc:
+                raise self.problem(exc, line, 0) from None
+            raise self.error("a stage line needs a name and a colon", line, fix='write `stage "name":`')
+        name, col = self.header_name(line, m.start(1))
+        if name is None:
+            name = f"stage {len(draft.stages) + 1}"
+        for other in draft.stages:
+            if other.name == name or slugify(other.name or "") == slugify(name):
+                raise self.error(f"duplicate stage name {name!r} in {label} (line {other.header.no})",
+                                 line, col, "give each stage of a pipeline its own name")
+        end = min(self.children(j, line.indent, body), limit)
+        if end == j + 1:
+            raise self.error(f"stage {name!r} has no body", line, fix=(
+                "indent the stage's lines (goal:, done when ...) deeper than the `stage` line"))
+        stage = _Body(header=line, name=name, name_col=col, is_stage=True)
+        self.parse_body(stage, body[j + 1:end])
+        draft.stages.append(stage)
+        return end
+
+    # -- flows ------------------------------------------------------------------------
+
+    def parse_flow(self, i: int, rest: int) -> int:
+        header = self.lines[i]
+        name, _ = self.header_name(header, rest)
+        end = self.children(i, header.indent)
+        steps: list[str] = []
+        notes: list[IgnoredLine] = []
+        for line in self.lines[i + 1:end]:
+            if _FLOW_STEP.match(line.text):
+                try:
+                    phrases.check_quotes(line.text)
+                except Problem as exc:
+                    raise self.problem(exc, line, 0) from None
+            m = _FLOW_RUN.match(line.text)
+            if m:
+                steps.append(m.group(1))
+                if not m.group(2).strip().rstrip(":").strip():
+                    continue
+            notes.append(IgnoredLine(line.no, line.text, WHY_FLOW))
+        self.flows.append(Flow(name or self.stem, tuple(steps), self.where(header), tuple(notes)))
+        return end
+
+    # -- a loop or stage body -------------------------------------------------------------
+
+    def parse_body(self, body: _Body, lines: list[_Line]) -> None:
+        what = ("stage" if body.is_stage else "loop") + (f" {body.name!r}" if body.name else "")
+        if not lines:
+            raise self.error(f"{what} has no body", body.header, fix=(
+                "indent its lines (goal:, done when ...) two spaces under the header"))
+        i = 0
+        while i < len(lines):
+            line = lines[i]
+            m = _BLOCK.match(line.text)
+            if m:
+                end = self.children(i, line.indent, lines)
+                why = _WHY["git" if m.group(1).lower() == "git" else "hooks"]
+                body.ignored.extend(IgnoredLine(ln.no, ln.text, why) for ln in lines[i:end])
+                i = end
+                continue
+            m = _DONE.match(line.text)
+            if m:
+                pred = self.predicate(line, m.group(1), m.start(1))
+                body.checks.append((pred, "done when " + m.group(1).strip(), line))
+                nxt = lines[i + 1] if i + 1 < len(lines) else None
+                bar = _BAR.match(nxt.text) if nxt is not None and nxt.indent > line.indent else None
+                if bar:
+                    if pred.kind is CheckKind.HOOK:
+                        pred.options["bar"] = bar.group(1).strip() or None
+                    else:
+                        body.ignored.append(IgnoredLine(nxt.no, nxt.text, _WHY["bar"]))  # type: ignore[union-attr]
+                    i += 1
+                i += 1
+                continue
+            self.body_line(body, line)
+            i += 1
+        if body.goal is None:
+            raise self.error(f"{what} has no goal", body.header,
+                             fix="add a `goal: <what done means>` line to its body")
+
+    def predicate(self, line: _Line, text: str, start: int) -> Predicate:
+        try:
+            return phrases.parse_predicate(text)
+        except Problem as exc:
+            raise self.problem(exc, line, start) from None
+
+    def body_line(self, body: _Body, line: _Line) -> None:
+        text = line.text
+        for pattern, handler in self.handlers:
+            m = pattern.match(text)
+            if m:
+                handler(self, body, line, m)
+                return
+        if self.own_line(body, line):
+            return
+        hint = _near_miss(text)
+        if hint:
+            raise self.error(f"unknown line {text!r}", line, fix=f"did you mean `{hint}`?")
+        body.ignored.append(IgnoredLine(line.no, text, WHY_UNKNOWN))
+
+    def on_goal(self, body: _Body, line: _Line, m: re.Match[str]) -> None:
+        goal = m.group(1).strip()
+        if not goal:
+            raise self.error("`goal:` has no text", line, fix="say what done means, e.g. `goal: the cart total includes tax`")
+        body.goal = goal
+
+    def on_look(self, body: _Body, line: _Line, m: re.Match[str]) -> None:
+        # LoopFlow keeps only the last `look at:` line; as hints and state paths, several add up
+        body.look.extend(it for it in phrases.split_items(m.group(1)) if it.lower() != "the last failure")
+        body.look_line = body.look_line or line
+
+    def on_check(self, body: _Body, line: _Line, m: re.Match[str]) -> None:
+        key, value = m.group(1).lower(), m.group(2)
+        if not value.strip():
+            raise self.error(f"`{key}:` has no command", line, line.col(m.start(2)),
+                             fix=f"write the command, e.g. `{key}: pytest -q`")
+        try:
+            pred = phrases.parse_check_value(value)
+        except Problem as exc:
+            raise self.problem(exc, line, m.start(2)) from None
+        body.checks.append((pred, f"{key}: {value.strip()}", line))
+
+    def on_hints(self, body: _Body, line: _Line, m: re.Match[str]) -> None:
+        body.hints.extend(phrases.split_items(m.group(1)))
+
+    def on_knowledge(self, body: _Body, line: _Line, m: re.Match[str]) -> None:
+        items = phrases.split_items(m.group(1))
+        body.hints.extend(items)
+        paths = [it for it in items if phrases.is_path(it)]
+        if paths:  # read-only reference: the same as `protect:`
+            body.protect.extend(paths)
+            body.protect_where.append(self.where(line, "knowledge"))
+
+    def on_memory(self, body: _Body, line: _Line, m: re.Match[str]) -> None:
+        raw = m.group(1)
+        value = self.quoted_or_bare(line, raw, m.start(1))
+        if not value:
+            raise self.error("`remember in` names no file", line,
+                             fix='write `remember in "lessons.md"`')
+        body.settings["memory_page"] = _Setting(os.path.normpath(os.path.join(self.filedir, value)),
+                                                self.where(line))
+
+    def on_human_review(self, body: _Body, line: _Line, m: re.Match[str]) -> None:
+        body.human_review = True
+        body.ignored.append(IgnoredLine(line.no, line.text, _WHY["human_review"]))
+
+    def on_gate(self, body: _Body, line: _Line, m: re.Match[str]) -> None:
+        if body.is_stage:
+            body.gates.append((f"approve before {m.group(1).strip()}", line))
+        else:
+            body.ignored.append(IgnoredLine(line.no, line.text, _WHY["gate_loop"]))
+
+    def on_when(self, body: _Body, line: _Line, m: re.Match[str]) -> None:
+        cond = " ".join(m.group(1).split())
+        actions = m.group(2)
+        try:
+            phrases.check_quotes(actions)
+        except Problem as exc:
+            raise self.problem(exc, line, m.start(2)) from None
+        if _PASS_COND.match(cond):
+            why = "when_pass"
+        elif _FAIL_COND.match(cond):
+            body.has_fail = True
+            why = "when_fail"
+        elif _BLOCKED_COND.match(cond):
+            if _ASK_HUMAN.search(actions):
+                body.settings["escalate_when_blocked"] = _Setting(True, self.where(line))
+                return
+            why = "when_blocked"
+        else:
+            why = "when_other"
+        body.ignored.append(IgnoredLine(line.no, line.text, _WHY[why]))
+
+    def on_after(self, body: _Body, line: _Line, m: re.Match[str]) -> None:
+        n = self.count(line, m.group(1), m.start(1), "after 6 tries: stop")
+        actions = m.group(2)
+        body.has_after = True
+        if not actions.strip():
+            raise self.error("`after N tries:` needs an action", line,
+                             fix='e.g. `after 6 tries: stop and warn "stuck"`')
+        try:
+            phrases.check_quotes(actions)
+        except Problem as exc:
+            raise self.problem(exc, line, m.start(2)) from None
+        stop, ask = _STOP.search(actions), _ASK_HUMAN.search(actions)
+        if stop:
+            body.settings["max_iter"] = _Setting(n, self.where(line))
+            warn = _WARN.search(actions)
+            if warn:
+                message = (warn.group(1) if warn.group(1) is not None else warn.group(2)).strip()
+                if message:
+                    body.settings["stop_message"] = _Setting(message, self.where(line))
+        if ask:
+            body.settings["escalate_after"] = _Setting(n, self.where(line))
+        if not stop and not ask:
+            body.ignored.append(IgnoredLine(line.no, line.text, _WHY["after_other"]))
+
+    handlers: list[tuple[re.Pattern[str], Callable[..., None]]] = [
+        (_GOAL, on_goal),
+        (_LOOK, on_look),
+        (_CHECK, on_check),
+        (_POLICY, _ignore("policy")),
+        (_CYCLE, _ignore("cycle")),
+        (_ALSO, _ignore("also")),
+        (_SKILLS, _ignore("skills")),
+        (_EXAMPLES, on_hints),
+        (_KNOWLEDGE, on_knowledge),
+        (_MEMORY, on_memory),
+        (_HUMAN_PLAN, _ignore("human_plan")),
+        (_HUMAN_REVIEW, on_human_review),
+        (_HUMAN_GATE, on_gate),
+        (_MODELS, _ignore("models")),
+        (_WHEN, on_when),
+        (_AFTER, on_after),
+        (_BAR, _ignore("bar")),
+    ]
+
+    # -- our own lines (loop bodies and file defaults) --------------------------------
+
+    def count(self, line: _Line, raw: str, start: int, example: str) -> int:
+        try:
+            return phrases.positive_int(raw, 0, example)
+        except Problem as exc:
+            raise self.problem(exc, line, start) from None
+
+    def quoted_or_bare(self, line: _Line, raw: str, start: int) -> str:
+        try:
+            phrases.check_quotes(raw)
+        except Problem as exc:
+            raise self.problem(exc, line, start) from None
+        value = raw.strip()
+        if value.startswith('"'):
+            value = value[1:value.index('"', 1)]
+        return value.strip()
+
+    def own_line(self, body: _Body, line: _Line) -> bool:
+        """budget / stop when nothing changes / escalate after / revise with / protect / scope / watch."""
+        text = line.text
+        m = _BUDGET.match(text)
+        if m:
+            try:
+                seconds = phrases.duration_seconds(m.group(1))
+            except Problem as exc:
+                raise self.problem(exc, line, m.start(1) + len(m.group(1)) - len(m.group(1).lstrip())) from None
+            body.settings["budget_seconds"] = _Setting(seconds, self.where(line))
+            return True
+        for pattern, key, example in ((_NO_PROGRESS, "no_progress_k", "stop when nothing changes for 2 tries"),
+                                      (_ESCALATE, "escalate_after", "escalate after 4 tries")):
+            m = pattern.match(text)
+            if m:
+                tail = _COUNT_TRIES.match(m.group(1))
+                if not tail:
+                    raise self.error(f"could not read {text!r}", line, fix=f"write `{example}`")
+                n = self.count(line, tail.group(1), m.start(1) + tail.start(1), example)
+                body.settings[key] = _Setting(n, self.where(line))
+                return True
+        m = _REVISE.match(text)
+        if m:
+            command = self.quoted_or_bare(line, m.group(1), m.start(1))
+            if not command:
+                raise self.error("`revise with` has no command", line,
+                                 fix='write `revise with "python fix.py"`')
+            body.settings["revise"] = _Setting(command, self.where(line))
+            return True
+        m = _LISTS.match(text)
+        if m:
+            key = m.group(1).lower()
+            items = phrases.split_items(m.group(2))
+            if not items:
+                raise self.error(f"`{key}:` lists nothing", line,
+                                 fix=f"list paths or globs, e.g. `{key}: src/**`")
+            if key == "protect":
+                body.protect.extend(items)
+                body.protect_where.append(self.where(line))
+            else:
+                name = "state_paths" if key == "watch" else "scope"
+                old = body.settings.get(name)
+                merged = (list(old.value) if old else []) + items
+                where = self.where(line) if not old else f"{old.where}, {self.where(line)}"
+                body.settings[name] = _Setting(merged, where)
+            return True
+        return False
+
+    # -- from drafts to LoopSpecs -------------------------------------------------------
+
+    def finish(self) -> LoopFile:
+        taken = {name for name in self.names if not name.startswith("slug:")}
+        loops = [self.build(body, self.unnamed(body, taken)) for body in self.loops]
+        pipelines = []
+        for draft in self.pipelines:
+            pname = self.unnamed(draft, taken)
+            stages = [self.build(stage, f"{pname} / {stage.name}") for stage in draft.stages]
+            pipelines.append(Pipeline(pname, tuple(stages), self.where(draft.header)))
+        seen: dict[str, str] = {}
+        for spec in loops + [s for p in pipelines for s in p.stages]:
+            if spec.name in seen:  # e.g. a loop named "p / s" next to pipeline "p", stage "s"
+                raise LoopFileError(f"duplicate loop name {spec.name!r} (also at {seen[spec.name]})",
+                                    self.path, int((spec.source or "0").rsplit(":", 1)[-1]), 1,
+                                    fix="give each loop and stage its own name")
+            seen[spec.name] = spec.source or ""
+        return LoopFile(self.path, tuple(loops), tuple(pipelines), tuple(self.flows),
+                        tuple(self.config), tuple(self.ignored))
+
+    def unnamed(self, draft: _Body | _PipelineDraft, taken: set[str]) -> str:
+        if draft.name is not None:
+            return draft.name
+        name, n = self.stem, 1
+        while name in taken:
+            n += 1
+            name = f"{self.stem} {n}"
+        taken.add(name)
+        return name
+
+    def build(self, body: _Body, name: str) -> LoopSpec:
+        origin: dict[str, str] = {}
+        defaults = self.defaults.settings
+
+        def pick(key: str, default: Any, origin_key: str | None = None) -> Any:
+            setting = body.settings.get(key) or defaults.get(key)
+            origin[origin_key or key] = setting.where if setting else "default"
+            return setting.value if setting else default
+
+        max_iter = pick("max_iter", DEFAULT_MAX_ITER, "guards.max_iter")
+        stop_message = pick("stop_message", None)
+        if "max_iter" not in body.settings and not body.has_after and self.rigor and (
+                body.checks or body.has_fail):
+            max_iter, origin["guards.max_iter"] = RIGOR_MAX_ITER, self.rigor
+            stop_message, origin["stop_message"] = RIGOR_MESSAGE, self.rigor
+        guard_values = {
+            "max_iter": max_iter,
+            "budget_seconds": pick("budget_seconds", DEFAULT_BUDGET_SECONDS, "guards.budget_seconds"),
+            "no_progress_k": pick("no_progress_k", DEFAULT_NO_PROGRESS_K, "guards.no_progress_k"),
+            "escalate_after": pick("escalate_after", DEFAULT_ESCALATE_AFTER, "guards.escalate_after"),
+        }
+        revise = pick("revise", None)
+        memory_page = pick("memory_page", None)
+        escalate_when_blocked = pick("escalate_when_blocked", False)
+        scope = pick("scope", [])
+
+        look_items, look_line = body.look, body.look_line
+        watch = body.settings.get("state_paths") or defaults.get("state_paths")
+        if watch:
+            state_paths, origin["state_paths"] = watch.value, watch.where
+        elif look_line is not None and any(phrases.is_path(it) for it in look_items):
+            state_paths = [it for it in look_items if phrases.is_path(it)]
+            origin["state_paths"] = self.where(look_line, "look at")
+        else:
+            state_paths, origin["state_paths"] = [], "default"
+        look_at = list(dict.fromkeys(look_items + body.hints))
+        if look_at:
+            origin["look_at"] = self.where(look_line) if look_line else self.where(body.header)
+        protect = list(dict.fromkeys(self.defaults.protect + body.protect))
+        if protect:
+            origin["protect"] = ", ".join(self.defaults.protect_where + body.protect_where)
+        if self.cwd_where:
+            origin["cwd"] = self.cwd_where
+
+        checks = self.checks(body, name)
+        try:
+            return LoopSpec(
+                name=name, checks=tuple(checks), goal=body.goal or "", revise=revise,
+                guards=Guards(**guard_values), state_paths=tuple(state_paths),
+                memory_page=memory_page, cwd=self.cwd, stop_message=stop_message,
+                escalate_when_blocked=bool(escalate_when_blocked), look_at=tuple(look_at),
+                protect=tuple(protect), scope=tuple(scope), ignored=tuple(body.ignored),
+                origin=origin, source=self.where(body.header),
+            )
+        except LoopUsageError as exc:  # values are validated above; this is a last line of defence
+            raise LoopFileError(exc.message, self.path, body.header.no, 1, exc.fix) from None
+
+    def checks(self, body: _Body, name: str) -> list[Check]:
+        entries: list[tuple[Predicate, str, _Line]] = [
+            (Predicate(CheckKind.HUMAN, text=text), f"a human approves {text[len('approve '):]}", line)
+            for text, line in body.gates
+        ]
+        entries += body.checks
+        if not entries:
+            # LoopFlow accepts a loop without `done when`: it never passes by machine.
+            goal = body.goal or name
+            entries = [(Predicate(CheckKind.HUMAN, text=f"no done when: a human must confirm the goal: {goal}"),
+                        "no done when: a human confirms the goal", body.header)]
+        names = phrases.unique_names([phrases.check_name(phrase) for _, phrase, _ in entries])
+        out = []
+        for (pred, _, line), check_name in zip(entries, names, strict=True):
+            try:
+                out.append(pred.to_check(check_name, self.where(line)))
+            except LoopUsageError as exc:
+                raise LoopFileError(exc.message, self.path, line.no, line.col(), exc.fix) from None
+        return out
+
+
+def _near_miss(text: str) -> str | None:
+    """The keyword a mistyped line probably meant (``doen when`` -> ``done when``), or None."""
+    lower = " ".join(text.lower().split())
+    if ":" in lower:
+        key = lower.split(":", 1)[0].strip()
+        if key and key.count(" ") <= 2:
+            match = difflib.get_close_matches(key, _TYPO_KEYS, n=1, cutoff=0.8)
+            if match and match[0] != key:
+                return match[0] + ":"
+    start = " ".join(lower.split(" ", 2)[:2])
+    match = difflib.get_close_matches(start, _TYPO_STARTS, n=1, cutoff=0.8)
+    if match and match[0] != start:
+        return match[0]
+    return None
+
+
+def parse_loop_text(text: str, path: str = "<string>") -> LoopFile:
+    """Parse ``.loop`` text. ``path`` names the file in errors and sources; its
+    directory (absolute) is every loop's ``cwd`` unless the file sets ``target:``."""
+    return _Parser(text, os.fspath(path)).parse()
+
+
+def load_loop_file(path: str | os.PathLike) -> LoopFile:
+    """Read and parse a ``.loop`` file (UTF-8; anything else is a LoopFileError)."""
+    return parse_loop_text(read_text(path), os.fspath(path))
