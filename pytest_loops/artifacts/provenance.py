@@ -118,6 +118,7 @@ def tail_text(text: str | None, *, max_lines: int = TAIL_LINES, max_chars: int =
 
 
 def file_tail(path: str | None, fallback: str, *, read_bytes: int = 64 * 1024,
+              max_lines: int = TAIL_LINES, max_chars: int = TAIL_CHARS,
               scrub: Scrub | None = None) -> str:
     """The cleaned tail of an output file, or of ``fallback`` when it cannot be read."""
     if path:
@@ -130,10 +131,10 @@ def file_tail(path: str | None, fallback: str, *, read_bytes: int = 64 * 1024,
             text = data.decode("utf-8", "replace")
             if size > read_bytes:  # started mid-file: drop the partial first line
                 text = text.partition("\n")[2]
-            return tail_text(text, scrub=scrub)
+            return tail_text(text, max_lines=max_lines, max_chars=max_chars, scrub=scrub)
         except OSError:
             pass
-    return tail_text(fallback, scrub=scrub)
+    return tail_text(fallback, max_lines=max_lines, max_chars=max_chars, scrub=scrub)
 
 
 def nonneg_seconds(value: Any) -> float:
