@@ -323,10 +323,11 @@ def _check_step(iteration: int, index: int, check: CheckResult, node_id: str | N
         "tail": file_tail(check.output_file, check.output_tail, scrub=scrub),
         "output_file": check.output_file,
         "reason": check.reason,
-        "runs": check.runs,
+        "runs": check.runs if check.runs != 1 else None,
         "timed_out": bool(check.timed_out),
         "needs_human": bool(check.needs_human),
     }
+    _drop_empty(outputs, "output_file", "reason", "runs", "timed_out", "needs_human")
     inputs = {"name": check.name, "arguments": arguments}
     return ("tool", inputs, outputs, check.duration_s, {"name": _CHECK_TOOL})
 
@@ -347,7 +348,16 @@ def _guard_step(record: IterationRecord) -> Payload:
         "lesson": record.lesson,
         "elapsed_s": nonneg_seconds(record.elapsed_s),
     }
+    _drop_empty(outputs, "verify_duration_s", "state_hash", "guard", "guards_seen", "lesson")
     return ("think", {"text": guard_text(record)}, outputs, 0.0, None)
+
+
+def _drop_empty(outputs: dict[str, Any], *keys: str) -> None:
+    """Leave out fields at their default: opentine's save redacts every string,
+    keys included, and that pass is most of the cost of a .tine."""
+    for key in keys:
+        if outputs.get(key) in (None, "", {}, [], False, 0.0):
+            outputs.pop(key, None)
 
 
 def guard_text(record: IterationRecord) -> str:

@@ -1,0 +1,130 @@
+"""How much a .tine costs: write_tine for a 50-iteration loop against a plain JSON dump.
+
+    python benchmarks/bench_tine.py [--iterations 50] [--repeat 5]
+
+Prints figures and ratios measured in this run only (machines here are shared and
+noisy); the goal is a 50-iteration, 2-check loop recorded in under 0.5 s. Always
+exits 0: it reports, it does not judge.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pytest_loops.artifacts import provenance  # noqa: E402
+from pytest_loops.results import CheckResult, IterationRecord, LoopResult  # noqa: E402
+from pytest_loops.spec import Check, Guards, LoopSpec  # noqa: E402
+from pytest_loops.verdict import Verdict  # noqa: E402
+
+GOAL_S = 0.5
+TAIL = "\n".join(
+    ["============================= test session starts ==============================",
+     "collected 12 items", "", "tests/test_parser.py ....F.......                    [100%]", "",
+     "=================================== FAILURES ===================================",
+     "_________________________________ test_parse __________________________________",
+     "    def test_parse():", ">       assert parse('1+') == 1",
+     "E       ParseError: unexpected end of input at column 2", "",
+     "tests/test_parser.py:14: ParseError", "api_token: not-a-real-token",
+     "=========================== short test summary info ============================",
+     "FAILED tests/test_parser.py::test_parse - ParseError: unexpected end of input",
+     "========================= 1 failed, 11 passed in 0.41s ========================="])
+
+
+def build(iterations: int) -> LoopResult:
+    spec = LoopSpec(name="bench", goal="benchmark the .tine writer", revise="./agent.sh",
+                    checks=(Check.command_passes("ruff check ."), Check.test_passes("tests/test_parser.py")),
+                    guards=Guards(max_iter=iterations), state_paths=("src",))
+    records = []
+    for i in range(1, iterations + 1):
+        checks = [
+            CheckResult(name=spec.checks[0].name, kind="command", passed=True, exit_code=0,
+                        duration_s=0.31, output_tail="All checks passed!", command="ruff check ."),
+            CheckResult(name=spec.checks[1].name, kind="pytest", passed=False, exit_code=1,
+                        duration_s=1.7, output_tail=f"{TAIL}\niteration {i}"),
+        ]
+        records.append(IterationRecord(
+            iter=i, started_at="2026-01-01T00:00:00Z", checks=checks, verify_exit=1, duration_s=9.5,
+            state_hash=f"sha256:{i:064x}", state_changed=True, unchanged_streak=0,
+            lesson=f"iteration {i}: ParseError at column 2", revise_exit=0, revise_duration_s=7.2,
+            revise_tail=f"edited src/parser.py ({i})", guards_seen={"budget_left_s": 900.0 - 9.5 * i},
+            elapsed_s=9.5 * i, guard="max_iter" if i == iterations else None))
+    return LoopResult(spec=spec, verdict=Verdict.MAX_ITER, reason="the iteration cap was reached",
+                      iterations=records, started_at="2026-01-01T00:00:00Z",
+                      ended_at="2026-01-01T00:08:00Z", elapsed_s=475.0)
+
+
+def json_baseline(result: LoopResult, path: Path) -> None:
+    """What a plain run log costs: the same result, json.dumps'ed to disk."""
+    data = {"spec": result.spec.to_dict(), "verdict": result.verdict.value, "reason": result.reason,
+            "iterations": [r.to_dict() for r in result.iterations]}
+    path.write_text(json.dumps(data, indent=2, allow_nan=False))
+
+
+def median_time(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=50)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    n, repeat = max(2, args.iterations), max(1, args.repeat)
+    small_n = max(1, n // 5)
+
+    start = time.perf_counter()
+    import opentine  # noqa: F401  (the one-off import, paid once per process)
+    import_s = time.perf_counter() - start
+
+    result, small = build(n), build(small_n)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        provenance.write_tine(small, out / "warmup.tine")
+        baseline = median_time(lambda: json_baseline(result, out / "run.json"), repeat)
+        tine = median_time(lambda: provenance.write_tine(result, out / "run.tine"), repeat)
+        tine_small = median_time(lambda: provenance.write_tine(small, out / "small.tine"), repeat)
+        signed = median_time(lambda: provenance.write_tine(result, out / "signed.tine",
+                                                           hmac_key=b"0123456789abcdef0123"), repeat)
+        scrub = provenance.make_redactor()
+        build_s = median_time(lambda: provenance._payloads(result, scrub), repeat)
+        from opentine import Run
+
+        load_s = median_time(lambda: Run.load(out / "run.tine"), repeat)
+        steps = len(Run.load(out / "run.tine").steps)
+        size = (out / "run.tine").stat().st_size
+        json_size = (out / "run.json").stat().st_size
+        ok, message = provenance.verify_tine(out / "run.tine")
+
+    per_iteration = (tine - tine_small) / (n - small_n)
+    print(f"loop: {n} iterations x 2 checks + revise -> {steps} steps; median of {repeat} runs")
+    print(f"import opentine (once per process)   {import_s * 1000:8.1f} ms")
+    print(f"json.dumps baseline ({json_size:,} B)    {baseline * 1000:8.1f} ms")
+    print(f"write_tine ({size:,} B .tine)        {tine * 1000:8.1f} ms   "
+          f"{tine / baseline:6.1f}x baseline   goal < {GOAL_S * 1000:.0f} ms: "
+          f"{'met' if tine < GOAL_S else 'NOT met'}")
+    print(f"write_tine, HMAC-signed              {signed * 1000:8.1f} ms   {signed / tine:6.2f}x unsigned")
+    print(f"  building the steps (ours)          {build_s * 1000:8.1f} ms   "
+          f"{build_s / tine:6.1%} of write_tine")
+    print(f"  reading back to check redaction    {load_s * 1000:8.1f} ms   {load_s / tine:6.1%} of write_tine")
+    print(f"write_tine, {small_n} iterations            {tine_small * 1000:8.1f} ms")
+    print(f"recording cost per iteration         {per_iteration * 1000:8.2f} ms   "
+          f"(slope between {small_n} and {n} iterations)")
+    print(f"verify: {message}" if ok else f"verify FAILED: {message}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
