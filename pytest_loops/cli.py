@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -76,7 +77,36 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--artifacts", metavar="DIR", help="artifacts directory (default .pytest-loops under --cwd)")
     run.add_argument("-p", dest="plugins", action="append", default=[], metavar="MODULE",
                      help="load a plugin module implementing pytest_loop_* hooks (repeatable)")
+    run.add_argument("--resume", metavar="RUNLOG",
+                     help="continue a killed or stopped loop from its run log: its spec, iterations, "
+                          "streak and spent budget carry over (guard flags may raise the limits)")
+    run.add_argument("--tine", metavar="PATH", help="where to write the .tine provenance "
+                                                    "(default: beside the run log)")
+    run.add_argument("--no-tine", action="store_true", help="write no .tine provenance")
+    run.add_argument("--sign-key-env", metavar="VAR",
+                     help="sign the .tine with the HMAC key in this environment variable (>= 16 bytes)")
+    run.add_argument("--sign-key-file", metavar="FILE", help="sign the .tine with this Ed25519 private key")
     run.add_argument("--quiet", "-q", action="store_true", help="print only the verdict line")
+
+    show = sub.add_parser("show", help="show a loop file's parsed shape, or a run's iteration table",
+                          description="FILE is a .loop / *.loop.yaml file (its loops, checks, guards and "
+                                      "where each value came from) or a run log / .tine (its iterations).")
+    show.add_argument("file", metavar="FILE")
+    show.add_argument("-v", "--verbose", action="store_true", help="also list the lines not acted on")
+
+    diff = sub.add_parser("diff", help="compare two runs loop by loop")
+    diff.add_argument("a", metavar="RUN_A")
+    diff.add_argument("b", metavar="RUN_B")
+
+    verify = sub.add_parser("verify", help="check a .tine file's integrity and signature "
+                                           "(exit 0 good, 1 tampered or mismatched)")
+    verify.add_argument("file", metavar="FILE.tine")
+    verify.add_argument("--key-env", metavar="VAR", help="environment variable holding the HMAC key")
+    verify.add_argument("--pubkey", metavar="FILE", help="Ed25519 public key file")
+
+    report = sub.add_parser("report", help="write one self-contained HTML report of the runs in DIR")
+    report.add_argument("directory", metavar="DIR", help="an artifacts directory (e.g. .pytest-loops)")
+    report.add_argument("-o", "--output", metavar="FILE", default="report.html")
 
     selftest = sub.add_parser("selftest", help="check the harness's own guards (no LLM, no network)")
     selftest.add_argument("--quiet", "-q", action="store_true")
@@ -150,12 +180,55 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
     return spec, {"log_path": settings["log_path"], "unknown_keys": unknown, "config": config_path}
 
 
+def resume_spec(args: argparse.Namespace) -> tuple[LoopSpec, dict[str, Any], dict[str, Any]]:
+    """The spec of the run log given to --resume, with guard and revise flags on top."""
+    from .artifacts.runlog import load_runlog
+    from .results import IterationRecord
+
+    data = load_runlog(args.resume)
+    where = f"--resume {args.resume}"
+    if data.get("verdict") == "SUCCESS":
+        raise LoopUsageError("that loop already ended SUCCESS; nothing to resume", location=where)
+    spec = LoopSpec.from_dict(data.get("spec") or {})
+    try:
+        [IterationRecord.from_dict(r) for r in data["iterations"]]
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise LoopUsageError(f"an iteration record is not valid: {exc}", location=where) from None
+    guards = spec.guards.to_dict()
+    guards.update({k: getattr(args, k) for k in GUARD_KEYS if getattr(args, k) is not None})
+    changes: dict[str, Any] = {"guards": Guards(**guards)}
+    if args.revise:
+        changes["revise"] = args.revise
+    if args.cwd:
+        changes["cwd"] = str(Path(args.cwd).resolve())
+    if not Path(changes.get("cwd", spec.cwd)).is_dir():
+        raise LoopUsageError(f"the loop's working directory {spec.cwd!r} does not exist", location=where,
+                             fix="give --cwd DIR")
+    return spec.replace(**changes), {"log_path": args.log, "unknown_keys": [], "config": None}, data
+
+
+def artifact_options(args: argparse.Namespace, resume_base: list[str]):
+    from .finish import ArtifactOptions
+
+    def resume_command(result) -> str:
+        return " ".join(shlex.quote(a) for a in [PROG, "run", "--resume", str(result.log_path), *resume_base])
+
+    return ArtifactOptions(tine=not args.no_tine, tine_path=args.tine, hmac_key_env=args.sign_key_env,
+                           ed25519_key=args.sign_key_file, resume_command=resume_command)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .engine import Engine
+    from .finish import make_finishers
     from .hooks import make_plugin_manager
     from .process import ProcessRunner, TerminationGuard
 
-    spec, extra = spec_from_args(args)
+    resume_from = None
+    if args.resume:
+        spec, extra, resume_from = resume_spec(args)
+    else:
+        spec, extra = spec_from_args(args)
+    finishers = make_finishers(artifact_options(args, ["--cwd", spec.cwd]))
     out = sys.stdout
     for key in extra["unknown_keys"]:
         print(f"{PROG}: warning: {extra['config']}: unknown key {key!r} ignored", file=sys.stderr)
@@ -168,9 +241,9 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"escalate_after={g.escalate_after}; state: {', '.join(spec.state_paths) or '(none: no-progress off)'}",
               file=out, flush=True)
     runner = ProcessRunner()
-    engine = Engine(runner=runner, plugin_manager=pm, artifacts_dir=args.artifacts)
+    engine = Engine(runner=runner, plugin_manager=pm, artifacts_dir=args.artifacts, finishers=finishers)
     with TerminationGuard(runner):
-        result = engine.run(spec, log_path=extra["log_path"])
+        result = engine.run(spec, log_path=extra["log_path"], resume_from=resume_from)
     lines = verdict_lines(result)
     print("\n".join(lines[:1] if args.quiet else lines), file=out, flush=True)
     return result.exit_code
@@ -190,7 +263,48 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(directory=args.dir, config=args.config, quiet=args.quiet)
 
 
-COMMANDS = {"run": cmd_run, "selftest": cmd_selftest, "demo": cmd_demo}
+def cmd_show(args: argparse.Namespace) -> int:
+    from .sources import format_loop_file, is_loop_file, load_any
+
+    if is_loop_file(args.file):
+        print(format_loop_file(load_any(args.file), verbose=args.verbose))
+        return 0
+    from .inspect import format_run, load_run
+
+    print(format_run(load_run(args.file)))
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from .inspect import diff_runs, load_run
+
+    print(diff_runs(load_run(args.a), load_run(args.b)))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from .inspect import verify_command
+
+    code, message = verify_command(args.file, key_env=args.key_env, pubkey=args.pubkey)
+    print(message, file=sys.stdout if code == 0 else sys.stderr)
+    return code
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .artifacts.report import collect_runs, write_html_report
+
+    directory = Path(args.directory)
+    if not directory.is_dir():
+        raise LoopUsageError("not a directory", location=str(directory),
+                             fix="pass the artifacts directory, e.g. .pytest-loops")
+    runs = collect_runs(directory)
+    path = write_html_report(runs, args.output)
+    print(f"{path}: {len(runs)} loop run(s)")
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "selftest": cmd_selftest, "demo": cmd_demo, "show": cmd_show,
+            "diff": cmd_diff, "verify": cmd_verify, "report": cmd_report}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,7 @@ spawning.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -83,7 +84,7 @@ class LoopContext:
     lessons: list[str] = field(default_factory=list)
     suspects: list[str] = field(default_factory=list)
     budget_hit: bool = False
-    _labels: dict[int, str] = field(default_factory=dict)
+    scrub: Callable[[str], str] | None = None  # masks secret values before anything is written
 
     @property
     def iteration_dir(self) -> Path:
@@ -132,7 +133,24 @@ class LoopContext:
                                  output_path=self.iteration_dir / f"{label}.out")
         if result.timed_out and budget_limited:
             self.budget_hit = True
+        if self.scrub is not None:
+            result = scrub_output(result, self.scrub)
         return result
+
+
+def scrub_output(result: CommandResult, scrub: Callable[[str], str]) -> CommandResult:
+    """Mask secrets in a command's output file and tail, in place."""
+    if result.output_file:
+        path = Path(result.output_file)
+        try:
+            text = path.read_text(encoding="utf-8", errors="surrogateescape")
+            clean = scrub(text)
+            if clean != text:
+                path.write_text(clean, encoding="utf-8", errors="surrogateescape")
+        except OSError:
+            pass
+    tail = scrub(result.tail)
+    return result if tail == result.tail else dataclasses.replace(result, tail=tail)
 
 
 @dataclass(frozen=True)
@@ -202,6 +220,9 @@ class Engine:
         self.fingerprint_factory = fingerprint_factory
         self.artifacts_dir = artifacts_dir
         self.env = with_python_on_path(os.environ if env is None else env)
+        from .redact import make_redactor, secret_values
+
+        self.scrub = make_redactor(self.env) if secret_values(self.env) else None
         self.write_index = write_index
         self.finishers = list(finishers)
 
@@ -209,15 +230,23 @@ class Engine:
 
     def run(self, spec: LoopSpec, *, log_path: str | os.PathLike | None = None,
             memory_page: str | os.PathLike | None = None,
-            first_results: Mapping[str, CheckResult] | None = None) -> LoopResult:
+            first_results: Mapping[str, CheckResult] | None = None,
+            resume_from: Mapping[str, Any] | None = None) -> LoopResult:
         """Drive one loop to its verdict.
 
         ``first_results`` (check name -> result) stands in for running those checks
         in iteration 1, when the caller has just run them (a failed pytest test).
+        ``resume_from`` is a loaded run log (:func:`~pytest_loops.artifacts.runlog.load_runlog`)
+        of a killed or stopped run: its iterations, streak and spent time carry
+        over, and the new log names the old one.
         """
         hook = self.pm.hook
         wall0 = self.wall()
-        t0 = self.clock()
+        prior = [IterationRecord.from_dict(r) for r in (resume_from or {}).get("iterations", [])]
+        spent = float((resume_from or {}).get("elapsed_s") or 0.0)
+        if prior and not spent:
+            spent = prior[-1].elapsed_s
+        t0 = self.clock() - max(0.0, spent)  # the budget counts the time already spent
         paths = resolve_paths(spec, artifacts_dir=self.artifacts_dir, log_path=log_path,
                               memory_page=memory_page, wall=wall0)
         workdir = Path(spec.cwd).resolve()
@@ -234,7 +263,7 @@ class Engine:
                 exclude += [str(paths.memory_page), str(paths.memory_page) + ".lock"]
             fingerprint = self.fingerprint_factory(workdir, list(spec.state_paths), exclude=exclude)
 
-        log = RunLogWriter(paths.log)
+        log = RunLogWriter(paths.log, scrub=self.scrub)
         header = {
             "loop": spec.name, "goal": spec.goal, "source": spec.source,
             "guards": g.to_dict(), "state_paths": list(spec.state_paths),
@@ -244,14 +273,19 @@ class Engine:
             "lessons_read": lessons_read, "run_dir": str(paths.run_dir),
             "pytest_loops_version": _version(),
         }
+        if resume_from is not None:
+            header["resumed_from"] = resume_from.get("log_path") or (resume_from.get("artifacts") or {}).get("log")
+            header["resumed_after_iterations"] = len(prior)
         log.start(header)
+        for old in prior:  # the new log holds the whole loop
+            log.iteration(old.to_dict())
 
-        records: list[IterationRecord] = []
+        records: list[IterationRecord] = list(prior)
         verdict: Verdict | None = None
         reason = ""
-        previous_hash: str | None = None
-        streak = 0
-        iteration = 0
+        previous_hash: str | None = prior[-1].state_hash if prior else None
+        streak = prior[-1].unchanged_streak if prior else 0
+        iteration = len(prior)
         try:
             while verdict is None:
                 iteration += 1
@@ -266,11 +300,12 @@ class Engine:
                 it0 = self.clock()
                 ctx = LoopContext(spec=spec, iteration=iteration, workdir=workdir,
                                   run_dir=paths.run_dir, runner=self.runner, clock=self.clock,
-                                  deadline=deadline, base_env=self.env, lessons=lessons)
+                                  deadline=deadline, base_env=self.env, lessons=lessons,
+                                  scrub=self.scrub)
 
                 # verify
                 for check in spec.checks:
-                    if iteration == 1 and first_results and check.name in first_results:
+                    if iteration == 1 and not prior and first_results and check.name in first_results:
                         result = first_results[check.name]
                     else:
                         result = hook.pytest_loop_run_check(check=check, context=ctx)
@@ -310,6 +345,8 @@ class Engine:
                                              record.state_changed if fingerprint is not None else "untracked",
                                              first_meaningful_line(_failure_text(failed)),
                                              loop_name=spec.name)
+                        if self.scrub is not None:
+                            line = self.scrub(line)
                         page.append(line)
                         record.lesson = line
                         written_lessons.append(line)

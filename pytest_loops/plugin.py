@@ -41,6 +41,12 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "config": ("a loop-runner config file (guards, progress, reflexion, revise) as a settings layer", "string"),
     "exitcode": ("'pytest' (default): exit 1 when a loop fails; 'verdict': exit with the highest loop "
                  "verdict code (5 ESCALATE > 4 NO_PROGRESS > 3 TIMEOUT > 2 MAX_ITER)", "string"),
+    "tine": ("'on' (default) writes one .tine provenance file per loop beside its run log; 'off' none",
+             "string"),
+    "report": ("write a self-contained HTML report of this session's loops to this file", "string"),
+    "sign_key_env": ("sign .tine files with the HMAC key in this environment variable (>= 16 bytes)",
+                     "string"),
+    "sign_key_file": ("sign .tine files with this Ed25519 private key file", "string"),
 }
 
 
@@ -62,6 +68,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         else:
             group.addoption(flag, action="store", default=None, dest=f"loop_{name}", help=help_text)
         parser.addini(f"loop_{name}", help_text, type=ini_type, default=None)
+    group.addoption("--loop-resume", action="store_true", default=False,
+                    help="continue each loop from its latest unfinished or stopped run log in the "
+                         "artifacts directory (iterations, streak and spent budget carry over)")
     parser.addini("loop_paths", "directories (or files) whose loop files are collected under --loop "
                   "when no paths are given on the command line", type="paths", default=[])
 
@@ -142,6 +151,31 @@ def marker_layer(marker: pytest.Mark, nodeid: str) -> dict[str, Any]:
     return layer
 
 
+def _option(config: pytest.Config, key: str) -> Any:
+    return config.getoption(f"loop_{key}") or _ini(config, key)
+
+
+def _choice(config: pytest.Config, key: str, choices: tuple[str, ...]) -> str:
+    value = _option(config, key) or choices[0]
+    if value not in choices:
+        raise LoopUsageError(f"{value!r} is not a valid --loop-{key.replace('_', '-')}; valid: "
+                             f"{', '.join(choices)}")
+    return value
+
+
+def artifact_options(config: pytest.Config):
+    """The .tine / hand-off options of this session (the signing key is checked here)."""
+    from .finish import ArtifactOptions
+
+    options = ArtifactOptions(
+        tine=_choice(config, "tine", TINE_CHOICES) == "on",
+        hmac_key_env=_option(config, "sign_key_env"),
+        ed25519_key=_option(config, "sign_key_file"),
+    )
+    options.signing_key()
+    return options
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
     enabled = bool(config.getoption("loop")) and not os.environ.get(CHILD_ENV)
@@ -149,10 +183,8 @@ def pytest_configure(config: pytest.Config) -> None:
         return  # without --loop the plugin changes nothing, not even by erroring
     try:
         settings = build_settings(config)
-        exitcode = config.getoption("loop_exitcode") or _ini(config, "exitcode") or "pytest"
-        if exitcode not in EXITCODE_CHOICES:
-            raise LoopUsageError(f"{exitcode!r} is not a valid --loop-exitcode; valid: "
-                                 f"{', '.join(EXITCODE_CHOICES)}")
+        exitcode = _choice(config, "exitcode", EXITCODE_CHOICES)
+        artifact_options(config)  # validates the signing key now, before any test runs
     except LoopUsageError as exc:
         raise pytest.UsageError(str(exc)) from None
     from .hooks import register_builtins

@@ -33,6 +33,8 @@ from .verdict import Verdict
 TREE_EXCLUDES = (".venv", "venv", ".tox", ".nox", "node_modules", "build", "dist", "*.egg-info")
 
 SESSION_LOOP_NAME = "failing tests"
+# workeroutput key: a usage error an xdist worker found, raised by the controller
+USAGE_ERROR_KEY = "loop_usage_error"
 
 
 class LoopSession:
@@ -55,6 +57,12 @@ class LoopSession:
         workerinput = getattr(config, "workerinput", None)
         self.testrunuid = workerinput["testrunuid"] if workerinput else uuid.uuid4().hex
         config.stash[SESSION_KEY] = self
+        from dataclasses import replace
+
+        from .finish import make_finishers
+        from .plugin import artifact_options
+
+        self.finishers = make_finishers(replace(artifact_options(config), resume_command=self.resume_command))
 
     # -- settings ---------------------------------------------------------------------
 
@@ -76,7 +84,10 @@ class LoopSession:
             return StateFingerprint(root, patterns, exclude=[*exclude, *TREE_EXCLUDES])
 
         return Engine(plugin_manager=self.config.pluginmanager, artifacts_dir=self.artifacts_dir,
-                      fingerprint_factory=exclude_trees)
+                      fingerprint_factory=exclude_trees, finishers=self.finishers)
+
+    def resume_command(self, result: LoopResult) -> str:
+        return self.reproduce_command() + " --loop-resume"
 
     def spec_for(self, name: str, goal: str, checks: tuple[Check, ...], values: Resolved) -> LoopSpec:
         return LoopSpec(
@@ -92,11 +103,30 @@ class LoopSession:
         tree never interleave, also across xdist workers."""
         revises = spec.revise or len(self.config.pluginmanager.hook.pytest_loop_revise.get_hookimpls()) > 1
         if not revises:  # a loop that changes nothing needs no lock
-            return self.make_engine().run(spec, **kwargs)
+            return self.make_engine().run(spec, resume_from=self.resume_point(spec), **kwargs)
         lock_path = self.rootdir / ARTIFACTS_DIRNAME / "tree.lock"
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(lock_path)):
-            return self.make_engine().run(spec, **kwargs)
+            return self.make_engine().run(spec, resume_from=self.resume_point(spec), **kwargs)
+
+    def resume_point(self, spec: LoopSpec) -> dict[str, Any] | None:
+        """With --loop-resume: the latest run log of this loop that did not finish or was
+        stopped by its budget; None when there is nothing to continue."""
+        if not self.config.getoption("loop_resume"):
+            return None
+        from .artifacts.runlog import load_runlog
+
+        logs = sorted((self.artifacts_dir / "runs").glob(f"{spec.slug}-*.json"),
+                      key=lambda p: p.stat().st_mtime)
+        for path in reversed(logs):
+            try:
+                data = load_runlog(path)
+            except LoopUsageError:
+                continue
+            if data.get("loop") != spec.name:
+                continue
+            return data if data.get("verdict") in (None, "TIMEOUT") else None
+        return None
 
     # -- loop files -------------------------------------------------------------------------
 
@@ -182,7 +212,21 @@ class LoopSession:
                 try:
                     marker_layer(marker, item.nodeid)
                 except LoopUsageError as exc:
+                    if self.is_worker:
+                        # A UsageError raised on an xdist worker crashes it and the
+                        # controller reports an INTERNALERROR: run nothing here and let
+                        # the controller raise it (pytest_testnodedown).
+                        self.config.workeroutput[USAGE_ERROR_KEY] = str(exc)
+                        items[:] = []
+                        return
                     raise pytest.UsageError(str(exc)) from None
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """On the xdist controller: a worker found a bad marker; fail as a usage error."""
+        message = (getattr(node, "workeroutput", None) or {}).get(USAGE_ERROR_KEY)
+        if message:
+            raise pytest.UsageError(message)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]):
@@ -293,4 +337,26 @@ class LoopSession:
         terminalreporter.section("loops")
         for line in summary_rows(self.rows):
             terminalreporter.write_line(line)
+        report = self.write_report()
+        if report:
+            terminalreporter.write_line(f"loops: HTML report: {report}")
+
+    def write_report(self) -> str | None:
+        """--loop-report FILE: this session's loops in one HTML file."""
+        from .plugin import _option
+
+        target = _option(self.config, "report")
+        if not target or self.is_worker:
+            return None
+        from .artifacts.report import write_html_report
+        from .artifacts.runlog import load_runlog
+
+        runs = []
+        for row in self.rows:
+            try:
+                runs.append(load_runlog(row["artifact_log"]))
+            except (KeyError, LoopUsageError):
+                continue
+        path = Path(target)
+        return write_html_report(runs, path if path.is_absolute() else Path(self.config.invocation_params.dir) / path)
 

@@ -240,6 +240,23 @@ class LoopSpec:
             "source": self.source,
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LoopSpec:
+        """The inverse of :meth:`to_dict` (a run log's ``spec``). Bad data raises LoopUsageError."""
+        if not isinstance(data, Mapping):
+            raise LoopUsageError(f"a loop spec must be a mapping, got {type(data).__name__}")
+        try:
+            checks = tuple(
+                Check(**{k: v for k, v in c.items() if k in _CHECK_FIELDS}) for c in data.get("checks", ())
+            )
+            guards = Guards(**{k: v for k, v in (data.get("guards") or {}).items() if k in _GUARD_FIELDS})
+            ignored = tuple(IgnoredLine(**i) for i in data.get("ignored", ()))
+            kwargs = {k: v for k, v in data.items() if k in _SPEC_FIELDS}
+            kwargs.update(checks=checks, guards=guards, ignored=ignored)
+            return cls(**kwargs)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise LoopUsageError(f"not a valid loop spec: {exc}") from None
+
     def digest(self) -> str:
         """sha256 of the loop's behaviour-relevant fields (not its origin bookkeeping)."""
         data = self.to_dict()
@@ -259,3 +276,8 @@ class Pipeline:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stages", tuple(self.stages))
+
+
+_CHECK_FIELDS = {f.name for f in dataclasses.fields(Check)}
+_GUARD_FIELDS = {f.name for f in dataclasses.fields(Guards)}
+_SPEC_FIELDS = {f.name for f in dataclasses.fields(LoopSpec)}

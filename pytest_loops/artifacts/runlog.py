@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +44,16 @@ def atomic_write_text(path: Path, text: str) -> None:
 class RunLogWriter:
     """Appends events while the loop runs; writes the summary at the end."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, scrub: Callable[[str], str] | None = None) -> None:
         self.path = Path(path)
+        self.scrub = scrub  # masks secret values in everything written
+
+    def _text(self, text: str) -> str:
+        return self.scrub(text) if self.scrub is not None else text
 
     def _append(self, event: dict[str, Any]) -> None:
         with open(self.path, "a", encoding="utf-8") as f:
-            f.write(_dump(event) + "\n")
+            f.write(self._text(_dump(event)) + "\n")
 
     def start(self, header: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -62,8 +67,8 @@ class RunLogWriter:
         self._append({"event": "aborted", "reason": reason})
 
     def finish(self, summary: dict[str, Any]) -> None:
-        atomic_write_text(self.path, json.dumps(summary, ensure_ascii=False, indent=2,
-                                                default=str, allow_nan=False) + "\n")
+        atomic_write_text(self.path, self._text(json.dumps(summary, ensure_ascii=False, indent=2,
+                                                           default=str, allow_nan=False)) + "\n")
 
 
 def _from_events(lines: list[str], path: Path) -> dict[str, Any]:
@@ -125,8 +130,10 @@ def load_runlog(path: str | os.PathLike) -> dict[str, Any]:
             raise LoopUsageError(f"unknown schema {schema!r}; expected {SCHEMA!r}", location=str(p))
         if not isinstance(data.get("iterations"), list):
             raise LoopUsageError("'iterations' is missing or not a list", location=str(p))
-        return data
-    return _from_events(text.splitlines(), p)
+    else:
+        data = _from_events(text.splitlines(), p)
+    data["log_path"] = str(p)  # where it was read from (for --resume links)
+    return data
 
 
 def append_index(index_path: str | os.PathLike, entry: dict[str, Any]) -> None:

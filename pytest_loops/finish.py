@@ -1,0 +1,85 @@
+"""What a finished loop leaves besides its run log: `.tine` provenance and a hand-off.
+
+Both are written after the verdict and before the run-log summary, so the
+summary lists them. A failure to write either is recorded in the summary and
+never loses the run log.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .engine import RunPaths
+from .errors import LoopUsageError
+from .results import LoopResult
+
+MIN_HMAC_KEY_BYTES = 16
+
+
+@dataclass(frozen=True)
+class ArtifactOptions:
+    """How a loop's provenance and hand-off are written."""
+
+    tine: bool = True
+    tine_path: str | None = None  # default: beside the run log, suffix .tine
+    hmac_key_env: str | None = None  # name of the variable holding the HMAC key
+    ed25519_key: str | None = None  # path of an Ed25519 private key file
+    handoff: bool = True
+    resume_command: Callable[[LoopResult], str] | None = None
+
+    def signing_key(self) -> bytes | None:
+        """The HMAC key, read from its variable now (never stored). Bad input: LoopUsageError."""
+        if self.hmac_key_env is None:
+            if self.ed25519_key is not None and not Path(self.ed25519_key).is_file():
+                raise LoopUsageError(f"no such key file {self.ed25519_key!r}", location="ed25519 key",
+                                     fix="make one with `tine keygen --out FILE`")
+            return None
+        if self.ed25519_key is not None:
+            raise LoopUsageError("give an HMAC key variable or an Ed25519 key file, not both")
+        value = os.environ.get(self.hmac_key_env)
+        if not value:
+            raise LoopUsageError(f"environment variable {self.hmac_key_env} is not set or empty",
+                                 location="sign key", fix="export the HMAC key (>= 16 bytes) in it")
+        key = value.encode()
+        if len(key) < MIN_HMAC_KEY_BYTES:
+            raise LoopUsageError(f"the HMAC key in {self.hmac_key_env} is {len(key)} bytes; it must be "
+                                 f"at least {MIN_HMAC_KEY_BYTES}", location="sign key")
+        return key
+
+
+def make_finishers(options: ArtifactOptions) -> list[Callable[[LoopResult, RunPaths], None]]:
+    """Engine finishers for these options. Validates the signing key first."""
+    key = options.signing_key()
+    finishers: list[Callable[[LoopResult, RunPaths], None]] = []
+
+    if options.tine:
+        def tine(result: LoopResult, paths: RunPaths) -> None:
+            from .artifacts.provenance import write_tine
+
+            target = Path(options.tine_path) if options.tine_path else paths.log.with_suffix(".tine")
+            try:
+                result.artifacts["tine"] = write_tine(result, target, hmac_key=key,
+                                                      ed25519_key_path=options.ed25519_key)
+            except Exception as exc:  # noqa: BLE001 - provenance must never cost the run log
+                result.artifacts["tine_error"] = f"{type(exc).__name__}: {exc}"
+
+        finishers.append(tine)
+
+    if options.handoff:
+        def handoff(result: LoopResult, paths: RunPaths) -> None:
+            if result.succeeded:
+                return
+            from .artifacts.handoff import write_handoff
+
+            command = options.resume_command(result) if options.resume_command else ""
+            target = paths.log.with_name(paths.log.stem + ".handoff.md")
+            try:
+                result.artifacts["handoff"] = write_handoff(result, target, resume_command=command)
+            except Exception as exc:  # noqa: BLE001 - same: the run log comes first
+                result.artifacts["handoff_error"] = f"{type(exc).__name__}: {exc}"
+
+        finishers.append(handoff)
+    return finishers
