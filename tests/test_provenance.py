@@ -525,3 +525,11 @@ def test_tine_show_and_verify_work_on_our_files(tmp_path, monkeypatch):
     cli = subprocess.run([str(TINE), "verify", signed, "--key-env", "LOOPS_HMAC"],
                          capture_output=True, text=True)
     assert cli.returncode != 0
+
+
+def test_a_step_output_that_is_not_a_dict_is_refused_before_save():
+    from opentine import Run
+
+    # opentine itself accepts a list here and only fails later, inside save().
+    with pytest.raises(TypeError, match="must be dicts"):
+        provenance._add_step(Run(metadata={}), "tool", {"name": "x", "arguments": {}}, [1, 2], 0.0, None)

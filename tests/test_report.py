@@ -287,3 +287,9 @@ def test_a_browser_takes_a_screenshot(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     data = shot.read_bytes()
     assert data.startswith(b"\x89PNG") and len(data) > 10_000
+
+
+def test_collect_runs_finds_a_log_written_with_sorted_keys(tmp_path):
+    run = run_dict("sorted", [[True, True]] * 30, Verdict.SUCCESS, "ok")
+    (tmp_path / "sorted.json").write_text(json.dumps(run, sort_keys=True, indent=2))
+    assert [r["loop"] for r in collect_runs(tmp_path)] == ["sorted"]

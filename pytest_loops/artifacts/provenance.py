@@ -513,6 +513,8 @@ def verify_tine(
     checked.
     """
     where = str(path)
+    if isinstance(hmac_key, str):
+        hmac_key = hmac_key.encode()
     try:
         return _verify(Path(path), hmac_key, pubkey_path)
     except Exception as exc:  # noqa: BLE001 - the contract is "never raises"
@@ -595,10 +597,10 @@ def load_tine_summary(path: str | os.PathLike) -> dict[str, Any]:
         raise ValueError(f"not a readable .tine file ({_one_line(exc)})") from None
     steps = run.steps
     integrity = Run.verify_integrity(Path(path))
-    return summary_from_steps(steps, dict(run.metadata), integrity_ok=bool(integrity.ok))
+    return _summary_from_steps(steps, dict(run.metadata), integrity_ok=bool(integrity.ok))
 
 
-def summary_from_steps(steps: list[Any], metadata: Mapping[str, Any], *,
+def _summary_from_steps(steps: list[Any], metadata: Mapping[str, Any], *,
                        integrity_ok: bool) -> dict[str, Any]:
     start: dict[str, Any] = {}
     done: dict[str, Any] | None = None

@@ -64,13 +64,17 @@ def collect_runs(directory: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def _may_be_runlog(path: Path) -> bool:
-    # Read the head only: a directory may hold big JSON files that are not ours.
+    # Read the ends only: a directory may hold big JSON files that are not ours.
+    # The engine writes "schema" first; a writer that sorts keys puts it near the end.
     try:
         with open(path, "rb") as f:
             head = f.read(4096)
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+            tail = f.read()
     except OSError:
         return False
-    return SCHEMA.encode() in head or b'"event"' in head
+    marker = SCHEMA.split("/")[0].encode()
+    return marker in head or marker in tail
 
 
 def write_html_report(runs: Sequence[Mapping[str, Any]], out_path: str | os.PathLike, *,
