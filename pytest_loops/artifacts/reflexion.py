@@ -91,7 +91,10 @@ class MemoryPage:
                 prefix = self._header()
             elif not self._has_heading:
                 text = self.path.read_text(encoding="utf-8", errors="replace")
-                if LESSONS_HEADING not in (ln.strip() for ln in text.splitlines()):
+                headings = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("## ")]
+                # appended lines land in the last section: unless that is `## Lessons`
+                # (a hand-added section below it), open one, or they are never read back
+                if not headings or headings[-1] != LESSONS_HEADING:
                     prefix = ("" if text.endswith("\n") else "\n") + f"\n{LESSONS_HEADING}\n\n"
                 elif not text.endswith("\n"):
                     prefix = "\n"
