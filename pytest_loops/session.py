@@ -245,6 +245,7 @@ class LoopSession:
                            duration_s=report.duration, output_tail=report.longreprtext[-2000:],
                            reason="the test failed (in the session)")
         result = self.run_loop(spec, first_results={check.name: seed})
+        self._resume_progress_line(item)
         props = loop_properties(result)
         report.user_properties.extend(props)
         item.user_properties.extend(props)  # JUnit XML writes properties from the teardown report
@@ -254,6 +255,13 @@ class LoopSession:
         else:
             report.longrepr = failure_text(result)
         return report
+
+    def _resume_progress_line(self, item: pytest.Item) -> None:
+        """The live lines broke pytest's progress line: start it again, so the test's
+        letter lands after its file name, not alone on a line without the percentage."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None and not self.is_worker and reporter.verbosity <= 0:
+            reporter.write_fspath_result(item.nodeid, "")
 
     @pytest.hookimpl
     def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config):
