@@ -803,7 +803,7 @@ def _near_miss(text: str) -> str | None:
     if ":" in lower:
         key = lower.split(":", 1)[0].strip()
         if key and key.count(" ") <= 2:
-            match = difflib.get_close_matches(key, _TYPO_KEYS, n=1, cutoff=0.8)
+            match = difflib.get_close_matches(key, _TYPO_KEYS, n=1, cutoff=0.75)
             if match and match[0] != key:
                 return match[0] + ":"
     start = " ".join(lower.split(" ", 2)[:2])

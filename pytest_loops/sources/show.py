@@ -66,7 +66,7 @@ def _format_loop(spec: LoopSpec, title: str, verbose: bool) -> list[str]:
     rows.append(("state_paths", ", ".join(spec.state_paths) or "-", origin.get("state_paths", "default")))
     rows.append(("memory_page", spec.memory_page or "-", origin.get("memory_page", "default")))
     if spec.stop_message:
-        rows.append(("stop_message", repr(spec.stop_message), origin.get("stop_message", "default")))
+        rows.append(("stop_message", f'"{spec.stop_message}"', origin.get("stop_message", "default")))
     if spec.escalate_when_blocked:
         rows.append(("when blocked", "ESCALATE", origin.get("escalate_when_blocked", "default")))
     for key in ("look_at", "protect", "scope"):

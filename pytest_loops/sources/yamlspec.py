@@ -83,6 +83,7 @@ class _Map(dict):  # type: ignore[type-arg]
     def __init__(self) -> None:
         super().__init__()
         self.marks: dict[Any, Any] = {}
+        self.key_marks: dict[Any, Any] = {}
 
 
 class _Seq(list):  # type: ignore[type-arg]
@@ -115,6 +116,7 @@ def _construct_map(loader: _Loader, node: yaml.MappingNode) -> _Map:
                                                     key_node.start_mark)
         out[key] = loader.construct_object(value_node, deep=True)
         out.marks[key] = value_node.start_mark
+        out.key_marks[key] = key_node.start_mark
     return out
 
 
@@ -190,7 +192,7 @@ class _Reader:
         for key in value:
             if key not in allowed:
                 sub = f"{keypath}.{key}" if keypath else str(key)
-                raise self.fail(sub, "unknown key", self.mark(value, key),
+                raise self.fail(sub, "unknown key", getattr(value, "key_marks", {}).get(key),
                                 fix="valid keys: " + ", ".join(allowed))
         return value
 
@@ -450,7 +452,7 @@ class _Reader:
         from ..config import read_runner_config
 
         try:
-            layer = read_runner_config(self.path, data=data)
+            layer = read_runner_config(self.path, data=_plain(data))
         except LoopUsageError as exc:
             keypath = ""
             if exc.location and exc.location.startswith(f"{self.path}: "):
@@ -511,6 +513,15 @@ class _Reader:
         if mark is None:
             mark = yaml.Mark(self.path, 0, 0, 0, None, None)
         return mark
+
+
+def _plain(value: Any) -> Any:
+    """Plain dicts and lists (no positions) for code that reports type names."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def load_yaml_text(text: str, path: str = "<string>") -> LoopFile:
