@@ -103,6 +103,10 @@ def build_settings(config: pytest.Config, environ: Mapping[str, str] | None = No
         path = Path(config_file)
         if not path.is_absolute():
             path = Path(config.rootpath) / path
+        if not path.is_file():  # name our option, not the standalone runner's --config
+            where = "--loop-config" if config.getoption("loop_config") else "ini loop_config"
+            raise LoopUsageError(f"{config_file!r} is not a file (looked for {path})", location=where,
+                                 fix="give a loop-runner yaml file; a relative path is from the rootdir")
         file_layer = read_runner_config(path)
         file_layer.pop("unknown_keys", None)
         file_layer.pop("verify", None)
