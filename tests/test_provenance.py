@@ -533,3 +533,44 @@ def test_a_step_output_that_is_not_a_dict_is_refused_before_save():
     # opentine itself accepts a list here and only fails later, inside save().
     with pytest.raises(TypeError, match="must be dicts"):
         provenance._add_step(Run(metadata={}), "tool", {"name": "x", "arguments": {}}, [1, 2], 0.0, None)
+
+
+def test_tail_text_keeps_the_last_lines_and_characters():
+    many = "\n".join(f"line {i}" for i in range(100))
+    assert tail_text(many).split("\n") == [f"line {i}" for i in range(80, 100)]
+    long_line = "x" * 5000 + "END"
+    cut = tail_text(long_line, max_chars=100)
+    assert cut.startswith("...") and cut.endswith("END") and len(cut) == 103
+    lines = "\n".join(["a" * 60, "b" * 60, "c" * 30])
+    assert tail_text(lines, max_chars=100) == "b" * 60 + "\n" + "c" * 30  # cut at a line start
+    assert tail_text("ok\r\nred \x1b[31mtext\x1b[0m\x00\n\n") == "ok\nred text"
+
+
+def test_a_digest_the_engine_already_computed_is_kept(tmp_path):
+    result = make_result(1)
+    first = result.iterations[0].checks[0]
+    result.iterations[0].checks[0] = CheckResult(
+        name=first.name, kind="command", passed=True, exit_code=0, duration_s=0.1,
+        output_tail="tail only", output_digest="abc123", output_file=str(tmp_path / "gone.txt"))
+    steps = steps_of(Path(write_tine(result, tmp_path / "run.tine")))
+    assert steps[1].outputs["output_digest"] == "sha256:abc123"
+
+
+def test_verify_refuses_two_keys_and_a_short_key(tmp_path):
+    path = write_tine(make_result(1), tmp_path / "run.tine")
+    assert verify_tine(path, hmac_key=b"0" * 16, pubkey_path="k.pub") == (
+        False, "pass an HMAC key or a public key, not both")
+    ok, message = verify_tine(path, hmac_key="short")
+    assert not ok and "at least 16" in message and "short" not in message
+
+
+def test_verify_turns_any_internal_failure_into_a_line(tmp_path, monkeypatch):
+    from opentine import Run
+
+    path = write_tine(make_result(1), tmp_path / "run.tine")
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("unexpected\nfailure")
+
+    monkeypatch.setattr(Run, "verify_integrity", staticmethod(boom))
+    assert verify_tine(path) == (False, f"{path}: cannot verify: unexpected failure")

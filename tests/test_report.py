@@ -293,3 +293,16 @@ def test_collect_runs_finds_a_log_written_with_sorted_keys(tmp_path):
     run = run_dict("sorted", [[True, True]] * 30, Verdict.SUCCESS, "ok")
     (tmp_path / "sorted.json").write_text(json.dumps(run, sort_keys=True, indent=2))
     assert [r["loop"] for r in collect_runs(tmp_path)] == ["sorted"]
+
+
+def test_relative_artifact_paths_are_found_beside_the_log(tmp_path):
+    logs = tmp_path / "logs"
+    (logs / "r1").mkdir(parents=True)
+    (logs / "r1" / "run.tine").write_text("x")
+    run = run_dict("relative", [[True, True]], Verdict.SUCCESS, "ok")
+    run["artifacts"] = {"tine": "r1/run.tine", "handoff": "missing/h.md"}
+    run["cwd"] = str(tmp_path / "work")
+    (logs / "relative.json").write_text(json.dumps(run))
+    text = Path(write_html_report(collect_runs(logs), tmp_path / "report.html")).read_text()
+    assert 'href="./logs/r1/run.tine"' in text  # found beside the log
+    assert 'href="./work/missing/h.md"' in text  # not found: relative to the loop's cwd

@@ -26,7 +26,6 @@ from ..results import CheckResult, IterationRecord, LoopResult
 Scrub = Callable[[str], str]
 
 SCHEMA = "pytest-loops.tine/1"
-RUNLOG_SCHEMA = "pytest-loops.runlog/1"
 MIN_HMAC_KEY_BYTES = 16
 _CHECK_TOOL = "check"
 _REVISE_TOOL = "revise"
