@@ -75,16 +75,6 @@ def make_result(iterations: int = 3, verdict: Verdict = Verdict.MAX_ITER, *, tai
     )
 
 
-def raw_json(path: Path) -> dict:
-    """The .tine file as JSON, whether compressed (TINEZ1 + zlib) or plain."""
-    data = path.read_bytes()
-    if data.startswith(b"TINEZ1\0"):
-        from opentine._artifact_io import read_artifact_json
-
-        return read_artifact_json(path)
-    return json.loads(data)
-
-
 def steps_of(path: Path):
     from opentine import Run
 
