@@ -160,7 +160,7 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
     layers.append(("environment", env_layer(environ)))
     flags = {key: getattr(args, key) for key in GUARD_KEYS}
     flags.update(revise=args.revise, state_paths=args.state, verify=args.verify,
-                 memory_page=args.episodic, log_path=args.log,
+                 memory_page=args.episodic, log_path=args.log, artifacts=args.artifacts,
                  reflexion=False if args.no_reflexion else None)
     layers.append(("command line", flags))
     settings = resolve(layers)
@@ -177,7 +177,8 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
         cwd=str(cwd.resolve()), origin=settings.origin,
         source=str(config_path) if config_path else "command line",
     )
-    return spec, {"log_path": settings["log_path"], "unknown_keys": unknown, "config": config_path}
+    return spec, {"log_path": settings["log_path"], "unknown_keys": unknown, "config": config_path,
+                  "artifacts": settings.values.get("artifacts")}
 
 
 def resume_spec(args: argparse.Namespace) -> tuple[LoopSpec, dict[str, Any], dict[str, Any]]:
@@ -241,7 +242,8 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"escalate_after={g.escalate_after}; state: {', '.join(spec.state_paths) or '(none: no-progress off)'}",
               file=out, flush=True)
     runner = ProcessRunner()
-    engine = Engine(runner=runner, plugin_manager=pm, artifacts_dir=args.artifacts, finishers=finishers)
+    engine = Engine(runner=runner, plugin_manager=pm, artifacts_dir=extra.get("artifacts", args.artifacts),
+                    finishers=finishers)
     with TerminationGuard(runner):
         result = engine.run(spec, log_path=extra["log_path"], resume_from=resume_from)
     lines = verdict_lines(result)
