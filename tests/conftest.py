@@ -1,0 +1,46 @@
+"""Shared fixtures: a contract-test harness and a way to run the standalone runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import pytest
+
+from pytest_loops.testing import LoopHarness
+
+
+def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This environment without settings a nested run would pick up by mistake."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) and k != "PYTEST_ADDOPTS"}
+    env.update(extra or {})
+    return env
+
+
+@pytest.fixture
+def child_env() -> dict[str, str]:
+    """The environment for a subprocess running pytest-loops (see :func:`clean_env`)."""
+    return clean_env()
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> LoopHarness:
+    """A LoopHarness whose workspaces live under this test's tmp_path."""
+    return LoopHarness(tmp_path / "harness")
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run ``python -m pytest_loops ARGS`` in a subprocess (cwd: tmp_path by default)."""
+
+    def run(*args: str, cwd: str | os.PathLike[str] | None = None,
+            env: Mapping[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pytest_loops", *args],
+                              cwd=cwd or tmp_path, env=clean_env(env), capture_output=True,
+                              text=True, timeout=timeout)
+
+    return run

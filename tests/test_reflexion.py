@@ -1,0 +1,183 @@
+"""The reflexion page: lazy, one lesson per failed iteration, locked appends, read back."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from pytest_loops import Check, Guards, LoopSpec, Verdict
+from pytest_loops.artifacts.reflexion import MAX_LESSON_CHARS, MemoryPage, format_lesson
+from pytest_loops.engine import Engine
+from pytest_loops.process import ProcessRunner
+
+LESSON = re.compile(r"^- \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (?:(?P<loop>\S+) )?iter (?P<iter>\d+): "
+                    r"exit (?P<exit>-?\d+|None), (?P<state>state moved|state unchanged|state first seen|state not tracked): "
+                    r"(?P<failure>.+)$")
+
+
+# -- the lesson line ------------------------------------------------------------------------
+
+
+def test_a_lesson_says_exit_code_state_and_first_failure():
+    line = format_lesson(4, 3, False, "AssertionError:   assert 1 == 2\n  more", loop_name="calc")
+    m = LESSON.match(line)
+    assert m, line
+    assert m["loop"] == "calc" and m["iter"] == "4" and m["exit"] == "3"
+    assert m["state"] == "state unchanged"
+    assert m["failure"] == "AssertionError: assert 1 == 2 more"
+
+
+def test_lesson_state_words():
+    assert "state moved" in format_lesson(2, 1, True, "x")
+    assert "state unchanged" in format_lesson(2, 1, False, "x")
+    assert "state first seen" in format_lesson(1, 1, None, "x")
+    assert "state not tracked" in format_lesson(1, 1, "untracked", "x")
+
+
+def test_a_lesson_is_one_bounded_line():
+    line = format_lesson(1, 1, True, "y" * 5000)
+    assert "\n" not in line and line.count("y") == MAX_LESSON_CHARS
+    assert format_lesson(1, 1, True, "   ").endswith("(no output)")
+
+
+# -- the page -------------------------------------------------------------------------------
+
+
+def test_the_page_is_created_lazily_with_front_matter_origin_and_lessons(tmp_path):
+    path = tmp_path / "mem" / "lessons.md"
+    page = MemoryPage(path, loop_name="calc", goal="fix add")
+    assert page.read_lessons() == []
+    assert not path.exists()
+    page.append(format_lesson(1, 1, True, "boom"))
+    page.append("- second\nline")
+    text = path.read_text()
+    assert text.startswith("---\n")
+    front, body = text[4:].split("\n---\n", 1)
+    assert "kind: pytest-loops.lessons/1" in front and "loop: 'calc'" in front
+    assert body.index("## Origin") < body.index("## Lessons")
+    assert "fix add" in body
+    lessons = page.read_lessons()
+    assert len(lessons) == 2 and LESSON.match(lessons[0]) and lessons[1] == "- second line"
+    assert text.endswith("- second line\n")
+
+
+def test_appending_to_a_hand_written_page_keeps_it_and_adds_the_heading(tmp_path):
+    path = tmp_path / "notes.md"
+    path.write_text("# My notes\n- an old bullet, not a lesson section")
+    page = MemoryPage(path, loop_name="calc")
+    assert page.read_lessons() == ["- an old bullet, not a lesson section"]
+    page.append("- new lesson")
+    text = path.read_text()
+    assert text.startswith("# My notes\n- an old bullet, not a lesson section\n")
+    assert text.count("## Lessons") == 1
+    assert MemoryPage(path, loop_name="calc").read_lessons() == ["- new lesson"]
+
+
+def test_only_bullets_under_lessons_are_lessons(tmp_path):
+    path = tmp_path / "p.md"
+    path.write_text("## Origin\n\n- not a lesson\n\n## Lessons\n\n- one\n- two\n\n## Other\n\n- no\n")
+    assert MemoryPage(path, loop_name="x").read_lessons() == ["- one", "- two"]
+    MemoryPage(path, loop_name="x").append("three")
+    assert MemoryPage(path, loop_name="x").read_lessons() == ["- one", "- two", "- three"]
+
+
+WORKERS = 8
+PER_WORKER = 500
+PAGE_WORKER = """
+import sys
+from pytest_loops.artifacts.reflexion import MemoryPage, format_lesson
+path, worker, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+page = MemoryPage(path, loop_name="par")
+for n in range(count):
+    page.append(format_lesson(n, 1, False, f"worker {worker} lesson {n} " + "z" * 150, loop_name="par"))
+"""
+
+
+def test_parallel_appends_never_interleave_or_lose_lines(tmp_path, child_env):
+    path = tmp_path / "shared.md"
+    procs = [subprocess.Popen([sys.executable, "-c", PAGE_WORKER, str(path), str(w), str(PER_WORKER)],
+                              env=child_env) for w in range(WORKERS)]
+    assert [p.wait(60) for p in procs] == [0] * WORKERS
+    text = path.read_text()
+    assert text.count("\n---\n") == 1 and text.startswith("---\n")  # one front matter
+    assert text.count("## Lessons") == 1 and text.count("## Origin") == 1
+    lessons = [line for line in text.splitlines() if line.startswith("- ")]
+    assert len(lessons) == WORKERS * PER_WORKER
+    seen: dict[int, list[int]] = {}
+    for line in lessons:
+        m = LESSON.match(line)
+        assert m and m["loop"] == "par", line
+        worker, n = re.fullmatch(r"worker (\d+) lesson (\d+) z{150}", m["failure"]).groups()
+        seen.setdefault(int(worker), []).append(int(n))
+    assert seen == {w: list(range(PER_WORKER)) for w in range(WORKERS)}
+    assert MemoryPage(path, loop_name="par").read_lessons() == lessons
+
+
+# -- the engine writes and reads the page --------------------------------------------------------
+
+
+def default_page(result) -> Path:
+    return Path(result.workspace) / ".pytest-loops" / "lessons" / "contract.md"
+
+
+def test_no_page_when_iteration_1_passes(harness):
+    r = harness.run(verify=[0])
+    r.assert_verdict("SUCCESS", iterations=1)
+    assert not default_page(r).exists()
+    assert "memory" not in r.result.artifacts
+
+
+def test_one_lesson_per_failed_iteration(harness):
+    r = harness.run(verify="echo starting; echo 'ValueError: boom'; echo done; test -f fixed || exit 3",
+                    revise=lambda ws, i: (ws / "fixed").write_text("") if i == 2 else None,
+                    no_progress_k=0)
+    r.assert_verdict("SUCCESS", iterations=3)
+    page = default_page(r)
+    assert r.result.artifacts["memory"] == str(page)
+    lessons = MemoryPage(page, loop_name="contract").read_lessons()
+    assert len(lessons) == 2
+    parsed = [LESSON.match(line) for line in lessons]
+    assert all(parsed), lessons
+    assert [m["iter"] for m in parsed] == ["1", "2"]
+    assert [m["exit"] for m in parsed] == ["3", "3"]
+    assert parsed[0]["state"] == "state first seen"
+    assert parsed[1]["state"] == "state unchanged"  # iteration 1's revise did nothing
+    assert all(m["failure"] == "ValueError: boom" for m in parsed)
+    assert [it.lesson for it in r.iterations] == [*lessons, None]
+
+
+def test_no_page_when_reflexion_is_off(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    spec = LoopSpec(name="off", checks=(Check.command_passes("exit 1"),), cwd=str(work),
+                    reflexion=False, guards=Guards(max_iter=2))
+    result = Engine(runner=ProcessRunner(), write_index=False).run(spec)
+    assert result.verdict is Verdict.MAX_ITER
+    assert result.memory_page is None and "memory" not in result.artifacts
+    assert not (work / ".pytest-loops" / "lessons").exists()
+    assert [p.name for p in work.rglob("*.md")] == ["prompt.md"]  # iteration 1's prompt only
+    assert all("lesson" not in it.to_dict() or it.lesson is None for it in result.iterations)
+
+
+def test_lessons_on_the_page_reach_the_next_runs_prompt(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    page = tmp_path / "memory" / "lessons.md"
+    first = LoopSpec(name="calc", checks=(Check.command_passes("echo 'KeyError: total'; exit 1"),),
+                     cwd=str(work), memory_page=str(page), guards=Guards(max_iter=1))
+    engine = Engine(runner=ProcessRunner(), write_index=False)
+    assert engine.run(first).verdict is Verdict.MAX_ITER
+    earlier = MemoryPage(page, loop_name="calc").read_lessons()
+    assert len(earlier) == 1 and "KeyError: total" in earlier[0]
+
+    second = first.replace(checks=(Check.command_passes("test -f prompt-copy.md"),),
+                           revise='cp "$LOOP_PROMPT_FILE" prompt-copy.md', guards=Guards(max_iter=2))
+    result = engine.run(second, log_path=tmp_path / "second.json")
+    assert result.verdict is Verdict.SUCCESS
+    prompt = (work / "prompt-copy.md").read_text()
+    assert earlier[0].removeprefix("- ") in prompt
+    import json
+
+    assert json.loads((tmp_path / "second.json").read_text())["lessons_read"] == earlier
