@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -174,6 +174,7 @@ class _Running:
         self.known: dict[int, int] = {}  # pid -> start time of every member ever seen
         self.not_ours: set[tuple[int, int]] = set()  # children of ours without the tag
         self.group_gone = False
+        self.terminated = False  # terminate_all() asked for it: stop waiting, clean up
 
     def members(self, table: dict[int, _Proc] | None) -> dict[int, _Proc]:
         """The processes in ``table`` that belong to this command (and remember them)."""
@@ -254,6 +255,9 @@ class ProcessRunner:
         self.tail_chars = max(0, int(tail_chars))
         self._active: dict[int, _Running] = {}
         self._strays: dict[int, int] = {}  # killed but not yet reaped: pid -> start time
+        self._terminations = 0  # bumped by every terminate_all(), seen by starting commands
+        self._starting: set[int] = set()  # threads between Popen() and registration
+        self._deferred: list[Callable[[], None]] = []  # signal behaviour held back meanwhile
 
     def run(
         self,
@@ -289,6 +293,9 @@ class ProcessRunner:
         _enable_subreaper()
         self._reap_strays(_snapshot())
 
+        tag = f"{os.getpid()}-{next(_tags)}-{time.monotonic_ns()}"
+        child_env = dict(os.environ if env is None else env)
+        child_env[TAG_VARIABLE] = tag
         keep_output = output_path is not None
         try:
             if output_path is not None:
@@ -302,11 +309,13 @@ class ProcessRunner:
         except OSError as exc:
             return failed(f"cannot write the output file {output_path}: {exc.strerror or exc}")
 
-        tag = f"{os.getpid()}-{next(_tags)}-{time.monotonic_ns()}"
-        child_env = dict(os.environ if env is None else env)
-        child_env[TAG_VARIABLE] = tag
         running: _Running | None = None
+        terminations = self._terminations
+        thread = threading.get_ident()
         try:
+            # until the command is registered, a TerminationGuard defers raising in
+            # this thread: an exception inside Popen() would lose the running child
+            self._starting.add(thread)
             try:
                 proc = subprocess.Popen(
                     command,
@@ -328,6 +337,11 @@ class ProcessRunner:
             # registered at once, so terminate_all() from a signal handler sees it
             running = _Running(proc, tag)
             self._active[id(running)] = running
+            self._starting.discard(thread)
+            self._resume_deferred()
+            if self._terminations != terminations:
+                # terminate_all() ran while this command was starting: it counts as running
+                running.terminated = True
             timed_out = self._wait(running, None if timeout is None else started + timeout)
             self._stop(running)
         except BaseException:
@@ -338,8 +352,10 @@ class ProcessRunner:
                 _unlink(path)
             raise
         finally:
+            self._starting.discard(thread)
             if running is not None:
                 self._active.pop(id(running), None)
+            self._resume_deferred()
         duration = time.monotonic() - started
 
         tail, size = _read_tail(path, self.tail_chars)
@@ -362,10 +378,12 @@ class ProcessRunner:
         signal handler or another thread; the threads running those commands
         then return (or unwind) as usual.
         """
+        self._terminations += 1
         runs = list(self._active.values())
         if not runs:
             return
         for running in runs:
+            running.terminated = True
             running.signal(signal.SIGTERM, _snapshot())
         end = time.monotonic() + self.grace_seconds
         while time.monotonic() < end and any(r.alive() for r in runs):
@@ -375,13 +393,18 @@ class ProcessRunner:
 
     # -- internals --
 
+    def _resume_deferred(self) -> None:
+        """Carry out what a signal handler held back while a command was starting."""
+        while self._deferred and threading.get_ident() not in self._starting:
+            self._deferred.pop()()
+
     def _wait(self, running: _Running, deadline: float | None) -> bool:
         """Wait for the main process; True when the deadline came first."""
         proc = running.proc
         delay = 0.001
         scan_gap = _SCAN_FIRST
         next_scan = time.monotonic()
-        while proc.poll() is None:
+        while proc.poll() is None and not running.terminated:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return True
@@ -532,8 +555,19 @@ class TerminationGuard:
             signal.signal(sig, signal.SIG_DFL if previous is None else previous)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.runner.terminate_all()
+        runner = self.runner
         previous = self._previous.get(signum)
+        runner.terminate_all()
+        if threading.get_ident() in runner._starting:
+            # raising inside Popen() would orphan the child: the runner raises once
+            # the command is registered (terminate_all() already marked it)
+            runner._deferred.append(lambda: self._resume(signum, frame, previous))
+            return
+        self._resume(signum, frame, previous)
+
+    @staticmethod
+    def _resume(signum: int, frame: FrameType | None, previous: Any) -> None:
+        """Behave as the signal did before the guard."""
         if callable(previous):
             previous(signum, frame)
             return

@@ -489,6 +489,22 @@ def test_terminate_all_from_another_thread_kills_running_command(runner, tmp_pat
     assert wait_gone(read_pids(pidfile, 2)) == []
 
 
+def test_terminate_all_while_a_command_starts_still_stops_it(runner, tmp_path, monkeypatch):
+    real_popen = subprocess.Popen
+
+    def popen_then_terminate(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        runner.terminate_all()  # lands before the runner has registered the command
+        return proc
+
+    monkeypatch.setattr(subprocess, "Popen", popen_then_terminate)
+    t0 = time.monotonic()
+    result = runner.run("sleep 60", cwd=tmp_path, timeout=60)
+    assert time.monotonic() - t0 < 30
+    assert not result.timed_out
+    assert result.exit_code is not None and result.exit_code < 0
+
+
 @linux_only
 def test_terminate_all_kills_escaped_descendants(runner, tmp_path, pidfile):
     escaped = tmp_path / "escaped"
@@ -567,6 +583,28 @@ def test_guard_turns_signal_into_termination_of_the_command(pidfile, sig, exit_c
     assert child.returncode == exit_code, (out, err)
     assert out.strip() == line, (out, err)
     assert wait_gone([command_pid]) == []
+
+
+def test_guard_signal_during_start_is_deferred_until_the_command_is_registered(
+    runner, tmp_path, monkeypatch
+):
+    real_popen = subprocess.Popen
+    started = []
+
+    def popen_then_signal(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        started.append(proc)
+        signal.raise_signal(signal.SIGTERM)  # the handler runs here, inside "Popen()"
+        return proc
+
+    monkeypatch.setattr(subprocess, "Popen", popen_then_signal)
+    with pytest.raises(SystemExit) as info:
+        with TerminationGuard(runner):
+            runner.run("sleep 60", cwd=tmp_path, timeout=60)
+    assert info.value.code == 143
+    (proc,) = started
+    assert proc.returncode is not None and proc.returncode < 0
+    assert wait_gone([proc.pid]) == []
 
 
 def test_guard_installs_and_restores_handlers(runner):
