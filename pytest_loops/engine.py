@@ -204,6 +204,7 @@ class Engine:
                  artifacts_dir: str | os.PathLike | None = None,
                  env: Mapping[str, str] | None = None,
                  write_index: bool = True,
+                 protect_defaults: bool = True,
                  finishers: Sequence[Callable[[LoopResult, RunPaths], None]] = ()) -> None:
         if runner is None:
             from .process import ProcessRunner
@@ -224,6 +225,7 @@ class Engine:
 
         self.scrub = make_redactor(self.env) if secret_values(self.env) else None
         self.write_index = write_index
+        self.protect_defaults = protect_defaults
         self.finishers = list(finishers)
 
     # -- one loop -----------------------------------------------------------------
@@ -263,6 +265,12 @@ class Engine:
                 exclude += [str(paths.memory_page), str(paths.memory_page) + ".lock"]
             fingerprint = self.fingerprint_factory(workdir, list(spec.state_paths), exclude=exclude)
 
+        from .protect import ReviseWatch
+
+        own_files = [_relative(p, workdir) for p in (paths.log, paths.run_dir, paths.memory_page) if p]
+        own_files = [p for p in own_files if p] + [p + ".lock" for p in own_files if p]
+        watch = ReviseWatch(spec, workdir, defaults=self.protect_defaults,
+                            exclude=own_files + [d + "/**" for d in own_files])
         log = RunLogWriter(paths.log, scrub=self.scrub)
         header = {
             "loop": spec.name, "goal": spec.goal, "source": spec.source,
@@ -354,7 +362,7 @@ class Engine:
                     verdict, reason = self._guards(spec, record, failed, iteration, streak,
                                                    measurable=fingerprint is not None, machine_ok=machine_ok)
                 if verdict is None:
-                    verdict, reason = self._revise(spec, ctx, record, failed)
+                    verdict, reason = self._revise(spec, ctx, record, failed, watch)
                 record.guards_seen = self._guards_seen(spec, record, iteration, t0, fingerprint is not None)
                 record.duration_s = self.clock() - it0
                 record.elapsed_s = self.clock() - t0
@@ -426,7 +434,7 @@ class Engine:
         return None, ""
 
     def _revise(self, spec: LoopSpec, ctx: LoopContext, record: IterationRecord,
-                failed: list[CheckResult]) -> tuple[Verdict | None, str]:
+                failed: list[CheckResult], watch: Any) -> tuple[Verdict | None, str]:
         if ctx.deadline is not None and self.clock() >= ctx.deadline:
             record.guard = "budget"
             return Verdict.TIMEOUT, (f"budget of {spec.guards.budget_seconds:g}s used up before "
@@ -434,8 +442,18 @@ class Engine:
         write_failure_file(ctx.failure_file, failed)
         ctx.prompt_file.write_text(build_prompt(spec, ctx, failed), encoding="utf-8")
         r0 = self.clock()
+        watch.before_revise()
         outcome = self.pm.hook.pytest_loop_revise(spec=spec, iteration=record.iter, context=ctx)
         record.revise_duration_s = self.clock() - r0
+        protected, outside = watch.after_revise()
+        from .protect import describe
+
+        record.protected_changes = [f"{rel} ({how})" for rel, how in protected]
+        record.scope_reverted = [f"{rel} ({how})" for rel, how in outside]
+        if protected:
+            record.guard = "protected"
+            return Verdict.ESCALATE, (f"revise step modified protected files: {describe(protected)}; "
+                                      "they were restored")
         if outcome is None:
             return None, ""
         if isinstance(outcome, CommandResult):
@@ -481,6 +499,13 @@ class Engine:
             if not result.succeeded:
                 break
         return results
+
+
+def _relative(path: Path, root: Path) -> str | None:
+    try:
+        return path.resolve().relative_to(root).as_posix()
+    except ValueError:
+        return None
 
 
 def _failure_text(failed: list[CheckResult]) -> str:

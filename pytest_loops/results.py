@@ -80,6 +80,8 @@ class IterationRecord:
     revise_duration_s: float | None = None
     revise_output_file: str | None = None
     revise_tail: str = ""
+    protected_changes: list[str] = field(default_factory=list)  # undone: "path (modified)"
+    scope_reverted: list[str] = field(default_factory=list)  # edits outside scope, undone
     guard: str | None = None  # the guard that ended the loop in this iteration
     guards_seen: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0  # loop time when this iteration ended
