@@ -100,6 +100,9 @@ def main() -> int:
                                                            hmac_key=b"0123456789abcdef0123"), repeat)
         scrub = provenance.make_redactor()
         build_s = median_time(lambda: provenance._payloads(result, scrub), repeat)
+        payloads, metadata = provenance._payloads(result, scrub), provenance._metadata(result, scrub)
+        save_s = median_time(lambda: provenance._save(payloads, metadata, False, out / "save.tine",
+                                                      None, ""), repeat)
         from opentine import Run
 
         load_s = median_time(lambda: Run.load(out / "run.tine"), repeat)
@@ -118,6 +121,7 @@ def main() -> int:
     print(f"write_tine, HMAC-signed              {signed * 1000:8.1f} ms   {signed / tine:6.2f}x unsigned")
     print(f"  building the steps (ours)          {build_s * 1000:8.1f} ms   "
           f"{build_s / tine:6.1%} of write_tine")
+    print(f"  opentine's save alone (redaction)  {save_s * 1000:8.1f} ms   {save_s / tine:6.1%} of write_tine")
     print(f"  reading back to check redaction    {load_s * 1000:8.1f} ms   {load_s / tine:6.1%} of write_tine")
     print(f"write_tine, {small_n} iterations            {tine_small * 1000:8.1f} ms")
     print(f"recording cost per iteration         {per_iteration * 1000:8.2f} ms   "
