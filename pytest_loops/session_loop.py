@@ -10,6 +10,8 @@ it ends before a revise repairs it, the reason names it.
 from __future__ import annotations
 
 import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -25,11 +27,15 @@ if TYPE_CHECKING:
 hookimpl = pluggy.HookimplMarker("pytest")
 
 CHECK_NAME = "the failing tests pass"
-_OUTCOME_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XPASS|XFAIL|SKIPPED) (\S+)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def passed_ids(output_file: str | None, tail: str) -> set[str]:
-    """Node ids that passed, from pytest's `-rA` short summary (`PASSED nodeid`)."""
+    """Node ids that passed, from pytest's `-rA` short summary (`PASSED nodeid`).
+
+    The whole rest of the line is the node id (parametrize ids may hold spaces);
+    colour codes (PY_COLORS / FORCE_COLOR in the environment) are ignored.
+    """
     text = tail
     if output_file:
         try:
@@ -39,10 +45,36 @@ def passed_ids(output_file: str | None, tail: str) -> set[str]:
             pass
     passed: set[str] = set()
     for line in text.splitlines():
-        match = _OUTCOME_LINE.match(line)
-        if match and match.group(1) == "PASSED":
-            passed.add(match.group(2))
+        line = _ANSI.sub("", line).rstrip()
+        if line.startswith("PASSED "):
+            passed.add(line[len("PASSED "):])
     return passed
+
+
+def junit_address(node_id: str) -> tuple[str, str]:
+    """The (classname, name) pytest's JUnit XML gives a node id (as junitxml does)."""
+    path, bracket, params = node_id.partition("[")
+    names = path.split("::")
+    names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))
+    names[-1] += bracket + params
+    return ".".join(names[:-1]), names[-1]
+
+
+def junit_passed(path: Path, node_ids: list[str]) -> set[str] | None:
+    """The node ids that ran and passed, from a JUnit XML file; None if it is unreadable.
+
+    Preferred to the text summary, which user options (`--no-summary`, `-r`) can change.
+    """
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    ok: dict[tuple[str, str], bool] = {}
+    for case in root.iter("testcase"):
+        key = (case.get("classname", ""), case.get("name", ""))
+        clean = not any(child.tag in ("failure", "error", "skipped") for child in case)
+        ok[key] = ok.get(key, True) and clean
+    return {node for node in node_ids if ok.get(junit_address(node)) is True}
 
 
 class SessionFixCheck:
@@ -62,7 +94,8 @@ class SessionFixCheck:
         junit = context.iteration_dir / f"{label}.junit.xml"
         command = pytest_command(f"@{args_file}", str(junit), [*self.pytest_args, "-rA", "-p", "no:randomly"])
         result = context.run_command(command, label=label, extra_env={CHILD_ENV: "1"})
-        return result, passed_ids(result.output_file, result.tail)
+        passed = junit_passed(junit, ids)
+        return result, passed if passed is not None else passed_ids(result.output_file, result.tail)
 
     def _result(self, check: Check, cmd: CommandResult, passed: bool, reason: str) -> CheckResult:
         return CheckResult(name=check.name, kind=check.kind.value, passed=passed, exit_code=cmd.exit_code,
