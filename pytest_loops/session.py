@@ -314,13 +314,19 @@ class LoopSession:
                     reporter.stats.setdefault("repaired", []).append(rep)
                 else:
                     still.append(rep)
-            reporter.stats["failed"] = still
+            if still:
+                reporter.stats["failed"] = still
+            else:  # an empty key still turns pytest's final summary line red
+                reporter.stats.pop("failed", None)
             errors = [rep for rep in reporter.stats.get("error", [])
                       if getattr(rep, "nodeid", None) not in repaired]
             moved = [rep for rep in reporter.stats.get("error", []) if rep not in errors]
             if moved:
                 reporter.stats.setdefault("repaired", []).extend(moved)
-                reporter.stats["error"] = errors
+                if errors:
+                    reporter.stats["error"] = errors
+                else:
+                    reporter.stats.pop("error", None)
         session.testsfailed = max(0, session.testsfailed - len(repaired))
 
     def _set_exitstatus(self, session: pytest.Session) -> None:
