@@ -87,6 +87,13 @@ def test_the_hand_off_has_everything_to_pick_up_the_work(tmp_path):
     assert "## Last diff" not in text  # tmp_path is not a git work tree
 
 
+def test_lessons_from_the_reflexion_page_are_not_listed_twice(tmp_path):
+    result = make_result(tmp_path)
+    result.iterations[0].lesson = "- 2026-01-01T00:00:00Z fix parser iter 1: exit 1"
+    text = read(write_handoff(result, tmp_path / "h.md", resume_command=RESUME))
+    assert "\n- 2026-01-01T00:00:00Z fix parser iter 1: exit 1\n" in text and "- - " not in text
+
+
 def test_the_full_output_file_is_preferred_to_the_stored_tail(tmp_path):
     output = tmp_path / "out.txt"
     output.write_text("".join(f"line {i}\n" for i in range(1000)))
@@ -99,12 +106,20 @@ def test_the_full_output_file_is_preferred_to_the_stored_tail(tmp_path):
 def test_the_working_tree_diff_and_untracked_files_are_included(repo, tmp_path):
     (repo / "parser.py").write_text("def parse(s):\n    return new(s)\n")
     (repo / "notes.txt").write_text("new file\n")
-    text = read(write_handoff(make_result(repo), tmp_path / "h.md", resume_command=RESUME))
+    (repo / "newpkg").mkdir()
+    for name in ("a.py", "b.py"):
+        (repo / "newpkg" / name).write_text("x = 1\n")
+    (repo / "runs" / "fix").mkdir(parents=True)  # the loop's own artifacts
+    (repo / "runs" / "fix.json").write_text("{}")
+    (repo / "runs" / "fix" / "check-1.out").write_text("out")
+    (repo / "lessons.md").write_text("- lesson\n")
+    text = read(write_handoff(make_result(repo), repo / "runs" / "fix.handoff.md",
+                              resume_command=RESUME))
     section = text.split("## Last diff")[1].split("## Lessons")[0]
     assert f"`git diff HEAD` of the working tree in `{repo.resolve()}`" in section
     assert "```diff\n" in section
     assert "-    return old(s)\n+    return new(s)" in section
-    assert "Untracked files:\n\n- `notes.txt`" in section
+    assert section.split("Untracked files:\n\n")[1].strip() == "- `newpkg/`\n- `notes.txt`"
 
 
 def test_a_clean_tree_says_so(repo, tmp_path):

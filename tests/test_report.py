@@ -306,3 +306,10 @@ def test_relative_artifact_paths_are_found_beside_the_log(tmp_path):
     text = Path(write_html_report(collect_runs(logs), tmp_path / "report.html")).read_text()
     assert 'href="./logs/r1/run.tine"' in text  # found beside the log
     assert 'href="./work/missing/h.md"' in text  # not found: relative to the loop's cwd
+
+
+def test_lessons_from_the_reflexion_page_lose_their_list_dash(tmp_path):
+    run = run_dict("dash", [[True, False]], Verdict.MAX_ITER, "cap")
+    run["lessons"] = ["- 2026-01-01T00:00:00Z dash iter 1: exit 1"]
+    text = Path(write_html_report([run], tmp_path / "r.html")).read_text()
+    assert "<li>2026-01-01T00:00:00Z dash iter 1: exit 1</li>" in text

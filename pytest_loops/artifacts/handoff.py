@@ -12,7 +12,7 @@ import math
 import os
 import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..redact import make_redactor
@@ -41,7 +41,7 @@ def write_handoff(result: LoopResult, path: str | os.PathLike, *, resume_command
     sections = [
         _head(result, scrub),
         _failing(result, scrub),
-        _diff_section(result.spec.cwd, scrub) if git_diff else "",
+        _diff_section(result.spec.cwd, _own_paths(result, path), scrub) if git_diff else "",
         _lessons(result, scrub),
         _artifacts(result, path, scrub),
         "## Continue the loop\n\n" + _fenced(scrub(resume_command.strip()), "sh"),
@@ -99,8 +99,15 @@ def _check(check: CheckResult, scrub: Callable[[str], str]) -> str:
     return "\n".join(lines)
 
 
-def _diff_section(cwd: str, scrub: Callable[[str], str]) -> str:
-    found = git_diff(cwd)
+def _own_paths(result: LoopResult, handoff_path: str | os.PathLike) -> list[Path]:
+    """Files this loop wrote itself: not news in the hand-off's untracked list."""
+    named = [result.log_path, result.run_dir, result.memory_page, str(handoff_path),
+             *result.artifacts.values()]
+    return [Path(p).resolve() for p in named if p]
+
+
+def _diff_section(cwd: str, own: list[Path], scrub: Callable[[str], str]) -> str:
+    found = git_diff(cwd, exclude=own)
     if found is None:
         return ""
     diff, untracked = found
@@ -121,9 +128,13 @@ def _diff_section(cwd: str, scrub: Callable[[str], str]) -> str:
     return "\n".join(lines)
 
 
-def git_diff(cwd: str | os.PathLike) -> tuple[str, list[str]] | None:
+def git_diff(cwd: str | os.PathLike, exclude: Sequence[Path] = ()) -> tuple[str, list[str]] | None:
     """``(diff against HEAD, untracked files)`` of the git work tree holding ``cwd``,
-    or None when there is none or git fails. Never raises, never prompts."""
+    or None when there is none or git fails. Never raises, never prompts.
+
+    Untracked directories are listed once (``dir/``); entries holding or inside
+    an ``exclude`` path (the loop's own artifacts) are left out.
+    """
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0", "GIT_PAGER": "cat"}
 
     def git(*args: str) -> subprocess.CompletedProcess[bytes] | None:
@@ -141,15 +152,21 @@ def git_diff(cwd: str | os.PathLike) -> tuple[str, list[str]] | None:
         diff = git("diff", "--no-color", "--no-ext-diff", "--")
     if diff is None or diff.returncode != 0:
         return None
-    others = git("ls-files", "--others", "--exclude-standard", "-z")
+    others = git("ls-files", "--others", "--exclude-standard", "--directory", "-z")
     untracked = []
     if others is not None and others.returncode == 0:
-        untracked = [n.decode("utf-8", "replace") for n in others.stdout.split(b"\0") if n]
+        names = [n.decode("utf-8", "replace") for n in others.stdout.split(b"\0") if n]
+        untracked = [n for n in names if not _overlaps(Path(cwd, n).resolve(), exclude)]
     return diff.stdout.decode("utf-8", "replace"), untracked
 
 
+def _overlaps(path: Path, others: Sequence[Path]) -> bool:
+    return any(path == o or path in o.parents or o in path.parents for o in others)
+
+
 def _lessons(result: LoopResult, scrub: Callable[[str], str]) -> str:
-    lessons = [r.lesson for r in result.iterations if r.lesson]
+    # A lesson line from the reflexion page is already a list item: "- ...".
+    lessons = [r.lesson.removeprefix("- ") for r in result.iterations if r.lesson]
     if not lessons:
         return ""
     body = "\n".join(f"- {_line(scrub(x))}" for x in lessons)

@@ -58,7 +58,9 @@ _SECRET_ASSIGNMENT = re.compile(
     r"|private[_-]?key|credentials?|authorization|cookie|webhook[_-]?url|connection[_-]?string"
     r"|conn[_-]?str)[\w-]*"
     r"|-{0,2}(?:[\w.-]*?[_-])?(?:pwd|pw|key|keys|dsn|jwt|key[_-]data)"
-    r")[\"']?[ \t]*(?::(?!:)|=(?!=))[ \t]*(?:\S[^\r\n]*)?"
+    r")[\"']?[ \t]*(?::(?!:)|=(?!=))[ \t]*"
+    # the value as opentine reads it: quoted, or words up to a `,` `;` or quote
+    r"(?:\"[^\"\r\n]*\"?|'[^'\r\n]*'?|[^\s,;\"']+(?:[ \t]+[^\s,;\"']+)*)?"
 )
 _BEARER = re.compile(r"(?i)\b(bearer)[ \t]+[A-Za-z0-9._~+/=-]{8,}")
 # A PEM private key: the BEGIN line, its header and base64 lines, the END line.

@@ -154,7 +154,8 @@ class _Page:
         parts.append(self.timeline(iterations, _check_names(run, iterations)))
         parts.append(self.table(iterations))
         parts.append(self.failures(iterations))
-        lessons = [x for x in run.get("lessons") or [] if x]
+        # Lesson lines from the reflexion page are list items already: "- ...".
+        lessons = [str(x).removeprefix("- ") for x in run.get("lessons") or [] if x]
         if lessons:
             opened = " open" if len(lessons) <= 8 else ""
             parts.append(f'<details class="lessons"{opened}><summary>Lessons ({len(lessons)})'
