@@ -177,8 +177,35 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
         cwd=str(cwd.resolve()), origin=settings.origin,
         source=str(config_path) if config_path else "command line",
     )
+    for key in _OUTPUT_PATHS:
+        _check_output_path(settings.values.get(key), key, settings.origin.get(key, ""), cwd)
     return spec, {"log_path": settings["log_path"], "unknown_keys": unknown, "config": config_path,
                   "artifacts": settings.values.get("artifacts")}
+
+
+# setting -> (flag, config file key, environment variable) that may have set it
+_OUTPUT_PATHS = {
+    "log_path": ("--log", "run_log.path", None),
+    "memory_page": ("--episodic", "reflexion.episodic_memory_page", "PYTEST_LOOPS_MEMORY"),
+    "artifacts": ("--artifacts", None, "PYTEST_LOOPS_ARTIFACTS"),
+}
+
+
+def _check_output_path(value: str | None, key: str, origin: str, cwd: Path) -> None:
+    """A path the run will write to is bad input (64) up front, not an OSError (70) mid-run."""
+    if not value:
+        return
+    flag, file_key, variable = _OUTPUT_PATHS[key]
+    where = {"command line": flag, "environment": f"environment variable {variable}"}.get(
+        origin, f"{origin}: {file_key}")
+    path = cwd / value  # an absolute value stays as it is
+    is_dir = key == "artifacts"
+    if path.exists() and path.is_dir() != is_dir:
+        raise LoopUsageError(f"{value!r} is {'not ' if is_dir else ''}a directory", location=where,
+                             fix="give a directory" if is_dir else "give a file path")
+    parent = next((p for p in path.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise LoopUsageError(f"{value!r} lies under {str(parent)!r}, which is a file", location=where)
 
 
 def resume_spec(args: argparse.Namespace) -> tuple[LoopSpec, dict[str, Any], dict[str, Any]]:
