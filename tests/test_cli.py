@@ -225,6 +225,12 @@ BAD_INPUT = {
     "unknown command": (["bogus"], "bogus"),
     "no command": ([], "command"),
     "unknown plugin module": (["run", "--verify", "true", "-p", "no_such_plugin_mod"], "no_such_plugin_mod"),
+    "log is a directory": (["run", "--verify", "true", "--log", "."], "--log"),
+    "log under a file": (["run", "--verify", "true", "--log", "six.yaml/run.json"], "--log"),
+    "episodic is a directory": (["run", "--verify", "true", "--episodic", "."], "--episodic"),
+    "artifacts is a file": (["run", "--verify", "true", "--artifacts", "six.yaml"], "--artifacts"),
+    "config run_log.path is a directory": (["run", "--verify", "true", "--config", "logdir.yaml"],
+                                           "logdir.yaml: run_log.path"),
 }
 
 
@@ -234,6 +240,7 @@ def test_bad_input_is_one_line_and_exit_64(cli, tmp_path, case):
     (tmp_path / "six.yaml").write_text('guards: {max_iter: "six"}\n')
     (tmp_path / "zero.yaml").write_text("guards:\n  max_iter: 0\n")
     (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    (tmp_path / "logdir.yaml").write_text("run_log:\n  path: .\n")
     args, names = BAD_INPUT[case]
     proc = cli(*args)
     assert proc.returncode == 64, (proc.returncode, proc.stderr)
@@ -246,10 +253,12 @@ def test_bad_input_is_one_line_and_exit_64(cli, tmp_path, case):
         assert proc.stderr.count("\n") == 1 and proc.stdout == ""
 
 
-def test_bad_environment_value_is_exit_64(cli, work):
-    proc, _ = run_loop(cli, work, "--verify", "true", env={"PYTEST_LOOPS_MAX_ITER": "zero"})
+@pytest.mark.parametrize("variable,value", [("PYTEST_LOOPS_MAX_ITER", "zero"),
+                                            ("PYTEST_LOOPS_MEMORY", ".")])
+def test_bad_environment_value_is_exit_64(cli, work, variable, value):
+    proc, _ = run_loop(cli, work, "--verify", "true", env={variable: value})
     assert proc.returncode == 64
-    assert "PYTEST_LOOPS_MAX_ITER" in proc.stderr and "Traceback" not in proc.stderr
+    assert variable in proc.stderr and "Traceback" not in proc.stderr
 
 
 PLUGIN_MARKED = """
