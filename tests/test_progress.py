@@ -1,0 +1,932 @@
+"""The state fingerprint and failure signatures behind the no-progress guard.
+
+Every fingerprint test works on real files under tmp_path. Files get an old mtime
+(one hour ago) unless the test is about the racy window, so no test sleeps.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import string
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pytest_loops import progress
+from pytest_loops.errors import LoopUsageError
+from pytest_loops.progress import (
+    DEFAULT_EXCLUDES,
+    RACY_WINDOW_NS,
+    StateFingerprint,
+    failure_signature,
+    first_meaningful_line,
+    normalize_failure,
+)
+from pytest_loops.spec import CheckKind
+
+HOUR_NS = 3600 * 1_000_000_000
+SIG = re.compile(r"sha256:[0-9a-f]{64}\Z")
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def write(root: Path, rel: str, content: str | bytes = "x", *, old: bool = True) -> Path:
+    """Create root/rel; an old mtime puts it outside the racy window."""
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, str):
+        content = content.encode()
+    path.write_bytes(content)
+    if old:
+        age_out(path)
+    return path
+
+
+def age_out(path: Path) -> None:
+    then = time.time_ns() - HOUR_NS
+    os.utime(path, ns=(then, then))
+
+
+def tree(root: Path, files: dict[str, str]) -> None:
+    for rel, content in files.items():
+        write(root, rel, content)
+
+
+def fp(root: Path, patterns=(".",), **kw) -> str:
+    return StateFingerprint(root, patterns, **kw).compute()
+
+
+def matched(root: Path, patterns, **kw) -> list[str]:
+    sf = StateFingerprint(root, patterns, **kw)
+    sf.compute()
+    return sf.files
+
+
+# ------------------------------------------------------------------ basics
+
+
+def test_compute_returns_a_sha256_never_empty(tmp_path: Path) -> None:
+    assert SIG.match(fp(tmp_path))  # empty tree
+    assert SIG.match(fp(tmp_path, []))  # no patterns at all
+    write(tmp_path, "a.txt")
+    assert SIG.match(fp(tmp_path))
+
+
+def test_same_tree_gives_same_fingerprint_across_instances(tmp_path: Path) -> None:
+    tree(tmp_path, {"a.txt": "1", "src/b.py": "2", "src/deep/c.py": "3"})
+    warm = StateFingerprint(tmp_path, ["."])
+    first = warm.compute()
+    assert warm.compute() == first  # from the cache
+    assert fp(tmp_path) == first  # a cold instance agrees
+
+
+def test_empty_tree_differs_from_tree_with_an_empty_file(tmp_path: Path) -> None:
+    empty = fp(tmp_path)
+    write(tmp_path, "a.txt", "")
+    assert fp(tmp_path) != empty
+
+
+def test_files_and_last_stats_shape(tmp_path: Path) -> None:
+    tree(tmp_path, {"b.txt": "1", "a/c.txt": "2"})
+    sf = StateFingerprint(tmp_path, ["."])
+    assert sf.files == [] and sf.last_stats == {"files": 0, "hashed": 0, "stat_only": 0}
+    sf.compute()
+    assert sf.files == ["a/c.txt", "b.txt"]
+    assert sf.last_stats == {"files": 2, "hashed": 2, "stat_only": 0}
+    sf.files.append("mutated")  # a copy: callers cannot corrupt it
+    assert sf.files == ["a/c.txt", "b.txt"]
+    assert sf.root == str(tmp_path)
+
+
+# ------------------------------------------------------------------ changes
+
+
+def test_content_change_changes_fingerprint_and_reverting_restores_it(tmp_path: Path) -> None:
+    tree(tmp_path, {"a.txt": "one", "b.txt": "two"})
+    sf = StateFingerprint(tmp_path, ["."])
+    before = sf.compute()
+    write(tmp_path, "a.txt", "ONE plus more")
+    changed = sf.compute()
+    assert changed != before
+    write(tmp_path, "a.txt", "one")
+    assert sf.compute() == before  # content-addressed, not time-addressed
+
+
+def test_same_size_rewrite_in_the_racy_window_with_mtime_forced_back(tmp_path: Path) -> None:
+    path = write(tmp_path, "a.txt", "aaaa", old=False)  # fresh: inside the racy window
+    st = path.stat()
+    sf = StateFingerprint(tmp_path, ["."])
+    before = sf.compute()
+    with open(path, "r+b") as f:  # same inode, same size
+        f.write(b"bbbb")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after_stat = path.stat()
+    assert (after_stat.st_size, after_stat.st_mtime_ns, after_stat.st_ino) == (
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_ino,
+    )
+    assert sf.compute() != before
+
+
+def test_racy_rule_alone_catches_the_rewrite_when_ctime_is_not_usable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Some filesystems have no meaningful ctime: only the racy window protects then.
+    monkeypatch.setattr(
+        progress, "_stat_signature", lambda st: (st.st_size, st.st_mtime_ns, st.st_ino, 0, 0)
+    )
+    path = write(tmp_path, "a.txt", "aaaa", old=False)
+    st = path.stat()
+    sf = StateFingerprint(tmp_path, ["."])
+    before = sf.compute()
+    path.write_bytes(b"bbbb")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert sf.compute() != before
+
+
+def test_rewrite_of_an_old_file_with_old_mtime_restored_is_caught_by_ctime(tmp_path: Path) -> None:
+    path = write(tmp_path, "a.txt", "aaaa")  # old: outside the racy window, trusted
+    st = path.stat()
+    sf = StateFingerprint(tmp_path, ["."])
+    before = sf.compute()
+    assert sf.compute() == before and sf.last_stats["hashed"] == 0
+    time.sleep(0.05)  # let the coarse kernel clock tick so ctime can differ
+    path.write_bytes(b"bbbb")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    if path.stat().st_ctime_ns == st.st_ctime_ns:  # pragma: no cover - no usable ctime here
+        pytest.skip("this filesystem did not move ctime")
+    assert sf.compute() != before
+
+
+def test_add_delete_and_rename_change_the_fingerprint(tmp_path: Path) -> None:
+    tree(tmp_path, {"a.txt": "same", "b.txt": "other"})
+    sf = StateFingerprint(tmp_path, ["."])
+    base = sf.compute()
+
+    write(tmp_path, "new.txt", "")
+    added = sf.compute()
+    assert added != base and "new.txt" in sf.files
+
+    (tmp_path / "new.txt").unlink()
+    assert sf.compute() == base and "new.txt" not in sf.files
+
+    (tmp_path / "a.txt").unlink()
+    deleted = sf.compute()
+    assert deleted not in (base, added)
+    write(tmp_path, "a.txt", "same")
+    assert sf.compute() == base
+
+    os.rename(tmp_path / "a.txt", tmp_path / "c.txt")  # same bytes, new name
+    renamed = sf.compute()
+    assert renamed not in (base, added, deleted)
+    assert sf.files == ["b.txt", "c.txt"]
+
+    (tmp_path / "sub").mkdir()
+    os.rename(tmp_path / "c.txt", tmp_path / "sub" / "c.txt")  # moved, not renamed
+    assert sf.compute() not in (base, added, deleted, renamed)
+
+
+def test_empty_directories_are_not_state(tmp_path: Path) -> None:
+    write(tmp_path, "a.txt")
+    before = fp(tmp_path)
+    (tmp_path / "empty" / "deeper").mkdir(parents=True)
+    assert fp(tmp_path) == before
+
+
+# ------------------------------------------------------------- incremental
+
+
+def test_unchanged_tree_is_not_rehashed(tmp_path: Path) -> None:
+    tree(tmp_path, {f"d{i % 3}/f{i}.txt": str(i) for i in range(30)})
+    sf = StateFingerprint(tmp_path, ["."])
+    first = sf.compute()
+    assert sf.last_stats == {"files": 30, "hashed": 30, "stat_only": 0}
+    assert sf.compute() == first
+    assert sf.last_stats == {"files": 30, "hashed": 0, "stat_only": 30}
+
+
+def test_only_the_changed_file_is_rehashed(tmp_path: Path) -> None:
+    tree(tmp_path, {f"f{i}.txt": str(i) for i in range(10)})
+    sf = StateFingerprint(tmp_path, ["."])
+    sf.compute()
+    write(tmp_path, "f3.txt", "changed")  # new content, new (old) mtime
+    sf.compute()
+    assert sf.last_stats == {"files": 10, "hashed": 1, "stat_only": 9}
+
+
+def test_fresh_file_is_rehashed_until_it_leaves_the_racy_window(tmp_path: Path) -> None:
+    path = write(tmp_path, "a.txt", "x", old=False)
+    sf = StateFingerprint(tmp_path, ["."])
+    sf.compute()
+    assert sf.last_stats["hashed"] == 1
+    sf.compute()
+    assert sf.last_stats["hashed"] == 1  # mtime too recent to trust the stat
+    age_out(path)  # as if the window had passed (the stat changes, so hash once more)
+    sf.compute()
+    assert sf.last_stats["hashed"] == 1
+    sf.compute()
+    assert sf.last_stats == {"files": 1, "hashed": 0, "stat_only": 1}
+
+
+def test_file_with_future_mtime_is_never_trusted(tmp_path: Path) -> None:
+    path = write(tmp_path, "a.txt", "x")
+    future = time.time_ns() + HOUR_NS
+    os.utime(path, ns=(future, future))
+    sf = StateFingerprint(tmp_path, ["."])
+    sf.compute()
+    sf.compute()
+    assert sf.last_stats["hashed"] == 1
+
+
+def test_racy_window_is_two_seconds() -> None:
+    assert RACY_WINDOW_NS == 2_000_000_000
+
+
+# ---------------------------------------------------------------- excludes
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        ".git/index",
+        ".git/objects/ab/cdef",
+        "__pycache__/a.cpython-311.pyc",
+        "src/pkg/__pycache__/m.cpython-311.pyc",
+        ".pytest_cache/v/cache/lastfailed",
+        ".pytest-loops/runs/1/run.json",
+        ".hypothesis/examples/x",
+        ".mypy_cache/3.11/x.json",
+        ".ruff_cache/0.4/x",
+        "src/stray.pyc",
+        ".coverage",
+        ".coverage.host.1234.567",
+        "sub/.coverage",
+    ],
+)
+def test_default_excludes_never_count(tmp_path: Path, rel: str) -> None:
+    tree(tmp_path, {"src/app.py": "print(1)"})
+    sf = StateFingerprint(tmp_path, ["."])
+    before = sf.compute()
+    write(tmp_path, rel, "written by a test run", old=False)
+    assert sf.compute() == before
+    assert sf.files == ["src/app.py"]
+    # A glob through the excluded name does not bring it back either.
+    assert rel not in matched(tmp_path, ["**/*"])
+
+
+def test_default_excludes_list() -> None:
+    for name in (".git", "__pycache__", ".pytest_cache", ".pytest-loops", ".hypothesis",
+                 ".mypy_cache", ".ruff_cache", "*.pyc", ".coverage", ".coverage.*"):
+        assert name in DEFAULT_EXCLUDES
+
+
+def test_names_resembling_default_excludes_still_count(tmp_path: Path) -> None:
+    tree(tmp_path, {"coverage.txt": "1", ".coveragerc": "2", "git/x": "3", "a.pyc.txt": "4"})
+    assert matched(tmp_path, ["."]) == [".coveragerc", "a.pyc.txt", "coverage.txt", "git/x"]
+
+
+def test_exclude_bare_name_applies_at_any_depth(tmp_path: Path) -> None:
+    tree(tmp_path, {"a.py": "1", "run.json": "{}", "sub/run.json": "{}", "sub/keep.json": "{}"})
+    sf = StateFingerprint(tmp_path, ["."], exclude=["run.json"])
+    before = sf.compute()
+    assert sf.files == ["a.py", "sub/keep.json"]  # like .gitignore
+    write(tmp_path, "run.json", '{"iteration": 2}')
+    write(tmp_path, "sub/run.json", '{"iteration": 2}')
+    assert sf.compute() == before
+
+
+def test_exclude_top_level_only_with_dot_slash(tmp_path: Path) -> None:
+    tree(tmp_path, {"a.py": "1", "run.json": "{}", "sub/run.json": "{}"})
+    assert matched(tmp_path, ["."], exclude=["./run.json"]) == ["a.py", "sub/run.json"]
+
+
+def test_exclude_absolute_path(tmp_path: Path) -> None:
+    tree(tmp_path, {"a.py": "1", "memory/lessons.md": "- one"})
+    page = tmp_path / "memory" / "lessons.md"
+    sf = StateFingerprint(tmp_path, ["."], exclude=[str(page)])
+    before = sf.compute()
+    write(tmp_path, "memory/lessons.md", "- one\n- two")
+    assert sf.compute() == before and sf.files == ["a.py"]
+
+
+def test_exclude_the_engines_own_files(tmp_path: Path) -> None:
+    # The engine passes its artifacts dir, run log, run dir and memory page (+ lock).
+    tree(tmp_path, {"src/a.py": "1", "loop-runs/r1/log.jsonl": "{}", "lessons.md": "- a"})
+    exclude = [
+        str(tmp_path / "loop-runs"),
+        str(tmp_path / "loop-runs" / "r1" / "log.jsonl"),
+        str(tmp_path / "lessons.md"),
+        str(tmp_path / "lessons.md") + ".lock",
+    ]
+    sf = StateFingerprint(tmp_path, ["."], exclude=exclude)
+    before = sf.compute()
+    write(tmp_path, "loop-runs/r1/log.jsonl", '{"iteration": 2}')
+    write(tmp_path, "loop-runs/r2/prompt.md", "new run dir")
+    write(tmp_path, "lessons.md", "- a\n- b")
+    write(tmp_path, "lessons.md.lock", "")
+    write(tmp_path, "src/lessons.md", "not the memory page")  # absolute = exact path
+    assert sf.compute() != before
+    assert sf.files == ["src/a.py", "src/lessons.md"]
+
+
+def test_exclude_pathlike_and_single_string(tmp_path: Path) -> None:
+    tree(tmp_path, {"a.py": "1", "b.log": "2"})
+    assert matched(tmp_path, ["."], exclude=tmp_path / "b.log") == ["a.py"]
+    assert matched(tmp_path, ".", exclude="b.log") == ["a.py"]
+
+
+def test_exclude_globs_and_directories(tmp_path: Path) -> None:
+    tree(
+        tmp_path,
+        {
+            "a.py": "1",
+            "top.log": "2",
+            "logs/x.log": "3",
+            "logs/keep.txt": "4",
+            "deep/er/y.log": "5",
+            "out/build/z.o": "6",
+        },
+    )
+    everything = ["a.py", "deep/er/y.log", "logs/keep.txt", "logs/x.log", "out/build/z.o", "top.log"]
+    assert matched(tmp_path, ["."], exclude=["*.log"]) == ["a.py", "logs/keep.txt", "out/build/z.o"]
+    assert matched(tmp_path, ["."], exclude=["**/*.log"]) == matched(
+        tmp_path, ["."], exclude=["*.log"]
+    )
+    assert matched(tmp_path, ["."], exclude=["./*.log"]) == [
+        f for f in everything if f != "top.log"
+    ]
+    assert matched(tmp_path, ["."], exclude=["logs/*.log", "./out"]) == [
+        "a.py", "deep/er/y.log", "logs/keep.txt", "top.log",
+    ]
+    # A bare directory name, with or without a trailing slash, at any depth.
+    for name in ("build", "build/"):
+        assert matched(tmp_path, ["."], exclude=[name]) == [
+            f for f in everything if f != "out/build/z.o"
+        ]
+    assert matched(tmp_path, ["."], exclude=["deep/er"]) == [
+        f for f in everything if f != "deep/er/y.log"
+    ]
+    assert matched(tmp_path, ["."], exclude=["."]) == []
+
+
+def test_exclude_wins_over_an_explicit_pattern(tmp_path: Path) -> None:
+    tree(tmp_path, {"gen/x.py": "1", "gen/y.py": "2", "__pycache__/z.py": "3"})
+    assert matched(tmp_path, ["gen/x.py", "gen"], exclude=["gen"]) == []
+    assert matched(tmp_path, ["__pycache__/z.py"]) == []
+
+
+def test_blank_excludes_are_ignored(tmp_path: Path) -> None:
+    tree(tmp_path, {"a.py": "1"})
+    assert matched(tmp_path, ["."], exclude=["", "  "]) == ["a.py"]
+
+
+# ---------------------------------------------------------------- patterns
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    tree(
+        tmp_path,
+        {
+            "README.txt": "r",
+            "notes.txt": "n",
+            ".env.txt": "hidden",
+            "src/a.py": "a",
+            "src/c.txt": "c",
+            "src/pkg/b.py": "b",
+            "src/pkg/deep/d.py": "d",
+            "other/e.py": "e",
+            "data.txt/inner.bin": "a directory named like a file",
+        },
+    )
+    return tmp_path
+
+
+def test_glob_recursive(project: Path) -> None:
+    assert matched(project, ["src/**/*.py"]) == ["src/a.py", "src/pkg/b.py", "src/pkg/deep/d.py"]
+    assert matched(project, ["**/b.py"]) == ["src/pkg/b.py"]
+
+
+def test_glob_top_level_only_and_dotfiles_match(project: Path) -> None:
+    # A glob matching a directory takes everything beneath it.
+    assert matched(project, ["*.txt"]) == [
+        ".env.txt", "README.txt", "data.txt/inner.bin", "notes.txt",
+    ]
+
+
+def test_glob_character_classes(project: Path) -> None:
+    assert matched(project, ["src/[ab].py", "src/?.txt"]) == ["src/a.py", "src/c.txt"]
+    assert matched(project, ["src/[!a].*"]) == ["src/c.txt"]
+
+
+def test_directory_pattern_takes_everything_beneath(project: Path) -> None:
+    assert matched(project, ["src"]) == [
+        "src/a.py", "src/c.txt", "src/pkg/b.py", "src/pkg/deep/d.py",
+    ]
+    assert matched(project, ["src/"]) == matched(project, ["src"])
+    assert matched(project, ["src/pkg/**"]) == ["src/pkg/b.py", "src/pkg/deep/d.py"]
+
+
+def test_file_pattern_and_single_string_pattern(project: Path) -> None:
+    assert matched(project, ["src/pkg/b.py"]) == ["src/pkg/b.py"]
+    assert matched(project, "src/pkg/b.py") == ["src/pkg/b.py"]  # one pattern, not characters
+    assert matched(project, [Path("src/pkg/b.py")]) == ["src/pkg/b.py"]
+
+
+def test_directory_named_like_a_file(project: Path) -> None:
+    sf = StateFingerprint(project, ["data.txt"])
+    before = sf.compute()
+    assert sf.files == ["data.txt/inner.bin"]
+    write(project, "data.txt/inner.bin", "changed")
+    assert sf.compute() != before
+
+
+def test_absolute_pattern_inside_root_uses_relative_keys(project: Path) -> None:
+    absolute = matched(project, [str(project / "src" / "**" / "*.py")])
+    assert absolute == matched(project, ["src/**/*.py"])
+    assert fp(project, [str(project / "src")]) == fp(project, ["src"])
+
+
+def test_absolute_pattern_outside_root(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    tree(root, {"a.py": "1"})
+    tree(outside, {"x.cfg": "1", "sub/y.cfg": "2"})
+    sf = StateFingerprint(root, [".", str(outside / "**" / "*.cfg")])
+    before = sf.compute()
+    assert sf.files == sorted(
+        ["a.py", (outside / "sub" / "y.cfg").as_posix(), (outside / "x.cfg").as_posix()]
+    )
+    write(outside, "x.cfg", "2")
+    assert sf.compute() != before
+    assert matched(root, [str(outside / "x.cfg")]) == [(outside / "x.cfg").as_posix()]
+
+
+def test_relative_pattern_leaving_root(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    write(tmp_path, "sibling/s.txt", "1")
+    assert matched(root, ["../sibling"]) == [(tmp_path / "sibling" / "s.txt").as_posix()]
+
+
+def test_nonexistent_patterns_contribute_nothing(project: Path) -> None:
+    base = fp(project, ["src"])
+    for extra in ("missing.txt", "missing/**/*.py", "nope/*", "*.nothing", "src/a.py/x"):
+        assert fp(project, ["src", extra]) == base, extra
+    assert matched(project, ["missing/**"]) == []
+
+
+def test_missing_root_contributes_nothing(tmp_path: Path) -> None:
+    assert fp(tmp_path / "absent") == fp(tmp_path, [])
+
+
+def test_overlapping_patterns_count_each_file_once(project: Path) -> None:
+    sf = StateFingerprint(project, ["src", "src/**/*.py", "src/a.py", "**/**/a.py"])
+    assert sf.compute() == fp(project, ["src"])
+    assert sf.last_stats["files"] == 4
+
+
+def test_blank_patterns_are_ignored(project: Path) -> None:
+    assert matched(project, ["", "   "]) == []
+
+
+@pytest.mark.parametrize(
+    ("patterns", "exclude", "needle"),
+    [
+        ([3], (), "state pattern 3 is not a path"),
+        (["ok", None], (), "state pattern None is not a path"),
+        (["a\0b"], (), "contains a NUL byte"),
+        (["."], [b"x"], "exclude b'x' is not a path"),
+    ],
+)
+def test_bad_patterns_are_one_line_usage_errors(tmp_path, patterns, exclude, needle) -> None:
+    with pytest.raises(LoopUsageError) as info:
+        StateFingerprint(tmp_path, patterns, exclude=exclude)
+    message = str(info.value)
+    assert needle in message and "\n" not in message
+
+
+# ------------------------------------------------- links, special, unreadable
+
+
+def test_symlinked_directory_loop_is_not_followed(tmp_path: Path) -> None:
+    write(tmp_path, "src/pkg/a.py", "1")
+    os.symlink(tmp_path / "src", tmp_path / "src" / "pkg" / "loop")
+    sf = StateFingerprint(tmp_path, ["."])
+    sf.compute()
+    assert sf.files == ["src/pkg/a.py", "src/pkg/loop"]
+    assert matched(tmp_path, ["**/*.py"]) == ["src/pkg/a.py"]
+
+
+def test_retargeting_a_directory_link_changes_the_fingerprint(tmp_path: Path) -> None:
+    tree(tmp_path, {"v1/x": "1", "v2/x": "1"})
+    link = tmp_path / "current"
+    os.symlink("v1", link)
+    sf = StateFingerprint(tmp_path, ["."])
+    before = sf.compute()
+    link.unlink()
+    os.symlink("v2", link)
+    assert sf.compute() != before
+
+
+def test_link_named_by_a_pattern_is_followed(tmp_path: Path) -> None:
+    write(tmp_path, "real/x.py", "1")
+    os.symlink(tmp_path / "real", tmp_path / "alias")
+    assert matched(tmp_path, ["alias"]) == ["alias/x.py"]
+    assert matched(tmp_path, ["alias/*.py"]) == ["alias/x.py"]
+
+
+def test_symlinked_file_is_hashed_by_content(tmp_path: Path) -> None:
+    target = write(tmp_path, "elsewhere/t.txt", "v1")
+    write(tmp_path, "state/keep.txt", "k")
+    os.symlink(target, tmp_path / "state" / "link.txt")
+    sf = StateFingerprint(tmp_path, ["state"])
+    before = sf.compute()
+    write(tmp_path, "elsewhere/t.txt", "v2")
+    assert sf.compute() != before
+
+
+def test_dangling_and_looping_links_are_markers_not_errors(tmp_path: Path) -> None:
+    write(tmp_path, "a.txt", "1")
+    os.symlink(tmp_path / "missing", tmp_path / "dangling")
+    os.symlink("self", tmp_path / "self")
+    sf = StateFingerprint(tmp_path, ["."])
+    before = sf.compute()
+    assert sf.files == ["a.txt", "dangling", "self"]
+    write(tmp_path, "missing", "now it exists")
+    assert sf.compute() != before
+    assert matched(tmp_path, ["self"]) == ["self"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_fifo_is_a_marker_and_never_opened(tmp_path: Path) -> None:
+    write(tmp_path, "a.txt", "1")
+    os.mkfifo(tmp_path / "pipe")
+    sf = StateFingerprint(tmp_path, ["."])
+    sf.compute()  # would block forever if the FIFO were opened for reading
+    assert sf.files == ["a.txt", "pipe"]
+    assert sf.last_stats["hashed"] == 1
+
+
+def test_unreadable_file_is_a_marker_not_an_exception(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tests may run as root, where chmod 000 does not stop reads: refuse the open.
+    tree(tmp_path, {"a.txt": "1", "secret.txt": "2"})
+    readable = fp(tmp_path)
+    real_open = os.open
+    secret = str(tmp_path / "secret.txt")
+
+    def refusing_open(path, flags, *args, **kw):
+        if os.fspath(path) == secret:
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, flags, *args, **kw)
+
+    monkeypatch.setattr(progress.os, "open", refusing_open)
+    sf = StateFingerprint(tmp_path, ["."])
+    blocked = sf.compute()
+    assert blocked != readable
+    assert sf.files == ["a.txt", "secret.txt"]
+    sf.compute()
+    assert sf.last_stats["hashed"] == 1  # errors are not cached: retried every time
+    monkeypatch.setattr(progress.os, "open", real_open)
+    assert sf.compute() == readable
+
+
+@pytest.mark.skipif(IS_ROOT, reason="root reads files regardless of their mode")
+def test_unreadable_file_by_mode(tmp_path: Path) -> None:  # pragma: no cover - root in CI
+    path = write(tmp_path, "secret.txt", "2")
+    readable = fp(tmp_path)
+    path.chmod(0)
+    try:
+        assert fp(tmp_path) != readable
+    finally:
+        path.chmod(0o644)
+
+
+@pytest.mark.skipif(IS_ROOT, reason="root lists directories regardless of their mode")
+def test_unreadable_directory_by_mode(tmp_path: Path) -> None:  # pragma: no cover - root in CI
+    write(tmp_path, "locked/x.txt", "1")
+    readable = fp(tmp_path)
+    (tmp_path / "locked").chmod(0)
+    try:
+        sf = StateFingerprint(tmp_path, ["."])
+        assert sf.compute() != readable
+        assert sf.files == ["locked"]
+    finally:
+        (tmp_path / "locked").chmod(0o755)
+
+
+@pytest.mark.parametrize("pattern", [".", "**/*.txt"])
+def test_unlistable_directory_is_a_marker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pattern: str
+) -> None:
+    # Root lists any directory, so refuse opening and listing it instead.
+    tree(tmp_path, {"a.txt": "1", "locked/x.txt": "2"})
+    readable = fp(tmp_path, [pattern])
+    real_open, real_scandir = os.open, os.scandir
+    locked = str(tmp_path / "locked")
+
+    def refusing_open(path, flags, *args, **kw):
+        if os.fspath(path) == locked:
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, flags, *args, **kw)
+
+    def refusing_scandir(path="."):
+        if not isinstance(path, int) and os.fspath(path) == locked:
+            raise PermissionError(13, "Permission denied", path)
+        return real_scandir(path)
+
+    monkeypatch.setattr(progress.os, "open", refusing_open)
+    monkeypatch.setattr(progress.os, "scandir", refusing_scandir)
+    sf = StateFingerprint(tmp_path, [pattern])
+    assert sf.compute() != readable
+    assert sf.files == ["a.txt", "locked"]
+
+
+# ------------------------------------------------------ failure signatures
+
+PYTEST_RUN = """\
+============================= test session starts ==============================
+platform linux -- Python 3.11.7, pytest-9.2.0, pluggy-1.6.0
+rootdir: {tmp}
+plugins: xdist-3.6.1, hypothesis-6.100.0
+collected 3 items
+
+test_calc.py F.F                                                         [100%]
+
+=================================== FAILURES ===================================
+___________________________________ test_add ___________________________________
+
+    def test_add():
+>       assert add(2, 2) == {expected}
+E       assert {got} == {expected}
+E        +  where {got} = add(2, 2)
+
+test_calc.py:{line}: AssertionError
+_________________________________ test_object __________________________________
+
+    def test_object():
+>       assert make() is None
+E       assert <calc.Thing object at {addr}> is None
+E        +  where <calc.Thing object at {addr}> = make()
+
+test_calc.py:{line2}: AssertionError
+=========================== short test summary info ============================
+FAILED test_calc.py::test_add - assert {got} == {expected}
+FAILED test_calc.py::test_object - assert <calc.Thing object at {addr}> is None
+========================= 2 failed, 1 passed in {secs}s =========================
+"""
+
+COMMAND_RUN = """\
+{stamp} INFO starting worker pid={pid}
+Traceback (most recent call last):
+  File "{tmp}/job.py", line {line}, in <module>
+    main()
+  File "{tmp}/job.py", line {line2}, in main
+    raise ValueError(f"bad value {{v!r}} in {{path}}")
+ValueError: bad value {got} in {tmp}/input.csv
+Command exited after {secs} seconds
+"""
+
+DEFAULTS = dict(
+    tmp="/tmp/pytest-of-root/pytest-1/test_calc0",
+    expected=4,
+    got=5,
+    line=7,
+    line2=12,
+    addr="0x7f3a2c1b9d50",
+    secs="0.12",
+    stamp="2024-05-01 10:11:12,345",
+    pid=4242,
+)
+
+names = st.text(alphabet=string.ascii_lowercase + "_", min_size=1, max_size=12)
+temp_paths = st.one_of(
+    st.builds(
+        "{}/pytest-of-{}/pytest-{}/{}{}{}".format,
+        st.sampled_from(["/tmp", "/var/tmp", "/private/var/folders/x1/abc_d/T"]),
+        st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True),
+        st.integers(0, 9999),
+        st.sampled_from(["", "popen-gw0/", "popen-gw13/"]),
+        names.map(lambda n: "test_" + n),
+        st.integers(0, 99),
+    ),
+    st.builds(
+        "{}/tmp{}".format,
+        st.sampled_from(["/tmp", "/var/tmp"]),
+        st.text(alphabet=string.ascii_lowercase + string.digits + "_", min_size=8, max_size=8),
+    ),
+)
+noise = st.fixed_dictionaries(
+    {
+        "tmp": temp_paths,
+        "line": st.integers(1, 10**6),
+        "line2": st.integers(1, 10**6),
+        "addr": st.integers(0x1000, 2**48).map(hex),
+        "secs": st.floats(0, 10_000, allow_nan=False).map(lambda f: f"{f:.2f}"),
+        "stamp": st.datetimes().map(lambda d: d.isoformat(sep=" ", timespec="milliseconds")),
+        "pid": st.integers(1, 4_194_304),
+    }
+)
+
+
+def render(template: str, **changes) -> str:
+    return template.format(**{**DEFAULTS, **changes})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(noise)
+def test_pytest_signature_ignores_run_to_run_noise(variation) -> None:
+    baseline = failure_signature(render(PYTEST_RUN), kind="pytest")
+    assert failure_signature(render(PYTEST_RUN, **variation), kind="pytest") == baseline
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(noise)
+def test_command_signature_ignores_run_to_run_noise(variation) -> None:
+    baseline = failure_signature(render(COMMAND_RUN))
+    assert failure_signature(render(COMMAND_RUN, **variation)) == baseline
+    # Same for pytest-shaped output under the generic rule.
+    assert failure_signature(render(PYTEST_RUN, **variation)) == failure_signature(
+        render(PYTEST_RUN)
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(-1000, 1000), st.integers(-1000, 1000))
+def test_different_assertion_values_give_different_signatures(a: int, b: int) -> None:
+    same = failure_signature(render(PYTEST_RUN, got=a), kind="pytest") == failure_signature(
+        render(PYTEST_RUN, got=b), kind="pytest"
+    )
+    assert same == (a == b)
+    same_cmd = failure_signature(render(COMMAND_RUN, got=a)) == failure_signature(
+        render(COMMAND_RUN, got=b)
+    )
+    assert same_cmd == (a == b)
+
+
+def test_signature_format() -> None:
+    assert SIG.match(failure_signature(render(PYTEST_RUN), kind="pytest"))
+    assert SIG.match(failure_signature(""))
+
+
+def test_pytest_normalized_text_lists_nodes_and_messages() -> None:
+    text = normalize_failure(render(PYTEST_RUN), kind="pytest")
+    assert "FAILED test_calc.py::test_add - assert 5 == 4" in text.splitlines()
+    assert "test_add: assert 5 == 4 | +  where 5 = add(2, 2)" in text.splitlines()
+    assert "0x7f3a2c1b9d50" not in text and "0x?" in text
+    assert "passed in" not in text and "/tmp" not in text
+    assert text.splitlines() == sorted(text.splitlines())
+
+
+def test_pytest_signature_ignores_failure_order() -> None:
+    run = render(PYTEST_RUN)
+    head, rest = run.split("___________________________________ test_add", 1)
+    add_section, tail = rest.split("_________________________________ test_object", 1)
+    object_section, summary = tail.split("=========================== short test summary", 1)
+    summary_lines = summary.splitlines()
+    swapped = (
+        head
+        + "_________________________________ test_object"
+        + object_section
+        + "___________________________________ test_add"
+        + add_section
+        + "=========================== short test summary"
+        + "\n".join([summary_lines[0], summary_lines[2], summary_lines[1], *summary_lines[3:]])
+    )
+    assert swapped != run
+    assert failure_signature(swapped, kind="pytest") == failure_signature(run, kind="pytest")
+
+
+def test_pytest_signature_changes_with_the_failing_node() -> None:
+    run = render(PYTEST_RUN)
+    other = run.replace("test_calc.py::test_add", "test_calc.py::test_sub")
+    assert failure_signature(other, kind="pytest") != failure_signature(run, kind="pytest")
+
+
+def test_pytest_short_summary_alone_is_enough() -> None:
+    quiet = "FAILED t.py::test_a - ValueError: x\n1 failed in 0.01s\n"
+    assert normalize_failure(quiet, kind="pytest") == "FAILED t.py::test_a - ValueError: x"
+    errored = "ERROR t.py::test_b - fixture 'db' not found\n1 error in 3.50s\n"
+    assert normalize_failure(errored, kind="pytest") == "ERROR t.py::test_b - fixture 'db' not found"
+
+
+def test_pytest_kind_falls_back_to_the_tail_when_nothing_failed_by_name() -> None:
+    crash = "ERROR: usage: pytest [options]\npytest: error: unrecognized arguments: --nope\n"
+    assert normalize_failure(crash, kind="pytest") == normalize_failure(crash)
+    assert normalize_failure(crash, kind="pytest") != ""
+
+
+def test_check_kind_enum_is_accepted() -> None:
+    run = render(PYTEST_RUN)
+    assert failure_signature(run, kind=CheckKind.PYTEST) == failure_signature(run, kind="pytest")
+    assert failure_signature(run, kind=CheckKind.COMMAND) == failure_signature(run)
+
+
+def test_command_signature_uses_only_the_last_40_lines() -> None:
+    lines = [f"line {i} output" for i in range(100)]
+    base = failure_signature("\n".join(lines))
+    early = list(lines)
+    early[10] = "something else entirely"
+    assert failure_signature("\n".join(early)) == base
+    late = list(lines)
+    late[-1] = "something else entirely"
+    assert failure_signature("\n".join(late)) != base
+    assert len(normalize_failure("\n".join(lines)).splitlines()) == 40
+
+
+def test_colours_line_endings_and_bytes_do_not_matter() -> None:
+    plain = "E   assert 1 == 2\nFAILED t.py::test_a - assert 1 == 2\n"
+    coloured = "\x1b[31mE   assert 1 == 2\x1b[0m\r\n\x1b[1;31mFAILED\x1b[0m t.py::test_a - assert 1 == 2\r\n"
+    assert failure_signature(coloured) == failure_signature(plain)
+    assert failure_signature(plain.encode()) == failure_signature(plain)
+
+
+@pytest.mark.parametrize(
+    ("noisy", "quiet"),
+    [
+        ("error in app.py:120:7", "error in app.py:9:1"),
+        ('File "x.py", line 88, in f', 'File "x.py", line 3, in f'),
+        ("<Obj at 0x7ffe12345678>", "<Obj at 0x1>"),
+        ("1 failed in 0.12s", "1 failed in 31.50s"),
+        ("took 1.23 seconds", "took 10 seconds"),
+        ("took 150ms", "took 3 ms"),
+        ("at 2024-01-01T12:00:00Z", "at 1999-12-31 23:59:59.999+02:00"),
+        ("elapsed 00:01:02", "elapsed 12:34:56"),
+        ("worker pid 1234 died", "worker pid 99 died"),
+        ("worker pid=1234 died", "worker pid=5 died"),
+        ("Using --randomly-seed=123", "Using --randomly-seed=987654"),
+        ("[gw0] node down", "[gw12] node down"),
+        ("open /tmp/tmpa1b2c3d4/in.txt", "open /tmp/tmpzzzzzzzz/in.txt"),
+        (
+            "at /tmp/pytest-of-root/pytest-3/test_x0/f.txt",
+            "at /tmp/pytest-of-ci/pytest-45/popen-gw1/test_x12/f.txt",
+        ),
+    ],
+)
+def test_normalization_cases(noisy: str, quiet: str) -> None:
+    assert normalize_failure(noisy) == normalize_failure(quiet)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("assert 1 == 2", "assert 1 == 3"),
+        ("open /tmp/tmpa1b2c3d4/in.txt", "open /tmp/tmpa1b2c3d4/out.txt"),
+        ("KeyError: 'alpha'", "KeyError: 'beta'"),
+        ("error in app.py:12", "error in lib.py:12"),
+        ("3 failed", "4 failed"),
+        ("/tmpfoo/x", "/tmpbar/x"),
+    ],
+)
+def test_normalization_keeps_what_matters(a: str, b: str) -> None:
+    assert failure_signature(a) != failure_signature(b)
+
+
+# ------------------------------------------------------ first meaningful line
+
+
+def test_first_meaningful_line_empty() -> None:
+    assert first_meaningful_line("") == ""
+    assert first_meaningful_line("  \n\n \t\n") == ""
+
+
+def test_first_meaningful_line_prefers_pytest_e_lines() -> None:
+    assert first_meaningful_line(render(PYTEST_RUN)) == "assert 5 == 4"
+    out = "ImportError: early noise\n____ test_a ____\nE       ValueError: bad input\n"
+    assert first_meaningful_line(out) == "ValueError: bad input"
+
+
+def test_first_meaningful_line_failed_summary() -> None:
+    out = "test_a.py F\n\nFAILED test_a.py::test_a - assert 1 == 2\n1 failed in 0.01s\n"
+    assert first_meaningful_line(out) == "FAILED test_a.py::test_a - assert 1 == 2"
+
+
+def test_first_meaningful_line_python_traceback() -> None:
+    out = render(COMMAND_RUN)
+    assert first_meaningful_line(out) == "ValueError: bad value 5 in /tmp/pytest-of-root/pytest-1/test_calc0/input.csv"
+
+
+@pytest.mark.parametrize(
+    ("out", "expected"),
+    [
+        ("running\nAssertionError\ndone\n", "AssertionError"),
+        ("compiling\nerror: pathspec 'x' did not match\n", "error: pathspec 'x' did not match"),
+        ("error[E0308]: mismatched types\n", "error[E0308]: mismatched types"),
+        ("ok\nsubprocess.CalledProcessError: exit 2\n", "subprocess.CalledProcessError: exit 2"),
+        ("building\n\nexit status 3\n\n", "exit status 3"),
+        ("\x1b[31m   coloured failure   \x1b[0m\n", "coloured failure"),
+    ],
+)
+def test_first_meaningful_line_cases(out: str, expected: str) -> None:
+    assert first_meaningful_line(out) == expected
+
+
+def test_first_meaningful_line_is_at_most_200_characters() -> None:
+    line = first_meaningful_line("ValueError: " + "x" * 500)
+    assert len(line) == 200 and line.startswith("ValueError: x") and line.endswith("...")
+    assert len(first_meaningful_line("y" * 200)) == 200
