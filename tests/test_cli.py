@@ -110,23 +110,24 @@ def test_revise_gets_every_loop_variable(cli, work, tmp_path):
     (tmp_path / "dump_env.py").write_text(DUMP_ENV)
     proc, log = run_loop(cli, work, "--verify", "echo the check failed here; exit 1",
                          "--revise", f"python {tmp_path / 'dump_env.py'}",
-                         "--name", "env loop", "--goal", "be green", "--max-iter", "2")
+                         "--name", "env loop", "--goal", "be green", "--max-iter", "3")
     assert proc.returncode == 2, proc.stderr
     run_dir = tmp_path / "run"
-    env = json.loads((work / "env-1.json").read_text())
-    assert env["LOOP_NAME"] == "env loop"
-    assert env["LOOP_GOAL"] == "be green"
-    assert env["LOOP_ITERATION"] == "1"
-    assert env["LOOP_MAX_ITER"] == "2"
-    assert env["LOOP_WORKDIR"] == str(work.resolve()) == env["cwd"]
-    assert env["LOOP_RUN_DIR"] == str(run_dir)
-    assert env["LOOP_FAILURE_FILE"] == str(run_dir / "iter-001" / "failure.txt")
-    assert env["LOOP_PROMPT_FILE"] == str(run_dir / "iter-001" / "prompt.md")
-    assert "the check failed here" in env["failure_text"]
-    assert "be green" in env["prompt_text"] and "the check failed here" in env["prompt_text"]
+    for i in (1, 2):
+        env = json.loads((work / f"env-{i}.json").read_text())
+        assert env["LOOP_NAME"] == "env loop"
+        assert env["LOOP_GOAL"] == "be green"
+        assert env["LOOP_ITERATION"] == str(i)
+        assert env["LOOP_MAX_ITER"] == "3"
+        assert env["LOOP_WORKDIR"] == str(work.resolve()) == env["cwd"]
+        assert env["LOOP_RUN_DIR"] == str(run_dir)
+        assert env["LOOP_FAILURE_FILE"] == str(run_dir / f"iter-00{i}" / "failure.txt")
+        assert env["LOOP_PROMPT_FILE"] == str(run_dir / f"iter-00{i}" / "prompt.md")
+        assert "the check failed here" in env["failure_text"]
+        assert "be green" in env["prompt_text"] and "the check failed here" in env["prompt_text"]
     # the last iteration stops at the cap: no revise step whose work is never verified
-    assert not (work / "env-2.json").exists()
-    assert log["iterations"][0]["revise_exit"] == 0
+    assert not (work / "env-3.json").exists()
+    assert [it["revise_exit"] for it in log["iterations"]] == [0, 0, None]
 
 
 def test_revise_nonzero_is_recorded_and_the_loop_goes_on(cli, work):
