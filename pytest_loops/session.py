@@ -103,11 +103,19 @@ class LoopSession:
         tree never interleave, also across xdist workers."""
         revises = spec.revise or len(self.config.pluginmanager.hook.pytest_loop_revise.get_hookimpls()) > 1
         if not revises:  # a loop that changes nothing needs no lock
-            return self.make_engine().run(spec, resume_from=self.resume_point(spec), **kwargs)
+            return self._run(spec, **kwargs)
         lock_path = self.rootdir / ARTIFACTS_DIRNAME / "tree.lock"
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(lock_path)):
-            return self.make_engine().run(spec, resume_from=self.resume_point(spec), **kwargs)
+            return self._run(spec, **kwargs)
+
+    def _run(self, spec: LoopSpec, **kwargs: Any) -> LoopResult:
+        """Ctrl-C or SIGTERM of pytest first ends the loop's running command, whole tree."""
+        from .process import TerminationGuard
+
+        engine = self.make_engine()
+        with TerminationGuard(engine.runner):
+            return engine.run(spec, resume_from=self.resume_point(spec), **kwargs)
 
     def resume_point(self, spec: LoopSpec) -> dict[str, Any] | None:
         """With --loop-resume: the latest run log of this loop that did not finish or was
