@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pluggy
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pytest_loops import Check, CheckKind, Guards, LoopSpec, LoopUsageError, Verdict
 from pytest_loops.artifacts.runlog import load_runlog
@@ -20,7 +22,7 @@ from pytest_loops.engine import Engine, resolve_paths
 from pytest_loops.hooks import make_plugin_manager
 from pytest_loops.process import ProcessRunner
 from pytest_loops.results import CheckResult, CommandResult
-from pytest_loops.testing import FakeClock
+from pytest_loops.testing import FakeClock, LoopHarness
 
 hookimpl = pluggy.HookimplMarker("pytest")
 
@@ -327,6 +329,53 @@ def test_the_lesson_is_written_before_the_revise_step_and_the_stop_rules(tmp_pat
     assert "iter 1: exit 3" in seen_prompts[0]
     # the last iteration stopped at the cap and still left its lesson
     assert "iter 2: exit 3" in page.read_text()
+
+
+def reference_verdict(codes, changes, max_iter, k, escalate_after, budget, seconds, measurable):
+    """The guard order of the contract, written out plainly: (verdict, iterations)."""
+    streak, previous, moved = 0, None, 0
+    for i in range(1, 10**6):
+        if budget > 0 and (i - 1) * seconds >= budget:
+            return "TIMEOUT", i - 1
+        if codes[min(i - 1, len(codes) - 1)] == 0:
+            return "SUCCESS", i
+        if measurable:
+            streak = 0 if previous is None else (streak + 1 if moved == previous else 0)
+            previous = moved
+            if k > 0 and streak >= k:
+                return "NO_PROGRESS", i
+        if escalate_after > 0 and i >= escalate_after:
+            return "ESCALATE", i
+        if i >= max_iter:
+            return "MAX_ITER", i
+        if budget > 0 and i * seconds >= budget:
+            return "TIMEOUT", i  # used up before this iteration's revise step
+        moved += bool(changes[(i - 1) % len(changes)])
+    raise AssertionError("unreachable")
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(codes=st.lists(st.sampled_from([0, 1, 2]), min_size=1, max_size=8),
+       changes=st.lists(st.booleans(), min_size=1, max_size=8),
+       max_iter=st.integers(1, 7), k=st.integers(0, 3), escalate_after=st.integers(0, 7),
+       budget=st.sampled_from([0, 5, 10, 17]), seconds=st.sampled_from([0, 2, 3, 5]),
+       measurable=st.booleans())
+def test_the_guards_follow_the_contract_order(tmp_path_factory, codes, changes, max_iter, k,
+                                              escalate_after, budget, seconds, measurable):
+    harness = LoopHarness(tmp_path_factory.mktemp("order"))
+
+    def revise(ws, i):
+        if changes[(i - 1) % len(changes)]:
+            (ws / f"moved-{i}").write_text("x")
+
+    r = harness.run(verify=codes, revise=revise, max_iter=max_iter, no_progress_k=k,
+                    escalate_after=escalate_after, budget_seconds=budget, seconds_per_iteration=seconds,
+                    state=None if measurable else [])
+    expected, iterations = reference_verdict(codes, changes, max_iter, k, escalate_after, budget,
+                                             seconds, measurable)
+    r.assert_verdict(expected, iterations=iterations)
+    assert r.exit_code == Verdict(expected).exit_code
+    assert len(r.iterations) <= max_iter
 
 
 # -- TIMEOUT on a fake clock ----------------------------------------------------------------

@@ -25,7 +25,7 @@ def test_budget_zero_is_off():
     assert not guards.budget_exhausted(1e12, 0)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, database=None)
 @given(elapsed=st.floats(0, 1e9), budget=st.floats(0, 1e9))
 def test_budget_rule(elapsed, budget):
     assert guards.budget_exhausted(elapsed, budget) == (budget > 0 and elapsed >= budget)
@@ -40,7 +40,7 @@ def test_cap_is_reached_on_the_last_allowed_iteration():
     assert guards.cap_reached(1, 1)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, database=None)
 @given(iteration=st.integers(1, 1000), max_iter=st.integers(1, 1000))
 def test_cap_is_always_on(iteration, max_iter):
     assert guards.cap_reached(iteration, max_iter) == (iteration >= max_iter)
@@ -79,7 +79,7 @@ def test_no_progress_off_at_k_zero_and_without_state_paths():
     assert not guards.no_progress(100, 2, measurable=False)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, database=None)
 @given(hashes=st.lists(st.sampled_from(["a", "b", None]), min_size=1, max_size=30),
        k=st.integers(0, 5))
 def test_streak_counts_consecutive_equal_measurements(hashes, k):
