@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 import pluggy
 
-from .config import GUARD_KEYS, env_layer, parse_guard, read_runner_config, resolve
+from .config import GUARD_KEYS, env_layer, parse_guard, parse_signal, read_runner_config, resolve
 from .errors import LoopUsageError
 from .reporting import iteration_line
 from .spec import Check, Guards, LoopSpec
@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="wall-clock budget, enforced during commands too; 0 = off (default 900)")
     run.add_argument("--no-progress-k", type=_guard_type("no_progress_k"), metavar="K",
                      help="stop after K iterations with unchanged state; 0 = off (default 2)")
+    run.add_argument("--no-progress-signal", type=lambda v: parse_signal(v, "--no-progress-signal"),
+                     metavar="SIGNAL", help="what no-progress watches: state (default: the files under "
+                                            "--state), failure (the same failure K times in a row), or both")
     run.add_argument("--escalate-after", type=_guard_type("escalate_after"), metavar="N",
                      help="hand off to a human after N failed iterations; 0 = off (default)")
     run.add_argument("--log", metavar="PATH", help="run log path (default .pytest-loops/runs/NAME-TIME.json)")
@@ -160,6 +163,7 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
     layers.append(("environment", env_layer(environ)))
     flags = {key: getattr(args, key) for key in GUARD_KEYS}
     flags.update(revise=args.revise, state_paths=args.state, verify=args.verify,
+                 no_progress_signal=args.no_progress_signal,
                  memory_page=args.episodic, log_path=args.log, artifacts=args.artifacts,
                  reflexion=False if args.no_reflexion else None)
     layers.append(("command line", flags))
@@ -174,6 +178,7 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
         name=name, goal=args.goal, checks=tuple(Check.command_passes(cmd) for cmd in verify),
         revise=settings["revise"], guards=guards, state_paths=tuple(settings["state_paths"]),
         memory_page=settings["memory_page"], reflexion=bool(settings["reflexion"]),
+        no_progress_signal=settings["no_progress_signal"],
         cwd=str(cwd.resolve()), origin=settings.origin,
         source=str(config_path) if config_path else "command line",
     )
@@ -227,6 +232,8 @@ def resume_spec(args: argparse.Namespace) -> tuple[LoopSpec, dict[str, Any], dic
     changes: dict[str, Any] = {"guards": Guards(**guards)}
     if args.revise:
         changes["revise"] = args.revise
+    if args.no_progress_signal:
+        changes["no_progress_signal"] = args.no_progress_signal
     if args.cwd:
         changes["cwd"] = str(Path(args.cwd).resolve())
     if not Path(changes.get("cwd", spec.cwd)).is_dir():

@@ -23,6 +23,7 @@ from .spec import (
     DEFAULT_ESCALATE_AFTER,
     DEFAULT_MAX_ITER,
     DEFAULT_NO_PROGRESS_K,
+    NO_PROGRESS_SIGNALS,
     validate_guard_values,
 )
 
@@ -33,6 +34,7 @@ DEFAULTS: dict[str, Any] = {
     "budget_seconds": DEFAULT_BUDGET_SECONDS,
     "no_progress_k": DEFAULT_NO_PROGRESS_K,
     "escalate_after": DEFAULT_ESCALATE_AFTER,
+    "no_progress_signal": "state",
     "revise": None,
     "state_paths": [],
     "verify": [],
@@ -49,6 +51,7 @@ ENV_NAMES = {
     "budget_seconds": "PYTEST_LOOPS_BUDGET_SECONDS",
     "no_progress_k": "PYTEST_LOOPS_NO_PROGRESS_K",
     "escalate_after": "PYTEST_LOOPS_ESCALATE_AFTER",
+    "no_progress_signal": "PYTEST_LOOPS_NO_PROGRESS_SIGNAL",
     "revise": "PYTEST_LOOPS_REVISE",
     "state_paths": "PYTEST_LOOPS_STATE",
     "memory_page": "PYTEST_LOOPS_MEMORY",
@@ -87,6 +90,14 @@ def parse_guard(name: str, raw: Any, where: str) -> Any:
         raise LoopUsageError(f"{raw!r} is not a valid {name}; valid: {_VALID_HINT[name]}",
                              location=where)
     return value
+
+
+def parse_signal(raw: Any, where: str) -> str:
+    """A no-progress signal: state | failure | both."""
+    if not isinstance(raw, str) or raw.strip() not in NO_PROGRESS_SIGNALS:
+        raise LoopUsageError(f"{raw!r} is not a valid no_progress_signal; valid: "
+                             f"{', '.join(NO_PROGRESS_SIGNALS)}", location=where)
+    return raw.strip()
 
 
 @dataclass(frozen=True)
@@ -132,6 +143,8 @@ def env_layer(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
             continue
         if key in GUARD_KEYS:
             layer[key] = parse_guard(key, raw, f"environment variable {var}")
+        elif key == "no_progress_signal":
+            layer[key] = parse_signal(raw, f"environment variable {var}")
         elif key == "state_paths":
             layer[key] = [p for p in raw.split(os.pathsep) if p]
         else:
@@ -142,7 +155,8 @@ def env_layer(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
 # -- the loop-runner config file ---------------------------------------------------
 
 _RUNNER_KEYS = {
-    "guards": {"max_iter", "budget_seconds", "no_progress_k", "escalate_after_iter", "escalate_after"},
+    "guards": {"max_iter", "budget_seconds", "no_progress_k", "escalate_after_iter", "escalate_after",
+               "no_progress_signal"},
     "progress": {"state_paths"},
     "reflexion": {"enabled", "episodic_memory_page"},
     "run_log": {"path"},
@@ -219,7 +233,9 @@ def read_runner_config(path: str | os.PathLike, data: Any = None) -> dict[str, A
                 continue
             if value is None:
                 continue
-            if section == "guards":
+            if section == "guards" and key == "no_progress_signal":
+                layer["no_progress_signal"] = parse_signal(value, kwhere)
+            elif section == "guards":
                 name = "escalate_after" if key == "escalate_after_iter" else key
                 _expect(isinstance(value, (int, float)) and not isinstance(value, bool), kwhere,
                         "a number", value)

@@ -293,6 +293,12 @@ class Engine:
         reason = ""
         previous_hash: str | None = prior[-1].state_hash if prior else None
         streak = prior[-1].unchanged_streak if prior else 0
+        previous_signature = prior[-1].failure_signature if prior else None
+        same_failure = prior[-1].same_failure_streak if prior else 0
+        history: dict[str, list[bool]] = {}  # check name -> pass/fail per iteration (flapping)
+        for old in prior:
+            for c in old.checks:
+                history.setdefault(c.name, []).append(c.passed)
         iteration = len(prior)
         try:
             while verdict is None:
@@ -343,6 +349,13 @@ class Engine:
                         record.state_changed = None if previous_hash is None else current != previous_hash
                         previous_hash = current
                     record.unchanged_streak = streak
+                    record.failure_signature = iteration_signature(failed)
+                    same_failure = (same_failure + 1 if previous_signature == record.failure_signature
+                                    and previous_signature is not None else 0)
+                    record.same_failure_streak = same_failure
+                    previous_signature = record.failure_signature
+                    for c in record.checks:
+                        history.setdefault(c.name, []).append(c.passed)
                     # only checks a machine can never pass are left: a human is needed
                     machine_ok = all(c.needs_human for c in failed)
                     # lesson
@@ -360,7 +373,8 @@ class Engine:
                         written_lessons.append(line)
                         lessons.append(line)
                     verdict, reason = self._guards(spec, record, failed, iteration, streak,
-                                                   measurable=fingerprint is not None, machine_ok=machine_ok)
+                                                   measurable=fingerprint is not None, machine_ok=machine_ok,
+                                                   history=history)
                 if verdict is None:
                     verdict, reason = self._revise(spec, ctx, record, failed, watch)
                 record.guards_seen = self._guards_seen(spec, record, iteration, t0, fingerprint is not None)
@@ -409,12 +423,24 @@ class Engine:
 
     def _guards(self, spec: LoopSpec, record: IterationRecord, failed: list[CheckResult],
                 iteration: int, streak: int, *, measurable: bool,
-                machine_ok: bool) -> tuple[Verdict | None, str]:
+                machine_ok: bool, history: Mapping[str, list[bool]]) -> tuple[Verdict | None, str]:
         g = spec.guards
-        if guards.no_progress(streak, g.no_progress_k, measurable):
-            record.guard = "no_progress"
+        why = ""
+        signal = spec.no_progress_signal
+        if signal in ("state", "both") and guards.no_progress(streak, g.no_progress_k, measurable):
             why = (f"state unchanged for {streak} iteration(s) in a row "
                    f"(no_progress_k={g.no_progress_k}; watched: {', '.join(spec.state_paths)})")
+        elif signal in ("failure", "both") and guards.no_progress(record.same_failure_streak,
+                                                                 g.no_progress_k, True):
+            why = (f"the same failure {record.same_failure_streak + 1} iterations in a row "
+                   f"(no_progress_k={g.no_progress_k}, signal={signal}): {_failed_names(failed)}")
+        else:
+            flappers = [name for name, seen in history.items() if guards.flapping(seen, g.no_progress_k)]
+            if flappers:
+                why = (f"flapping: {', '.join(flappers[:3])} alternated pass/fail for the last "
+                       f"{max(4, 2 * g.no_progress_k)} iterations; the revise step undoes its own fixes")
+        if why:
+            record.guard = "no_progress"
             if spec.escalate_when_blocked:
                 return Verdict.ESCALATE, f"blocked, asking a human: {why}"
             return Verdict.NO_PROGRESS, why
@@ -506,6 +532,22 @@ def _relative(path: Path, root: Path) -> str | None:
         return path.resolve().relative_to(root).as_posix()
     except ValueError:
         return None
+
+
+def iteration_signature(failed: list[CheckResult]) -> str | None:
+    """One fingerprint of what failed this iteration: each failed check's name and
+    normalized failure (line numbers, addresses, temp paths and timings stripped)."""
+    if not failed:
+        return None
+    import hashlib
+
+    from .progress import failure_signature
+
+    parts = []
+    for c in sorted(failed, key=lambda c: c.name):
+        kind = "pytest" if c.kind == "pytest" or "pytest" in (c.command or "") else "command"
+        parts.append(f"{c.name}\0{c.exit_code}\0{failure_signature(c.output_tail, kind=kind)}")
+    return "sha256:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def _failure_text(failed: list[CheckResult]) -> str:

@@ -35,3 +35,13 @@ def no_progress(streak: int, k: int, measurable: bool) -> bool:
 def should_escalate(iteration: int, escalate_after: int) -> bool:
     """`escalate_after` failed iterations have run (0 = never)."""
     return escalate_after > 0 and iteration >= escalate_after
+
+
+def flapping(history: list[bool], k: int) -> bool:
+    """A check alternated pass/fail for its last 2K results (at least 4): the revise
+    step is undoing its own fixes. Off when K is 0."""
+    window = max(4, 2 * k)
+    if k <= 0 or len(history) < window:
+        return False
+    last = history[-window:]
+    return all(a != b for a, b in zip(last, last[1:], strict=False))

@@ -199,6 +199,9 @@ def merge_file_spec(spec: LoopSpec, settings: Any) -> LoopSpec:
             guards[key] = settings[key]
             origin[f"guards.{key}"] = settings.origin.get(key, "default")
     changes: dict[str, Any] = {"guards": Guards(**guards), "origin": origin}
+    if not from_file("no_progress_signal"):
+        changes["no_progress_signal"] = settings["no_progress_signal"]
+        origin["no_progress_signal"] = settings.origin.get("no_progress_signal", "default")
     if spec.revise is None and settings["revise"]:
         changes["revise"] = settings["revise"]
         origin["revise"] = settings.origin.get("revise", "default")

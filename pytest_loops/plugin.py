@@ -14,16 +14,24 @@ from typing import Any
 import pytest
 
 from .checks import CHILD_ENV
-from .config import GUARD_KEYS, Resolved, env_layer, parse_guard, read_runner_config, resolve
+from .config import (
+    GUARD_KEYS,
+    Resolved,
+    env_layer,
+    parse_guard,
+    parse_signal,
+    read_runner_config,
+    resolve,
+)
 from .errors import LoopUsageError
 
 MARKER = (
     "loop(revise=None, max_iter=None, budget_seconds=None, no_progress_k=None, "
-    "escalate_after=None, state=None): under --loop, when this test fails, run the "
+    "escalate_after=None, no_progress_signal=None, state=None): under --loop, when this test fails, run the "
     "revise command and re-run the test in a fresh pytest process until it passes "
     "or a guard stops the loop (MAX_ITER, TIMEOUT, NO_PROGRESS, ESCALATE)."
 )
-MARKER_KEYS = ("revise", *GUARD_KEYS, "state")
+MARKER_KEYS = ("revise", *GUARD_KEYS, "no_progress_signal", "state")
 EXITCODE_CHOICES = ("pytest", "verdict")
 TINE_CHOICES = ("on", "off")
 
@@ -33,6 +41,8 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "budget_seconds": ("wall-clock budget per loop in seconds, enforced during commands; 0 = off (default 900)", "string"),
     "no_progress_k": ("stop a loop after K iterations with unchanged state; 0 = off (default 2)", "string"),
     "escalate_after": ("hand a loop to a human after N failed iterations; 0 = off (default)", "string"),
+    "no_progress_signal": ("what no-progress watches: 'state' (default: the state paths), 'failure' (the "
+                           "same failure K times in a row, even when files changed) or 'both'", "string"),
     "revise": ("shell command that revises the code after a failed iteration; with --loop, failing tests "
                "become a fix-loop", "string"),
     "state": ("state paths (globs) the no-progress guard fingerprints (default: the rootdir)", "linelist"),
@@ -86,6 +96,9 @@ def _layer(config: pytest.Config, read, where) -> dict[str, Any]:
         raw = read(key)
         if raw is not None:
             layer[key] = parse_guard(key, raw, where(key))
+    raw = read("no_progress_signal")
+    if raw is not None:
+        layer["no_progress_signal"] = parse_signal(raw, where("no_progress_signal"))
     for key, target in (("revise", "revise"), ("state", "state_paths"), ("memory", "memory_page"),
                         ("artifacts", "artifacts")):
         raw = read(key)
@@ -118,6 +131,7 @@ def build_settings(config: pytest.Config, environ: Mapping[str, str] | None = No
     layers.append(("command line", _layer(
         config, lambda k: config.getoption(f"loop_{k}"), lambda k: "--loop-" + k.replace("_", "-"))))
     defaults = {"max_iter": 6, "budget_seconds": 900.0, "no_progress_k": 2, "escalate_after": 0,
+                "no_progress_signal": "state",
                 "revise": None, "state_paths": [], "memory_page": None, "reflexion": True,
                 "artifacts": None}
     return resolve(layers, defaults=defaults)
@@ -141,6 +155,8 @@ def marker_layer(marker: pytest.Mark, nodeid: str) -> dict[str, Any]:
             if isinstance(value, str):
                 raise LoopUsageError(f"{value!r} is not a valid {key}; give a number", location=where)
             layer[key] = parse_guard(key, value, where)
+        elif key == "no_progress_signal":
+            layer[key] = parse_signal(value, where)
         elif key == "revise":
             if not isinstance(value, str) or not value.strip():
                 raise LoopUsageError(f"{value!r} is not a valid revise; give a shell command string",

@@ -75,6 +75,8 @@ class IterationRecord:
     state_hash: str | None = None
     state_changed: bool | None = None
     unchanged_streak: int = 0
+    failure_signature: str | None = None
+    same_failure_streak: int = 0
     lesson: str | None = None
     revise_exit: int | None = None
     revise_duration_s: float | None = None

@@ -95,6 +95,7 @@ class LoopSession:
             guards=Guards(**{k: values[k] for k in GUARD_KEYS}),
             state_paths=tuple(values["state_paths"] or ["."]),
             memory_page=values["memory_page"], cwd=str(self.rootdir), origin=values.origin,
+            no_progress_signal=values["no_progress_signal"],
             source=name,
         )
 
@@ -165,7 +166,8 @@ class LoopSession:
                             if s.origin.get(k, "default") != "default")
         lines = [
             f"loops: max_iter={s['max_iter']} budget_seconds={s['budget_seconds']:g} "
-            f"no_progress_k={s['no_progress_k']} escalate_after={s['escalate_after']} "
+            f"no_progress_k={s['no_progress_k']} no_progress_signal={s['no_progress_signal']} "
+            f"escalate_after={s['escalate_after']} "
             f"exitcode={self.exitcode}" + (f" ({origins})" if origins else ""),
             f"loops: revise: {revise}; artifacts: {self.artifacts_dir}",
             "loops: reproduce with: " + self.reproduce_command(),
@@ -177,13 +179,15 @@ class LoopSession:
         args = ["pytest", "--loop"]
         for key in GUARD_KEYS:
             args += ["--loop-" + key.replace("_", "-"), f"{s[key]:g}" if isinstance(s[key], float) else str(s[key])]
+        if s["no_progress_signal"] != "state":
+            args += ["--loop-no-progress-signal", s["no_progress_signal"]]
         if s["revise"]:
             args += ["--loop-revise", s["revise"]]
         for path in s["state_paths"] or []:
             args += ["--loop-state", path]
         if self.exitcode != "pytest":
             args += ["--loop-exitcode", self.exitcode]
-        own = {"--loop", "--loop-revise", "--loop-state", "--loop-exitcode"} | {
+        own = {"--loop", "--loop-revise", "--loop-state", "--loop-exitcode", "--loop-no-progress-signal"} | {
             "--loop-" + k.replace("_", "-") for k in GUARD_KEYS}
         rest: list[str] = []
         skip = False

@@ -22,6 +22,10 @@ DEFAULT_MAX_ITER = 6
 DEFAULT_BUDGET_SECONDS = 900.0
 DEFAULT_NO_PROGRESS_K = 2
 DEFAULT_ESCALATE_AFTER = 0
+NO_PROGRESS_SIGNALS = ("state", "failure", "both")
+"""What the no-progress guard watches: the state fingerprint (default), the
+failure signature (the same failure K times in a row, even when files changed),
+or both (either one stops the loop)."""
 
 
 class CheckKind(enum.StrEnum):
@@ -191,6 +195,7 @@ class LoopSpec:
     cwd: str = "."
     stop_message: str | None = None
     escalate_when_blocked: bool = False
+    no_progress_signal: str = "state"  # state | failure | both: what counts as no progress
     look_at: tuple[str, ...] = ()
     protect: tuple[str, ...] = ()
     scope: tuple[str, ...] = ()
@@ -211,6 +216,10 @@ class LoopSpec:
             )
         if self.revise is not None and not self.revise.strip():
             object.__setattr__(self, "revise", None)
+        if self.no_progress_signal not in NO_PROGRESS_SIGNALS:
+            raise LoopUsageError(
+                f"{self.no_progress_signal!r} is not a valid no_progress_signal; valid: "
+                f"{', '.join(NO_PROGRESS_SIGNALS)}", location=self.source)
 
     @property
     def slug(self) -> str:
@@ -232,6 +241,7 @@ class LoopSpec:
             "cwd": self.cwd,
             "stop_message": self.stop_message,
             "escalate_when_blocked": self.escalate_when_blocked,
+            "no_progress_signal": self.no_progress_signal,
             "look_at": list(self.look_at),
             "protect": list(self.protect),
             "scope": list(self.scope),

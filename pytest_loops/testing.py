@@ -156,7 +156,7 @@ class LoopHarness:
 
     def run(self, verify: Sequence[int] | str | Sequence[Check | str], revise: Any = None, *,
             max_iter: int = 6, budget_seconds: float = 900.0, no_progress_k: int = 2,
-            escalate_after: int = 0, seconds_per_iteration: float = 0.0,
+            escalate_after: int = 0, no_progress_signal: str = "state", seconds_per_iteration: float = 0.0,
             state: Sequence[str] | None = None, name: str = "contract", goal: str = "",
             plugins: Sequence[object] = (), files: dict[str, str] | None = None) -> HarnessResult:
         """Run one loop and return its result.
@@ -204,6 +204,7 @@ class LoopHarness:
             guards=Guards(max_iter=max_iter, budget_seconds=budget_seconds,
                           no_progress_k=no_progress_k, escalate_after=escalate_after),
             state_paths=tuple(state) if state is not None else (".",),
+            no_progress_signal=no_progress_signal,
             cwd=str(workspace),
         )
         from .process import ProcessRunner
