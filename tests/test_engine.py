@@ -602,3 +602,48 @@ def test_run_paths_put_the_run_dir_beside_the_log(tmp_path):
     assert default.log.parent == Path(spec.cwd) / ".pytest-loops" / "runs"
     assert default.memory_page == Path(spec.cwd) / ".pytest-loops" / "lessons" / "engine-test.md"
     assert resolve_paths(spec.replace(reflexion=False)).memory_page is None
+
+
+# -- check kinds the engine runs ------------------------------------------------------------------
+
+
+def test_passes_n_times_needs_every_run_to_pass(tmp_path):
+    flaky = 'n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n; [ "$n" -ne 2 ]'
+    spec = spec_for(tmp_path, [Check.command_passes(flaky, times=3)], max_iter=3)
+    result = Engine(runner=ProcessRunner(), write_index=False).run(spec, log_path=tmp_path / "r.json")
+    assert result.verdict is Verdict.SUCCESS and result.iterations_run == 2
+    first = result.iterations[0].checks[0]
+    assert not first.passed and first.runs == 2 and first.reason.startswith("run 2 of 3 failed")
+    assert result.iterations[1].checks[0].runs == 3
+    assert (tmp_path / "work" / "n").read_text().strip() == "5"
+
+
+def test_finds_nothing_needs_exit_0_and_no_output(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "todo.txt").write_text("fix the parser\n")
+    spec = spec_for(tmp_path, [Check.finds_nothing("cat todo.txt")], revise=": > todo.txt")
+    result = Engine(runner=ProcessRunner(), write_index=False).run(spec, log_path=tmp_path / "r.json")
+    assert result.verdict is Verdict.SUCCESS and result.iterations_run == 2
+    assert result.iterations[0].checks[0].reason.startswith("found something")
+    missing = spec_for(tmp_path, [Check.finds_nothing("cat missing.txt")], max_iter=1)
+    result = Engine(runner=ProcessRunner(), write_index=False).run(missing, log_path=tmp_path / "m.json")
+    assert result.verdict is Verdict.MAX_ITER  # no output, but exit 1: not "nothing found"
+
+
+def test_a_test_check_passes_only_when_the_test_ran_and_passed(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "test_x.py").write_text(
+        "import pytest\n\ndef test_ok():\n    pass\n\n@pytest.mark.skip\ndef test_skipped():\n    pass\n")
+    checks = [Check.test_passes("test_x.py::test_ok"), Check.test_passes("test_x.py::test_skipped"),
+              Check.test_passes("test_x.py::test_missing")]
+    spec = spec_for(tmp_path, checks, max_iter=1)
+    # the check's logic is under test, not third-party plugins: keep the child pytest lean
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    result = Engine(runner=ProcessRunner(), write_index=False, env=env).run(spec, log_path=tmp_path / "r.json")
+    ok, skipped, missing = result.iterations[0].checks
+    assert ok.passed, ok.reason
+    assert not skipped.passed and "skipped" in skipped.reason
+    assert not missing.passed
+    assert result.verdict is Verdict.MAX_ITER
