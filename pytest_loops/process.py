@@ -246,6 +246,10 @@ class _Running:
 class ProcessRunner:
     """Runs shell commands for checks and revise steps; see the module docstring.
 
+    Several threads may share one runner. On Linux the first :meth:`run` makes
+    this process a child subreaper for the rest of its life, so that escaped
+    descendants come back to it to be killed and reaped.
+
     :param grace_seconds: time between SIGTERM and SIGKILL when a command is stopped.
     :param tail_chars: how many characters of the output end up in ``CommandResult.tail``.
     """
@@ -291,7 +295,8 @@ class ProcessRunner:
         if problem:
             return failed(problem)
         _enable_subreaper()
-        self._reap_strays(_snapshot())
+        if self._strays:
+            self._reap_strays(_snapshot())
 
         tag = f"{os.getpid()}-{next(_tags)}-{time.monotonic_ns()}"
         child_env = dict(os.environ if env is None else env)
@@ -328,7 +333,7 @@ class ProcessRunner:
                     start_new_session=True,
                     close_fds=True,
                 )
-            except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            except (OSError, ValueError, TypeError, subprocess.SubprocessError) as exc:
                 _unlink(path)
                 reason = getattr(exc, "strerror", None) or str(exc)
                 return failed(f"cannot start the command in {os.fspath(cwd)}: {reason}")
@@ -403,7 +408,7 @@ class ProcessRunner:
         proc = running.proc
         delay = 0.001
         scan_gap = _SCAN_FIRST
-        next_scan = time.monotonic()
+        next_scan = time.monotonic() + scan_gap
         while proc.poll() is None and not running.terminated:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
@@ -420,31 +425,37 @@ class ProcessRunner:
         return False
 
     def _stop(self, running: _Running) -> None:
-        """SIGTERM everything of the command, SIGKILL what is left after the grace, reap."""
+        """SIGTERM everything of the command, SIGKILL what is left after the grace, reap.
+
+        Loops until nothing of the command is left, since members may still fork;
+        gives up waiting for zombies after a while and reaps those on a later run.
+        """
         proc = running.proc
-        proc.poll()
-        running.signal(signal.SIGTERM, _snapshot())
-        kill_at = time.monotonic() + self.grace_seconds
-        while time.monotonic() < kill_at:
-            proc.poll()
-            if proc.returncode is not None and not running.alive():
-                break
-            time.sleep(0.005)
-        # SIGKILL until nothing is left (members may still fork), then reap the zombies
-        give_up = time.monotonic() + _REAP_WAIT
+        kill_at: float | None = None
+        give_up: float | None = None
         while True:
             proc.poll()
             table = _snapshot()
-            members = running.members(table)
-            members = {pid: p for pid, p in members.items() if not self._reaped(p, running.pid)}
+            members = {
+                pid: p
+                for pid, p in running.members(table).items()
+                if not self._reaped(p, running.pid)
+            }
             live = proc.returncode is None or any(not p.zombie for p in members.values())
-            if table is None:
-                live = live or (not running.group_gone and _killpg(running.pid, 0))
-            if live:
-                running.signal(signal.SIGKILL, table)
-            elif not members:
+            if table is None and not live:  # no /proc: only the group can be asked
+                live = not running.group_gone and _killpg(running.pid, 0)
+            if not live and not members:
                 break
-            if time.monotonic() >= give_up:
+            now = time.monotonic()
+            if live and kill_at is None:
+                running.signal(signal.SIGTERM, table)
+                kill_at = now + self.grace_seconds
+            elif live and now >= kill_at:
+                running.signal(signal.SIGKILL, table)
+                give_up = give_up or now + _REAP_WAIT
+            elif not live:  # only zombies left, waiting to be re-parented to us
+                give_up = give_up or now + _REAP_WAIT
+            if give_up is not None and now >= give_up:
                 break
             time.sleep(0.005)
         if proc.returncode is None:  # unkillable main process (D state): wait it out

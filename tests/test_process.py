@@ -255,6 +255,12 @@ def test_bad_environment_is_a_start_error(runner, tmp_path):
     assert result.start_error and "\n" not in result.start_error
 
 
+def test_non_string_environment_value_is_a_start_error(runner, tmp_path):
+    result = runner.run("echo hi", cwd=tmp_path, env={"NUMBER": 3})  # type: ignore[dict-item]
+    assert result.exit_code is None
+    assert result.start_error
+
+
 def test_unwritable_output_path_is_a_start_error(runner, tmp_path):
     blocker = tmp_path / "blocker"
     blocker.write_text("")
@@ -395,6 +401,19 @@ def test_setsid_fork_that_detaches_at_once_is_killed(runner, tmp_path):
     for pid in left:  # do not leak it if the assertion fails
         os.kill(pid, signal.SIGKILL)
     assert left == []
+
+
+@linux_only
+def test_escaped_orphan_is_attributed_by_its_tag(runner, tmp_path, pidfile, monkeypatch):
+    # no /proc walk while it runs: only the tag in its environment can tie it to us
+    import pytest_loops.process as process
+
+    monkeypatch.setattr(process, "_SCAN_FIRST", 1000.0)
+    monkeypatch.setattr(process, "_SCAN_MAX", 1000.0)
+    result = runner.run(_escape(pidfile), cwd=tmp_path, timeout=30)
+    assert result.exit_code == 0
+    pid = read_pids(pidfile, 1)[0]
+    assert wait_gone([pid]) == []
 
 
 @linux_only
