@@ -1,0 +1,252 @@
+"""A pytest plugin for the child pytest processes a loop starts: per-test coverage.
+
+Loaded with ``-p pytest_loops._covctx``; configured by the environment variable
+:data:`ENV`, a JSON object::
+
+    {"out": "/path/spectra.json", "root": "/project", "omit": ["*/site-packages/*", ...]}
+
+Without that variable the plugin does nothing. With it, coverage starts just
+before pytest loads the initial conftest files (as pytest-cov does: the
+project's import-time code is measured, the start-up of installed plugins is
+not, which keeps the cost of a single-test run low) and every test runs in its
+own coverage context, named by its node id, like pytest-cov's
+``--cov-context=test``. Code that runs outside any one test -- imports,
+collection, setting up fixtures wider than a function -- is recorded under the
+empty context ``""``: its effects are shared by many tests.
+
+At the end the plugin writes ``out`` (atomically): per context, the lines it ran
+in each file under ``root``; each test's outcome; the files that define tests.
+:func:`pytest_loops.coverage_intel.read_spectra` reads it. If coverage cannot
+start, ``out`` holds ``{"error": "..."}`` instead.
+
+This module imports nothing from the rest of the package: it runs inside the
+project's test process, which must stay as close to a plain pytest run as possible.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+
+ENV = "PYTEST_LOOPS_COVCTX"
+SHARED = ""
+FORMAT = "pytest-loops.spectra/1"
+
+# pytest-xdist runs tests in worker processes this plugin does not measure.
+_XDIST_OFF = {"dist": "no", "numprocesses": None, "tx": []}
+
+
+def _write(path: str, payload: dict[str, Any]) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(payload, f, separators=(",", ":"))
+    os.replace(tmp, path)
+
+
+class _Recorder:
+    """One coverage session, the current context and the outcomes seen so far."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        import coverage
+
+        self.out = str(settings["out"])
+        given = os.path.abspath(str(settings["root"]))
+        self.root = os.path.realpath(given)
+        include = sorted({os.path.join(given, "*"), os.path.join(self.root, "*")})
+        here = os.path.realpath(__file__)
+        omit = [*settings.get("omit", ()), here, os.path.splitext(here)[0] + ".py*"]
+        # config_file=False: the project's own .coveragerc (source=, plugins=,
+        # branch=...) must not change what is measured or how.
+        self.cov = coverage.Coverage(data_file=None, include=include, omit=omit,
+                                     config_file=False, auto_data=False, branch=False)
+        # sys.monitoring (the default core on newer Pythons) has no dynamic contexts
+        self.cov.set_option("run:core", "ctrace")
+        self.cov.set_option("run:disable_warnings", [
+            "no-data-collected", "module-not-measured", "module-not-imported",
+            "already-imported", "include-ignored", "no-ctracer", "couldnt-parse", "no-sysmon",
+        ])
+        self.context = SHARED
+        self.outcomes: dict[str, str] = {}
+        self.test_files: set[str] = set()
+        self.collect_errors: list[str] = []
+        self.exitstatus: int | None = None
+        self.paused = False
+        self.cov.start()
+
+    def pause(self) -> None:
+        if not self.paused:
+            self.cov.stop()
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            self.cov.start()
+            self.paused = False
+
+    def switch(self, context: str) -> str:
+        previous = self.context
+        if context != previous:
+            self.cov.switch_context(context)
+            self.context = context
+        return previous
+
+    def record(self, report: pytest.TestReport) -> None:
+        nodeid = report.nodeid
+        seen = self.outcomes.get(nodeid)
+        if seen in ("failed", "error"):
+            return
+        if report.failed:
+            self.outcomes[nodeid] = "failed" if report.when == "call" else "error"
+        elif report.when == "call" or (report.skipped and report.when == "setup"):
+            if report.skipped:
+                self.outcomes[nodeid] = "xfailed" if hasattr(report, "wasxfail") else "skipped"
+            else:
+                self.outcomes[nodeid] = "xpassed" if hasattr(report, "wasxfail") else "passed"
+
+    def relative(self, filename: str) -> str | None:
+        real = os.path.realpath(filename)
+        rel = os.path.relpath(real, self.root)
+        if rel == os.pardir or rel.startswith(os.pardir + os.sep) or os.path.isabs(rel):
+            return None
+        return rel.replace(os.sep, "/")
+
+    def finish(self) -> None:
+        self.pause()
+        data = self.cov.get_data()
+        contexts: dict[str, dict[str, list[int]]] = {}
+        for filename in sorted(data.measured_files()):
+            rel = self.relative(filename)
+            if rel is None:
+                continue
+            for lineno, names in data.contexts_by_lineno(filename).items():
+                for name in names:
+                    contexts.setdefault(name, {}).setdefault(rel, []).append(lineno)
+        for files in contexts.values():
+            for lines in files.values():
+                lines.sort()
+        _write(self.out, {
+            "format": FORMAT,
+            "root": self.root,
+            "outcomes": self.outcomes,
+            "test_files": sorted(self.test_files),
+            "collect_errors": self.collect_errors,
+            "exitstatus": self.exitstatus,
+            "contexts": contexts,
+        })
+
+
+def _start() -> _Recorder | None:
+    raw = os.environ.get(ENV)
+    if not raw:
+        return None
+    settings: dict[str, Any] = {}
+    try:
+        settings = json.loads(raw)
+        return _Recorder(settings)
+    except Exception as exc:  # never break the test run; tell the parent why instead
+        out = settings.get("out") if isinstance(settings, dict) else None
+        if out:
+            try:
+                _write(str(out), {"format": FORMAT, "error": f"{type(exc).__name__}: {exc}"})
+            except OSError:
+                pass
+        return None
+
+
+_recorder: _Recorder | None = None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,
+                                  args: list[str]) -> None:
+    global _recorder
+    if _recorder is None:
+        _recorder = _start()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    if _recorder is None:
+        return
+    for name, value in _XDIST_OFF.items():
+        if hasattr(config.option, name):
+            setattr(config.option, name, value)
+    # Plugins configure themselves now (some import large libraries); measuring
+    # that would make every run slower for nothing, so measuring pauses until
+    # the session starts. Project code that runs only here is then unmeasured,
+    # which the impact map treats as "run everything" when it changes.
+    _recorder.pause()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if _recorder is not None:
+        _recorder.resume()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session) -> Any:
+    # After the last test, plugins write reports and summaries (some import
+    # large libraries only then): not the project's code, not worth measuring.
+    try:
+        return (yield)
+    finally:
+        if _recorder is not None:
+            _recorder.pause()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    if _recorder is None:
+        return (yield)
+    try:
+        rel = _recorder.relative(str(item.path))
+        if rel is not None:
+            _recorder.test_files.add(rel)
+    except (AttributeError, ValueError):
+        pass
+    _recorder.switch(item.nodeid)
+    try:
+        return (yield)
+    finally:
+        _recorder.switch(SHARED)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> Any:
+    # A class/module/session fixture is set up during the first test that needs
+    # it, but every later test uses its value: record it as shared code.
+    if _recorder is None or fixturedef.scope == "function":
+        return (yield)
+    previous = _recorder.switch(SHARED)
+    try:
+        return (yield)
+    finally:
+        _recorder.switch(previous)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if _recorder is not None:
+        _recorder.record(report)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if _recorder is not None and report.failed:
+        _recorder.collect_errors.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _recorder is not None:
+        _recorder.exitstatus = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    global _recorder
+    if _recorder is None:
+        return
+    recorder, _recorder = _recorder, None
+    recorder.finish()
