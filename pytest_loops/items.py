@@ -47,6 +47,7 @@ class LoopFileCollector(pytest.File):
         except LoopUsageError as exc:
             raise LoopFileError(str(exc)) from None
         session: LoopSession = self.config.stash[SESSION_KEY]
+        session.not_acted_on(loop_file)
         for spec in loop_file.loops:
             yield LoopCollector.from_parent(self, name=spec.name, spec=session.loop_file_spec(spec))
         for pipeline in loop_file.pipelines:

@@ -52,6 +52,7 @@ class LoopSession:
         self.rows: list[dict[str, Any]] = []  # one per finished loop (also from xdist workers)
         self.failed_nodeids: list[str] = []  # failing tests outside any marker loop
         self.passed_nodeids: list[str] = []
+        self.ignored_lines: dict[str, list[Any]] = {}  # loop file -> lines not acted on
         self.loop_failures = 0  # marker-loop tests that failed (counted in session.testsfailed)
         self.session_result: LoopResult | None = None
         workerinput = getattr(config, "workerinput", None)
@@ -145,6 +146,14 @@ class LoopSession:
         if is_loop_file(file_path):
             return LoopFileCollector.from_parent(parent, path=file_path)
         return None
+
+    def not_acted_on(self, loop_file: Any) -> None:
+        """Remember a loop file's lines this project keeps but does not act on (shown with -v)."""
+        lines = [*loop_file.config, *loop_file.ignored]
+        for spec in loop_file.all_loops():
+            lines += spec.ignored
+        if lines:
+            self.ignored_lines[loop_file.path] = sorted(lines, key=lambda i: i.line)
 
     def loop_file_spec(self, spec: LoopSpec) -> LoopSpec:
         """A loop from a file with the session's settings filling its gaps."""
@@ -278,7 +287,8 @@ class LoopSession:
     @pytest.hookimpl
     def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config):
         props = dict(getattr(report, "user_properties", ()) or ())
-        if report.when == "call" and report.passed and is_loop_report(props) and props["verdict"] == "SUCCESS":
+        if (report.when == "call" and report.passed and is_loop_report(props) and props["verdict"] == "SUCCESS"
+                and int(props.get("iterations", 1)) > 1):  # passed only after a repair
             return "repaired", "L", ("REPAIRED", {"green": True})
         return None
 
@@ -358,6 +368,11 @@ class LoopSession:
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.ignored_lines and self.config.get_verbosity() > 0:
+            terminalreporter.section("loop files: lines not acted on")
+            for path, lines in self.ignored_lines.items():
+                for line in lines:
+                    terminalreporter.write_line(f"{path}:{line.line}: {line.text.strip()}  ({line.why})")
         if not self.rows:
             return
         terminalreporter.section("loops")
