@@ -37,6 +37,11 @@ SESSION_LOOP_NAME = "failing tests"
 USAGE_ERROR_KEY = "loop_usage_error"
 
 
+def _number(value: Any) -> str:
+    """A setting as text that parses back to the same value (`:g` keeps only 6 digits)."""
+    return format(value, ".15g") if isinstance(value, float) else str(value)
+
+
 class LoopSession:
     """The plugin object of one `--loop` session."""
 
@@ -174,7 +179,7 @@ class LoopSession:
         origins = ", ".join(f"{k} from {s.origin[k]}" for k in (*GUARD_KEYS, "revise")
                             if s.origin.get(k, "default") != "default")
         lines = [
-            f"loops: max_iter={s['max_iter']} budget_seconds={s['budget_seconds']:g} "
+            f"loops: max_iter={s['max_iter']} budget_seconds={_number(s['budget_seconds'])} "
             f"no_progress_k={s['no_progress_k']} no_progress_signal={s['no_progress_signal']} "
             f"escalate_after={s['escalate_after']} "
             f"exitcode={self.exitcode}" + (f" ({origins})" if origins else ""),
@@ -187,7 +192,7 @@ class LoopSession:
         s = self.settings
         args = ["pytest", "--loop"]
         for key in GUARD_KEYS:
-            args += ["--loop-" + key.replace("_", "-"), f"{s[key]:g}" if isinstance(s[key], float) else str(s[key])]
+            args += ["--loop-" + key.replace("_", "-"), _number(s[key])]
         if s["no_progress_signal"] != "state":
             args += ["--loop-no-progress-signal", s["no_progress_signal"]]
         if s["revise"]:
@@ -196,8 +201,12 @@ class LoopSession:
             args += ["--loop-state", path]
         if self.exitcode != "pytest":
             args += ["--loop-exitcode", self.exitcode]
-        own = {"--loop", "--loop-revise", "--loop-state", "--loop-exitcode", "--loop-no-progress-signal"} | {
-            "--loop-" + k.replace("_", "-") for k in GUARD_KEYS}
+        # where lessons are read from and artifacts go, also when set by the environment
+        for key, flag in (("artifacts", "--loop-artifacts"), ("memory_page", "--loop-memory")):
+            if s[key] and s.origin.get(key, "default") != "default":
+                args += [flag, str(s[key])]
+        own = {"--loop", "--loop-revise", "--loop-state", "--loop-exitcode", "--loop-no-progress-signal",
+               "--loop-artifacts", "--loop-memory"} | {"--loop-" + k.replace("_", "-") for k in GUARD_KEYS}
         rest: list[str] = []
         skip = False
         for arg in self.config.invocation_params.args:
