@@ -73,6 +73,7 @@ class _Recorder:
         self.test_files: set[str] = set()
         self.collect_errors: list[str] = []
         self.exitstatus: int | None = None
+        self.collected: int | None = None
         self.paused = False
         self.cov.start()
 
@@ -134,6 +135,7 @@ class _Recorder:
             "test_files": sorted(self.test_files),
             "collect_errors": self.collect_errors,
             "exitstatus": self.exitstatus,
+            "collected": self.collected,
             "contexts": contexts,
         })
 
@@ -241,6 +243,7 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _recorder is not None:
         _recorder.exitstatus = int(exitstatus)
+        _recorder.collected = getattr(session, "testscollected", None)
 
 
 @pytest.hookimpl(trylast=True)

@@ -34,7 +34,8 @@ A test's blocks are the innermost functions (methods, nested functions) of the
 lines it ran, each fingerprinted by its AST (comments and blank lines do not
 count). A test is affected when it failed last time or a block it ran has a
 different fingerprint now. The selection falls back to every test, with the
-reason, whenever it cannot vouch for a subset: no map, a test the map does not
+reason, whenever it cannot vouch for a subset: no map, a map made from a run in
+which not every test ran (collection errors, ``-x``), a test the map does not
 know, a new, removed or changed non-Python file (data files count), a new or
 removed Python file, a changed Python file no test ran, a change to module-level
 code (imports, constants, class bodies, signatures: their effects reach tests
@@ -135,6 +136,7 @@ class Spectra:
     collect_errors: tuple[str, ...] = ()
     exit_code: int | None = None
     output: str = ""
+    collected: int | None = None
 
     @property
     def failed(self) -> list[str]:
@@ -290,6 +292,7 @@ def read_spectra(data_file: str | os.PathLike[str], *, exit_code: int | None = N
             collect_errors=tuple(raw.get("collect_errors", ())),
             exit_code=exit_code if exit_code is not None else raw.get("exitstatus"),
             output=output,
+            collected=raw.get("collected"),
         )
     except (KeyError, TypeError, AttributeError) as exc:
         raise SpectraError(f"{path}: malformed coverage data ({exc!r})") from None
@@ -353,7 +356,8 @@ def rank_suspects(spectra: Spectra, *, top: int | None = None,
     ranked = sorted(
         ((ochiai(f, pass_count.get(key, 0), len(failing)), pass_count.get(key, 0), key)
          for key, f in fail_count.items()),
-        key=lambda item: (-item[0], item[1], item[2]),
+        # rounded: equal scores computed along different paths must tie
+        key=lambda item: (-round(item[0], 12), item[1], item[2]),
     )
     if top is not None:
         ranked = ranked[:max(0, top)]
@@ -586,7 +590,7 @@ class ImpactMap:
     def __init__(self, *, root: str, tests: dict[str, _TestRecord], shared: dict[str, str],
                  skeletons: dict[str, str], functions: dict[str, dict[str, str]],
                  files: dict[str, list[Any]], snapshot_at: int, exclude: Sequence[str] = (),
-                 dirty: Iterable[str] = ()) -> None:
+                 dirty: Iterable[str] = (), incomplete: str = "") -> None:
         self.root = root
         self.tests = tests
         self.shared = shared
@@ -596,6 +600,7 @@ class ImpactMap:
         self.snapshot_at = snapshot_at
         self.exclude = tuple(exclude)
         self.dirty = set(dirty)
+        self.incomplete = incomplete
 
     # -- building -----------------------------------------------------------------
 
@@ -624,7 +629,7 @@ class ImpactMap:
                  for t, o in spectra.outcomes.items()}
         return cls(root=root, tests=tests, shared=_deps(spectra.shared, blocks),
                    skeletons=skeletons, functions=functions, files=files,
-                   snapshot_at=snapshot_at, exclude=exclude)
+                   snapshot_at=snapshot_at, exclude=exclude, incomplete=_incomplete(spectra))
 
     def update(self, spectra: Spectra, workdir: str | os.PathLike[str] | None = None) -> ImpactMap:
         """This map with the tests of a partial run re-measured (a new map).
@@ -654,7 +659,7 @@ class ImpactMap:
                                    and entry[0] != self.files[p][0]}
         return ImpactMap(root=self.root, tests=tests, shared=shared, skeletons=skeletons,
                          functions=functions, files=self.files, snapshot_at=self.snapshot_at,
-                         exclude=self.exclude, dirty=dirty)
+                         exclude=self.exclude, dirty=dirty, incomplete=self.incomplete)
 
     def files_of(self, nodeid: str) -> set[str]:
         record = self.tests.get(nodeid)
@@ -674,6 +679,9 @@ class ImpactMap:
         root = os.path.realpath(os.fspath(workdir))
         if root != self.root:
             return Selection.everything(tests, f"the impact map was made for {self.root}, not {root}")
+        if self.incomplete:
+            return Selection.everything(tests, f"the run the impact map was made from was incomplete: "
+                                               f"{self.incomplete}")
         unknown = [t for t in tests if t not in self.tests]
         if unknown:
             return Selection.everything(tests, f"{len(unknown)} test(s) unknown to the impact map "
@@ -765,6 +773,7 @@ class ImpactMap:
             "functions": self.functions,
             "shared": self.shared,
             "dirty": sorted(self.dirty),
+            "incomplete": self.incomplete,
             "tests": {t: {"outcome": r.outcome, "deps": r.deps} for t, r in self.tests.items()},
         }
 
@@ -792,9 +801,22 @@ class ImpactMap:
                 snapshot_at=int(raw["snapshot_at"]),
                 exclude=[str(e) for e in raw.get("exclude", ())],
                 dirty=[str(d) for d in raw.get("dirty", ())],
+                incomplete=str(raw.get("incomplete") or ""),
             )
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
+
+
+def _incomplete(spectra: Spectra) -> str:
+    """Why a run cannot be a baseline ("" if it can): not every test ran to an outcome."""
+    if spectra.collect_errors:
+        more = f" and {len(spectra.collect_errors) - 1} more" if len(spectra.collect_errors) > 1 else ""
+        return f"collection error in {spectra.collect_errors[0] or 'the session'}{more}"
+    if spectra.exit_code in (2, 3, 4):
+        return f"pytest exited {spectra.exit_code}"
+    if spectra.collected is not None and spectra.collected > len(spectra.outcomes):
+        return f"{spectra.collected - len(spectra.outcomes)} collected test(s) did not run"
+    return ""
 
 
 def _write_json(path: Path, payload: Any, indent: int | None = None) -> None:
