@@ -68,7 +68,7 @@ import sys
 import tempfile
 import time
 import tokenize
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,10 +166,22 @@ def _inside(path: str, root: str) -> bool:
     return not (rel == os.pardir or rel.startswith(os.pardir + os.sep) or os.path.isabs(rel))
 
 
-def _package_parent() -> str | None:
-    """The directory to add to PYTHONPATH so a child can import this package, or None."""
-    parent = str(Path(__file__).resolve().parent.parent)
-    return None if os.path.basename(parent) in ("site-packages", "dist-packages") else parent
+def _package_parent(python: str | None) -> str | None:
+    """The directory to add to a child's PYTHONPATH so it can import this package, or None.
+
+    None when this interpreter finds the package on its own path (installed, or
+    an editable install), and never a site-packages directory: another
+    interpreter must have pytest-loops installed itself.
+    """
+    parent = os.path.realpath(Path(__file__).resolve().parent.parent)
+    if os.path.basename(parent) in ("site-packages", "dist-packages"):
+        return None
+    same = python is None or os.path.realpath(python) == os.path.realpath(sys.executable)
+    if same:
+        cwd = os.path.realpath(os.getcwd())
+        if parent in {os.path.realpath(p) for p in sys.path if p} - {cwd}:
+            return None
+    return parent
 
 
 def spectra_command(workdir: str | os.PathLike[str], test_args: Sequence[str], *,
@@ -191,7 +203,7 @@ def spectra_command(workdir: str | os.PathLike[str], test_args: Sequence[str], *
                                 "omit": _omit_patterns(root)}),
         CHILD_ENV: "1",
     }
-    parent = _package_parent()
+    parent = _package_parent(python)
     if parent:
         # last: the project's own path entries win
         existing = (os.environ if base_env is None else base_env).get("PYTHONPATH", "")
@@ -327,9 +339,9 @@ def ochiai(failed_here: int, passed_here: int, total_failed: int) -> float:
     return failed_here / math.sqrt(total_failed * (failed_here + passed_here))
 
 
-def is_test_file(path: str, test_files: Iterable[str] = ()) -> bool:
+def is_test_file(path: str, test_files: Container[str] = frozenset()) -> bool:
     """A file that defines tests or fixtures (never a suspect)."""
-    return path in set(test_files) or _TEST_FILE.search(path) is not None
+    return path in test_files or _TEST_FILE.search(path) is not None
 
 
 def rank_suspects(spectra: Spectra, *, top: int | None = None,
@@ -339,8 +351,7 @@ def rank_suspects(spectra: Spectra, *, top: int | None = None,
     Ties go to the line fewer passing tests ran, then by file and line, so the
     order is deterministic. Empty when no test failed.
     """
-    failing = [t for t in spectra.failed]
-    passing = [t for t in spectra.passed]
+    failing, passing = spectra.failed, spectra.passed
     if not failing:
         return []
     tests_files = spectra.test_files
@@ -518,6 +529,13 @@ def _snapshot(root: str, exclude: Sequence[str],
             if _tracked(d, base + d, exclude)
             and not os.path.exists(os.path.join(dirpath, d, "pyvenv.cfg"))
         )
+        for d in dirnames:
+            full = os.path.join(dirpath, d)
+            if os.path.islink(full):  # not descended into (no loops): its target is recorded
+                try:
+                    files[base + d] = [f"link:{os.readlink(full)}", -1, 0, 0, 0]
+                except OSError as exc:
+                    files[base + d] = [f"error:{exc.errno}", -1, 0, 0, 0]
         for name in filenames:
             rel = base + name
             if not _tracked(name, rel, exclude):

@@ -427,7 +427,9 @@ def test_test_body_change_selects_that_test(impact: ImpactMap, project: Path) ->
     (lambda p: (p / "helpers.py").write_text("X = 1\n"), "Python file helpers.py added"),
     (lambda p: (p / "tests" / "conftest.py").unlink(), "Python file tests/conftest.py removed"),
     (lambda p: edit(p / "calc.py", "def unused():", "def unused(:"), "calc.py does not parse"),
-], ids=["data-added", "data-changed", "data-removed", "py-added", "py-removed", "syntax-error"])
+    (lambda p: (p / "linked").symlink_to(p / "tests"), "non-Python file linked added"),
+], ids=["data-added", "data-changed", "data-removed", "py-added", "py-removed", "syntax-error",
+        "dir-link-added"])
 def test_fallbacks_to_everything(impact: ImpactMap, project: Path, change, why: str) -> None:
     change(project)
     selection = impact.affected(project, ALL)
