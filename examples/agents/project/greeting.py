@@ -1,0 +1,5 @@
+"""The code the agent fixes: a greeting that lost its exclamation mark."""
+
+
+def greet(name: str) -> str:
+    return f"Hello, {name}."

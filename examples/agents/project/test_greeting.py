@@ -1,0 +1,5 @@
+from greeting import greet
+
+
+def test_greet_is_enthusiastic():
+    assert greet("Ada") == "Hello, Ada!"
