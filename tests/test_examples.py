@@ -233,6 +233,8 @@ def test_each_verdict_example_exits_with_its_code(tmp_path, command, code, note)
         m = re.search(r"after (\d+) iterations", note)
         line = rf"^{verdict} \(exit {code}\) after " + (m.group(1) if m else r"\d+") + r" iteration\(s\)"
         assert re.search(line, out, re.M), out
+        if verdict == "TIMEOUT":
+            assert "a check was killed" in out, out
         data = json.loads(only(sorted((work / ".pytest-loops" / "runs").glob("*.json"))).read_text())
         assert data["verdict"] == verdict
     elif command.endswith(".loop"):
@@ -279,7 +281,7 @@ def test_a_broken_contract_fails_with_the_iteration_table(tmp_path):
 
 STAND_IN = '''\
 #!{python}
-"""Stand-in for the {name} CLI: record what it got, then fix greeting.py like an agent."""
+"""Stand-in for the {name} CLI: record what it got, then edit a file like an agent."""
 import json
 import os
 import sys
@@ -298,10 +300,28 @@ record = {{"argv": sys.argv[1:], "stdin": stdin, "received": "\\n".join(received
           "cwd": os.getcwd()}}
 with open({log!r}, "a", encoding="utf-8") as f:
     f.write(json.dumps(record) + "\\n")
-source = Path("greeting.py")
-source.write_text(source.read_text().replace('f"Hello, {{name}}."', 'f"Hello, {{name}}!"'))
-print("{name} stand-in: fixed greeting.py")
+source = Path({target!r})
+source.write_text(source.read_text().replace({old!r}, {new!r}))
+print("{name} stand-in: edited", source)
 '''
+# what the stand-in edits: the fix, or (a cheating agent) the test
+FIX = {"target": "greeting.py", "old": 'f"Hello, {name}."', "new": 'f"Hello, {name}!"'}
+CHEAT = {"target": "test_greeting.py", "old": '"Hello, Ada!"', "new": '"Hello, Ada."'}
+
+
+def agent_project(tmp_path: Path, agent: str, edit: dict[str, str]) -> tuple[Path, dict[str, str], Path]:
+    """A copy of agents/project, and an environment with a stand-in `agent` first on PATH."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    assert shutil.which(agent, path=os.path.dirname(PY)) is None, "a real agent CLI would shadow the stand-in"
+    calls = tmp_path / "calls.jsonl"
+    stand_in = bindir / agent
+    stand_in.write_text(STAND_IN.format(python=PY, name=agent, log=str(calls), **edit))
+    stand_in.chmod(0o755)
+    work = shutil.copytree(EXAMPLES / "agents" / "project", tmp_path / "project")
+    env = child_env()
+    env["PATH"] = os.pathsep.join([str(bindir), env["PATH"]])
+    return work, env, calls
 
 
 def _agent_sections() -> list:
@@ -340,17 +360,7 @@ def test_an_agent_revise_line_gets_the_prompt_and_fixes_the_project(tmp_path, ti
     loop_file.write_text(f'loop "fix":\n  goal: g\n  done when "true" passes\n  {loop_line}\n')
     assert only(list(load_any(loop_file).loops)).revise == revise
 
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    assert shutil.which(agent, path=os.path.dirname(PY)) is None, "a real agent CLI would shadow the stand-in"
-    calls = tmp_path / "calls.jsonl"
-    stand_in = bindir / agent
-    stand_in.write_text(STAND_IN.format(python=PY, name=agent, log=str(calls)))
-    stand_in.chmod(0o755)
-    work = shutil.copytree(EXAMPLES / "agents" / "project", tmp_path / "project")
-    env = child_env()
-    env["PATH"] = os.pathsep.join([str(bindir), env["PATH"]])
-
+    work, env, calls = agent_project(tmp_path, agent, FIX)
     out = expect(sh(run_line, work, env=env), 0, run_line)
     assert re.search(r"^SUCCESS \(exit 0\) after 2 iteration\(s\)", out, re.M), out
     assert "Hello, {name}!" in (work / "greeting.py").read_text()
@@ -418,3 +428,16 @@ def test_the_ci_pytest_command_produces_what_the_upload_step_lists(tmp_path):
         assert (work / path).exists(), f"{path} was not produced"
     report = (work / "loops-report.html").read_text(encoding="utf-8")
     assert "test_total_of_a_basket" in report and "SUCCESS" in report
+
+
+def test_an_agent_that_weakens_the_test_is_caught(tmp_path):
+    """The claude line again, with a stand-in that edits the test instead of the code."""
+    title, text = next(p.values for p in _agent_sections() if p.id == "claude")
+    run_line = next(line for line in shell_lines(text) if line.startswith("pytest-loops run"))
+    test_file = EXAMPLES / "agents" / "project" / "test_greeting.py"
+    work, env, calls = agent_project(tmp_path, "claude", CHEAT)
+    out = expect(sh(run_line, work, env=env), 5, run_line)
+    assert re.search(r"^ESCALATE \(exit 5\) after 1 iteration\(s\)", out, re.M), out
+    assert "modified protected files: test_greeting.py" in out
+    assert (work / "test_greeting.py").read_text() == test_file.read_text()  # restored
+    assert len(calls.read_text().splitlines()) == 1
