@@ -177,8 +177,6 @@ ERRORS = [
     pytest.param("- name: a\n", 1, "-", "expected a mapping, got a list", id="top-list"),
     pytest.param("loop:\n  - name: a\n", 1, "loop", "loop: unknown key; valid keys: loops, pipelines",
                  id="top-typo"),
-    pytest.param("loops:\n  - name: [a\n", 3, "", "not valid YAML: expected ',' or ']', but got '<stream end>'; "
-                 "fix the YAML syntax", id="yaml-syntax"),
     pytest.param("loops:\n  - name: a\n    name: b\n", 3, "name", "not valid YAML: found duplicate key 'name'; "
                  "fix the YAML syntax", id="duplicate-key"),
     pytest.param("loops:\n  - name: a\n    goal: g\n    checks: [!!binary aGk=]\n", 4, "!!", "loops[0].checks[0]: "
@@ -194,6 +192,16 @@ def test_validation_errors_name_the_key_path_and_position(text, line_no, token, 
         load_yaml_text(text, "x.loop.yaml")
     assert str(exc.value) == f"x.loop.yaml:{line_no}:{column}: {message}"
     assert (exc.value.line, exc.value.column) == (line_no, column)
+
+
+def test_yaml_syntax_errors_name_the_problem_mark():
+    # The wording comes from the YAML parser (libyaml or PyYAML's own); the position is the same.
+    with pytest.raises(LoopFileError) as exc:
+        load_yaml_text("loops:\n  - name: [a\n", "x.loop.yaml")
+    assert (exc.value.line, exc.value.column) == (3, 1)
+    assert str(exc.value).startswith("x.loop.yaml:3:1: not valid YAML: ")
+    assert "expected ',' or ']'" in str(exc.value)
+    assert str(exc.value).endswith("; fix the YAML syntax")
 
 
 def test_an_empty_yaml_file_has_no_loops():

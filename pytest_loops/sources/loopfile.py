@@ -82,8 +82,9 @@ class _Line:
 
 
 def _strip_comment(raw: str) -> str:
-    if "#" not in raw:
-        return raw
+    hash_at = raw.find("#")
+    if hash_at < 0 or '"' not in raw[:hash_at]:
+        return raw if hash_at < 0 else raw[:hash_at]
     in_quote = False
     for i, c in enumerate(raw):
         if c == '"':
@@ -494,7 +495,8 @@ class _Parser:
 
     def body_line(self, body: _Body, line: _Line) -> None:
         text = line.text
-        for pattern, handler in self.handlers:
+        head = _HEAD.match(text)
+        for pattern, handler in _DISPATCH.get(head.group(0).lower() if head else "", ()):
             m = pattern.match(text)
             if m:
                 handler(self, body, line, m)
@@ -603,6 +605,7 @@ class _Parser:
         if not stop and not ask:
             body.ignored.append(IgnoredLine(line.no, line.text, _WHY["after_other"]))
 
+    # (pattern, handler) in order; `_DISPATCH` picks the candidates by a line's first word
     handlers: list[tuple[re.Pattern[str], Callable[..., None]]] = [
         (_GOAL, on_goal),
         (_LOOK, on_look),
@@ -795,6 +798,20 @@ class _Parser:
             except LoopUsageError as exc:
                 raise LoopFileError(exc.message, self.path, line.no, line.col(), exc.fix) from None
         return out
+
+
+_HEAD = re.compile(r"[A-Za-z]+")
+_FIRST_WORDS = {
+    _GOAL: ("goal",), _LOOK: ("look", "files", "context", "in"), _CHECK: ("check", "verify"),
+    _POLICY: ("allow", "ask"), _CYCLE: ("each", "then"), _ALSO: ("also",),
+    _SKILLS: ("use", "skills", "top", "plan"), _EXAMPLES: ("example", "examples"), _KNOWLEDGE: ("knowledge",),
+    _MEMORY: ("remember", "keep"), _HUMAN_PLAN: ("a",), _HUMAN_REVIEW: ("a",), _HUMAN_GATE: ("a",),
+    _MODELS: ("models",), _WHEN: ("when",), _AFTER: ("after",), _BAR: ("the",),
+}
+_DISPATCH: dict[str, list[tuple[re.Pattern[str], Callable[..., None]]]] = {}
+for _pattern, _handler in _Parser.handlers:
+    for _word in _FIRST_WORDS[_pattern]:
+        _DISPATCH.setdefault(_word, []).append((_pattern, _handler))
 
 
 def _near_miss(text: str) -> str | None:

@@ -91,6 +91,7 @@ def duration_seconds(raw: str) -> float:
 # -- lists of paths and descriptions ----------------------------------------------
 
 _PATHISH = re.compile(r"[/\\.*?\[]")
+_SPACE = re.compile(r"\s")
 
 
 def split_items(text: str) -> list[str]:
@@ -113,7 +114,7 @@ def is_path(item: str) -> bool:
     One word with a path character (``/ . * ? [``) is a path; anything with
     spaces is a description the revise step resolves.
     """
-    return not any(c.isspace() for c in item) and bool(_PATHISH.search(item))
+    return _SPACE.search(item) is None and _PATHISH.search(item) is not None
 
 
 # -- predicates (`done when ...`) -------------------------------------------------

@@ -96,7 +96,7 @@ class _Seq(list):  # type: ignore[type-arg]
         self.marks: list[Any] = []
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml when present
     pass
 
 
