@@ -183,6 +183,8 @@ def test_fix_a_bug_is_repaired_in_two_iterations_and_leaves_every_artifact(tmp_p
     prompt = (iter1 / "prompt.md").read_text(encoding="utf-8")
     assert "test_total_of_a_basket" in prompt and "assert 675 == 1575" in prompt
     assert "fixed shop/pricing.py" in (iter1 / "revise.out").read_text(encoding="utf-8")
+    assert "assert 675 == 1575" in (iter1 / "failure.txt").read_text(encoding="utf-8")
+    assert "1 passed" in (iter1.parent / "iter-002" / "check-1.out").read_text(encoding="utf-8")
     assert "for i in range(len(prices_cents)):" in (work / "shop" / "pricing.py").read_text()
 
     lessons = only(sorted((artifacts / "lessons").glob("*.md")))
