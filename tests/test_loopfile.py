@@ -624,13 +624,13 @@ def _no_crash(text: str) -> None:
         assert len({c.name for c in spec.checks}) == len(spec.checks)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, database=None)
 @given(st.text())
 def test_fuzz_random_text(text):
     _no_crash(text)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, database=None)
 @given(st.lists(st.sampled_from(FRAGMENTS), max_size=25))
 def test_fuzz_loop_shaped_lines(lines):
     _no_crash("\n".join(lines))
@@ -661,7 +661,7 @@ def _mutate(text: str, ops: list[tuple[int, int, int, str]]) -> str:
     return "\n".join(lines)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(CORPUS_TEXTS),
        st.lists(st.tuples(st.integers(0, 5), st.integers(0, 200), st.integers(0, 200),
                           st.text(alphabet='"#: \t\r\nabc0-9\x00é', max_size=4)), min_size=1, max_size=6))

@@ -234,7 +234,7 @@ def test_load_any_reads_yaml_by_suffix(tmp_path):
     assert load_any(runner).loops[0].name == "loop-runner.config"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, database=None)
 @given(st.text())
 def test_fuzz_yaml_raises_nothing_but_loop_file_errors(text):
     try:
@@ -243,7 +243,7 @@ def test_fuzz_yaml_raises_nothing_but_loop_file_errors(text):
         pass
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, database=None)
 @given(st.lists(st.sampled_from([
     "loops:", "  - name: a", "    goal: g", "    checks:", "      - make", "      - {test: t, times: 2}",
     "      - {skill: s, on: output, judges: 3}", "    guards: {max_iter: 2, budget: 1 minute}", "guards:",
