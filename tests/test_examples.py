@@ -145,7 +145,8 @@ def only(paths: list[Path]) -> Path:
 # -- the README itself --------------------------------------------------------------------
 
 def test_the_readme_has_a_section_per_example_with_valid_exit_codes():
-    examples = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir())
+    examples = sorted(p.name for p in EXAMPLES.iterdir()
+                      if p.is_dir() and not p.name.startswith((".", "__")))
     assert examples == ["agents", "ci", "contract-tests", "fix-a-bug", "flaky", "verdicts"]
     documented = sections(README)
     assert sorted(documented) == examples
