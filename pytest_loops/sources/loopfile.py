@@ -237,7 +237,8 @@ class _Parser:
         self.loops: list[_Body] = []
         self.pipelines: list[_PipelineDraft] = []
         self.flows: list[Flow] = []
-        self.names: dict[str, int] = {}  # top-level definition names (and slugs) -> line
+        self.names: dict[str, int] = {}  # top-level definition name -> line
+        self.slugs: dict[str, int] = {}  # its file-name form -> line
 
     # -- errors and bookkeeping ---------------------------------------------------------
 
@@ -280,13 +281,13 @@ class _Parser:
 
     def claim(self, name: str, line: _Line, column: int, what: str = "loop") -> None:
         """Record a top-level definition name; a second use is an error."""
-        for key in (name, "slug:" + slugify(name)):
-            if key in self.names:
-                same = "name" if key == name else "file-name form"
-                raise self.error(f"duplicate {what} name {name!r} (same {same} as line {self.names[key]})",
+        slug = slugify(name)
+        for same, table, key in (("name", self.names, name), ("file-name form", self.slugs, slug)):
+            if key in table:
+                raise self.error(f"duplicate {what} name {name!r} (same {same} as line {table[key]})",
                                  line, column, "give each loop and pipeline in a file its own name")
         self.names[name] = line.no
-        self.names["slug:" + slugify(name)] = line.no
+        self.slugs[slug] = line.no
 
     # -- the top level ------------------------------------------------------------------
 
@@ -328,17 +329,15 @@ class _Parser:
         line = self.lines[i]
         text = line.text
         end = self.children(i, 0)
-        m = _TARGET.match(text)
         known = True
-        if m:
+        if m := _TARGET.match(text):
             target = m.group(1).strip().strip('"').strip()
             if target:
                 self.cwd = os.path.normpath(os.path.join(self.filedir, target))
                 self.cwd_where = self.where(line)
             self.config.append(IgnoredLine(line.no, text, WHY_TARGET))
-        elif _RIGOR.match(text):
-            level = " ".join(_RIGOR.match(text).group(1).split()).lower()  # type: ignore[union-attr]
-            if level in _RIGOR_ON:
+        elif m := _RIGOR.match(text):
+            if " ".join(m.group(1).split()).lower() in _RIGOR_ON:
                 self.rigor = self.where(line, "rigor")
                 self.config.append(IgnoredLine(line.no, text, WHY_RIGOR))
             else:
@@ -695,7 +694,7 @@ class _Parser:
     # -- from drafts to LoopSpecs -------------------------------------------------------
 
     def finish(self) -> LoopFile:
-        taken = {name for name in self.names if not name.startswith("slug:")}
+        taken = set(self.names)
         loops = [self.build(body, self.unnamed(body, taken)) for body in self.loops]
         pipelines = []
         for draft in self.pipelines:
