@@ -6,6 +6,8 @@ import hashlib
 import shlex
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -70,42 +72,52 @@ def _failure_reason(cmd: CommandResult, check: Check) -> str:
     return f"exit {cmd.exit_code}"
 
 
-def run_command_check(check: Check, context: LoopContext) -> CheckResult:
-    """`"cmd" passes [N times]`: every run must exit 0; the first failure stops."""
+def _label(check: Check, context: LoopContext, run: int) -> str:
+    base = context.check_label(check)
+    return f"{base}-run{run}" if check.times > 1 else base
+
+
+def run_repeated(check: Check, context: LoopContext,
+                 once: Callable[[Check, LoopContext, str], CheckResult]) -> CheckResult:
+    """`... passes N times`: every run must pass; the first failure stops (a flake guard)."""
     total = 0.0
-    cmd = None
+    result: CheckResult | None = None
     for run in range(1, check.times + 1):
-        cmd = context.run_command(check.command or "", label=f"{context.check_label(check)}-run{run}"
-                                  if check.times > 1 else context.check_label(check),
-                                  timeout=check.timeout)
-        total += cmd.duration_s
-        if cmd.exit_code != 0:
-            reason = _failure_reason(cmd, check)
-            if check.times > 1:
-                reason = f"run {run} of {check.times} failed ({reason})"
-            result = _result(check, cmd, False, reason, runs=run)
-            return _with_duration(result, total)
-    assert cmd is not None
-    reason = "passed" if check.times == 1 else f"passed {check.times} times"
-    return _with_duration(_result(check, cmd, True, reason, runs=check.times), total)
+        result = once(check, context, _label(check, context, run))
+        total += result.duration_s
+        if not result.passed:
+            reason = result.reason if check.times == 1 else f"run {run} of {check.times} failed ({result.reason})"
+            return replace(result, reason=reason, runs=run, duration_s=total)
+    assert result is not None
+    reason = result.reason if check.times == 1 else f"passed {check.times} times"
+    return replace(result, reason=reason, runs=check.times, duration_s=total)
 
 
-def _with_duration(result: CheckResult, duration: float) -> CheckResult:
-    from dataclasses import replace
+def _command_once(check: Check, context: LoopContext, label: str) -> CheckResult:
+    cmd = context.run_command(check.command or "", label=label, timeout=check.timeout)
+    if cmd.exit_code != 0:
+        return _result(check, cmd, False, _failure_reason(cmd, check))
+    return _result(check, cmd, True, "passed")
 
-    return replace(result, duration_s=duration)
 
-
-def run_finds_nothing_check(check: Check, context: LoopContext) -> CheckResult:
-    """`"cmd" finds nothing`: exit 0 and empty output."""
-    cmd = context.run_command(check.command or "", label=context.check_label(check),
-                              timeout=check.timeout)
+def _finds_nothing_once(check: Check, context: LoopContext, label: str) -> CheckResult:
+    cmd = context.run_command(check.command or "", label=label, timeout=check.timeout)
     if cmd.exit_code != 0:
         return _result(check, cmd, False, _failure_reason(cmd, check))
     if cmd.output_bytes > 0 and cmd.tail.strip():
         lines = len(cmd.tail.strip().splitlines())
         return _result(check, cmd, False, f"found something ({lines} line(s) of output)")
     return _result(check, cmd, True, "found nothing")
+
+
+def run_command_check(check: Check, context: LoopContext) -> CheckResult:
+    """`"cmd" passes [N times]`: every run must exit 0."""
+    return run_repeated(check, context, _command_once)
+
+
+def run_finds_nothing_check(check: Check, context: LoopContext) -> CheckResult:
+    """`"cmd" finds nothing [N times]`: exit 0 and empty output."""
+    return run_repeated(check, context, _finds_nothing_once)
 
 
 def pytest_command(node_ids: str | list[str], junit_path: str, extra_args: list[str] | tuple[str, ...] = ()) -> str:
@@ -138,12 +150,15 @@ def _junit_counts(path: Path) -> tuple[int, int] | None:
 
 
 def run_pytest_check(check: Check, context: LoopContext) -> CheckResult:
-    """`the test "NODEID" passes`: a fresh pytest subprocess; the test must run and pass.
+    """`the test "NODEID" passes [N times]`: a fresh pytest subprocess; the test must run and pass.
 
     Exit 0 is not enough: a run where the test was skipped or xfailed, or where
     nothing was collected, does not pass.
     """
-    label = context.check_label(check)
+    return run_repeated(check, context, _pytest_once)
+
+
+def _pytest_once(check: Check, context: LoopContext, label: str) -> CheckResult:
     junit = context.iteration_dir / f"{label}.junit.xml"
     extra = [str(a) for a in check.options.get("pytest_args", ())]
     cmd = context.run_command(pytest_command(check.node_id or "", str(junit), extra), label=label,
