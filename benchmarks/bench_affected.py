@@ -7,11 +7,17 @@ Generates a 300-test project (30 modules x 10 tests, one failing), then measures
    tests from the impact map, run only those under per-test coverage, update the
    map. Goal: at most 0.3x the baseline.
 3. The single failing test run plain, and under per-test coverage bookkeeping
-   (``collect_spectra``, reading its data included). Goal: at most 1.2x.
+   (``collect_spectra``, reading its data included), 3 pairs per repeat.
+   Goal: at most 1.2x.
 
 Each figure is the median of ``--repeats`` runs, interleaved so machine load hits
-both sides alike; wall-clock and CPU seconds (user+sys of the child processes)
-are shown, ratios use wall-clock. The machine is shared: read the CPU column when
+both sides alike; wall-clock and CPU seconds (user+sys of this process and its
+children: the impact map's own work counts) are shown, ratios use wall-clock.
+
+Child processes cache bytecode under a temporary prefix, as on a developer
+machine, even where the environment sets PYTHONDONTWRITEBYTECODE (then pytest
+recompiles every module it rewrites, plugins included, in every process: a fixed
+cost of ~0.5 s here); ``--no-bytecode-cache`` keeps the environment as it is. The machine is shared: read the CPU column when
 wall-clock figures look noisy.
 
 The fixed cost of starting pytest (0.3-0.8 s CPU, depending on the plugins
@@ -50,11 +56,20 @@ FAILING_TEST = 3
 CHANGED_MODULE = 12
 CHANGED_FUNCTION = 4
 PYTEST_ARGS = ["-q", "-p", "no:cacheprovider", "-o", "addopts="]
+SINGLE_RUNS = 3  # single-test pairs per repeat
+
+
+_PYCACHE: Path | None = None
 
 
 def clean_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_LOOPS_", "LOOP_", "COV_", "COVERAGE_")) and k != "PYTEST_ADDOPTS"}
+    if _PYCACHE is not None:
+        # cache bytecode (and pytest's rewritten test modules) as a developer
+        # machine does, but under a temporary prefix: nothing is written elsewhere
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(_PYCACHE)
     return env
 
 
@@ -112,15 +127,21 @@ def change_one_function(root: Path, undo: bool = False) -> None:
     path.write_text(text.replace(new, old) if undo else text.replace(old, new))
 
 
+def _cpu() -> float:
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
 def timed(fn: Callable[[], object]) -> tuple[float, float, object]:
-    """(wall seconds, CPU seconds of children, result)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """(wall seconds, CPU seconds of this process and its children, result)."""
+    cpu0 = _cpu()
     t0 = time.perf_counter()
     result = fn()
     wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu, result
+    return wall, _cpu() - cpu0, result
 
 
 def plain_pytest(root: Path, args: list[str]) -> int:
@@ -178,12 +199,14 @@ def scenario(ms: float, repeats: int, keep: Path | None) -> dict[str, float]:
         iteration.append((w, c))
         change_one_function(root, undo=True)
 
-        w, c, code = timed(lambda: plain_pytest(root, [failing_id]))
-        assert code == 1, code
-        plain_one.append((w, c))
-        w, c, one = timed(lambda: collect_spectra(root, [failing_id], pytest_args=PYTEST_ARGS, env=env))
-        assert one.failed == [failing_id]  # type: ignore[union-attr]
-        cov_one.append((w, c))
+        for _ in range(SINGLE_RUNS):  # cheap runs: more samples against the noise
+            w, c, code = timed(lambda: plain_pytest(root, [failing_id]))
+            assert code == 1, code
+            plain_one.append((w, c))
+            w, c, one = timed(lambda: collect_spectra(root, [failing_id], pytest_args=PYTEST_ARGS,
+                                                      env=env))
+            assert one.failed == [failing_id]  # type: ignore[union-attr]
+            cov_one.append((w, c))
 
     f_w, f_c = median_pair(full)
     i_w, i_c = median_pair(iteration)
@@ -199,7 +222,7 @@ def scenario(ms: float, repeats: int, keep: Path | None) -> dict[str, float]:
     cpu_ratio = i_c / f_c if f_c else float("nan")
     print(f"  ratio: {ratio:.3f}x wall, {cpu_ratio:.3f}x CPU  "
           f"(goal <= 0.30x: {'met' if ratio <= 0.3 else 'NOT met'})")
-    print(f"single failing test, plain:                      {p_w:6.2f} / {p_c:6.2f}")
+    print(f"single failing test, plain ({len(plain_one)} runs):           {p_w:6.2f} / {p_c:6.2f}")
     print(f"single failing test, per-test coverage:          {c_w:6.2f} / {c_c:6.2f}")
     overhead = c_w / p_w
     cpu_overhead = c_c / p_c if p_c else float("nan")
@@ -216,9 +239,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ms", type=float, action="append",
                         help="CPU milliseconds of work per test (repeatable; default: 10 and 0)")
     parser.add_argument("--keep", type=Path, help="generate the projects here and keep them")
+    parser.add_argument("--no-bytecode-cache", action="store_true",
+                        help="keep the environment's PYTHONDONTWRITEBYTECODE (every pytest process then "
+                             "recompiles the modules it rewrites, plugins included)")
     args = parser.parse_args(argv)
+    global _PYCACHE
+    pycache = None
+    if not args.no_bytecode_cache:
+        pycache = tempfile.TemporaryDirectory(prefix="bench-affected-pycache-")
+        _PYCACHE = Path(pycache.name)
+    print(f"bytecode cache: {'off (environment as is)' if pycache is None else 'on, in a temporary prefix'}"
+          f"; PYTHONDONTWRITEBYTECODE in the environment: {os.environ.get('PYTHONDONTWRITEBYTECODE', 'unset')}")
     for ms in args.ms or [10.0, 0.0]:
         scenario(ms, max(1, args.repeats), args.keep)
+    if pycache is not None:
+        pycache.cleanup()
     return 0
 
 
