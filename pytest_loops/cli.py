@@ -58,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--revise", metavar="CMD", help="the revise step: a shell command run after a failed iteration")
     run.add_argument("--state", action="append", metavar="GLOB", default=None,
                      help="state paths the no-progress guard fingerprints (repeatable)")
+    run.add_argument("--protect", action="append", metavar="GLOB", default=None,
+                     help="more files the revise step must not touch (besides the checked tests, "
+                          "conftest.py and pytest's config files); an edit is undone and ends ESCALATE")
+    run.add_argument("--scope", action="append", metavar="GLOB", default=None,
+                     help="files the revise step may edit; edits elsewhere are undone after each revise")
     run.add_argument("--max-iter", type=_guard_type("max_iter"), metavar="N",
                      help="iteration cap, >= 1 (default 6)")
     run.add_argument("--budget-seconds", type=_guard_type("budget_seconds"), metavar="S",
@@ -163,7 +168,7 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
     layers.append(("environment", env_layer(environ)))
     flags = {key: getattr(args, key) for key in GUARD_KEYS}
     flags.update(revise=args.revise, state_paths=args.state, verify=args.verify,
-                 no_progress_signal=args.no_progress_signal,
+                 no_progress_signal=args.no_progress_signal, protect=args.protect, scope=args.scope,
                  memory_page=args.episodic, log_path=args.log, artifacts=args.artifacts,
                  reflexion=False if args.no_reflexion else None)
     layers.append(("command line", flags))
@@ -179,6 +184,7 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
         revise=settings["revise"], guards=guards, state_paths=tuple(settings["state_paths"]),
         memory_page=settings["memory_page"], reflexion=bool(settings["reflexion"]),
         no_progress_signal=settings["no_progress_signal"],
+        protect=tuple(settings["protect"]), scope=tuple(settings["scope"]),
         cwd=str(cwd.resolve()), origin=settings.origin,
         source=str(config_path) if config_path else "command line",
     )

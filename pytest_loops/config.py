@@ -38,6 +38,8 @@ DEFAULTS: dict[str, Any] = {
     "revise": None,
     "state_paths": [],
     "verify": [],
+    "protect": [],
+    "scope": [],
     "reflexion": True,
     "memory_page": None,
     "log_path": None,
@@ -162,6 +164,8 @@ _RUNNER_KEYS = {
     "run_log": {"path"},
     "revise": {"cmd"},
     "verify": {"cmd", "cmds"},
+    "protect": {"paths"},
+    "scope": {"paths"},
 }
 
 
@@ -247,6 +251,8 @@ def read_runner_config(path: str | os.PathLike, data: Any = None) -> dict[str, A
                 layer["reflexion"] = value
             elif section == "verify":
                 layer["verify"] = _str_list(value, kwhere)
+            elif section in ("protect", "scope"):
+                layer[section] = _str_list(value, kwhere)
             else:
                 _expect(isinstance(value, str) and value.strip() != "", kwhere, "a non-empty string", value)
                 target = {"reflexion": "memory_page", "run_log": "log_path", "revise": "revise"}[section]

@@ -9,6 +9,7 @@ temp directories.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -103,6 +104,11 @@ def _segment_regex(segment: str) -> str:
         else:
             out.append(re.escape(c))
     return "".join(out)
+
+
+@functools.lru_cache(maxsize=256)
+def _segment_matcher(segment: str) -> re.Pattern[str]:
+    return re.compile(_segment_regex(segment) + r"\Z")
 
 
 def _path_regex(pattern: str) -> str:
@@ -371,7 +377,7 @@ class StateFingerprint:
                 # A literal name is followed even if it is a symbolic link.
                 self._expand(os.path.join(path, segment), child_key, rest, matches)
         else:
-            rx = re.compile(_segment_regex(segment) + r"\Z")
+            rx = _segment_matcher(segment)
             for child in self._listdir(path, key):
                 if rx.match(child.name):
                     child_key = _join_key(key, child.name)

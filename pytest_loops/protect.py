@@ -84,8 +84,14 @@ def walk(root: Path) -> Iterable[str]:
             yield prefix + name
 
 
+# pytest's default test file names: what a bare `pytest` command runs.
+DEFAULT_TEST_FILES = ("**/test_*.py", "**/*_test.py")
+
+
 def named_test_files(spec: LoopSpec) -> list[str]:
-    """Test files the loop's checks name: node ids' files and `.py` paths in pytest commands."""
+    """Test files the loop's checks name: node ids' files and `.py` paths in pytest
+    commands; a pytest command that names no file runs every test file, so all of
+    pytest's default test file names are protected then."""
     files: list[str] = []
     for check in spec.checks:
         if check.kind is CheckKind.PYTEST and check.node_id:
@@ -94,12 +100,15 @@ def named_test_files(spec: LoopSpec) -> list[str]:
             try:
                 words = shlex.split(check.command)
             except ValueError:
+                files.extend(DEFAULT_TEST_FILES)
                 continue
-            for word in words:
-                path = word.split("::", 1)[0]
-                if path.endswith(".py") and not path.startswith("-"):
-                    files.append(path)
-    return files
+            after = words[next(i for i, w in enumerate(words) if "pytest" in w) + 1:]
+            named = [w.split("::", 1)[0] for w in after if not w.startswith("-")]
+            paths = [p for p in named if p.endswith(".py")]
+            dirs = [p.rstrip("/") + "/**/*.py" for p in named
+                    if not p.endswith(".py") and (Path(spec.cwd) / p).is_dir()]
+            files.extend(paths + dirs or DEFAULT_TEST_FILES)
+    return list(dict.fromkeys(files))
 
 
 @dataclass

@@ -382,12 +382,11 @@ class LoopSession:
             for path, lines in self.ignored_lines.items():
                 for line in lines:
                     terminalreporter.write_line(f"{path}:{line.line}: {line.text.strip()}  ({line.why})")
-        if not self.rows:
-            return
-        terminalreporter.section("loops")
-        for line in summary_rows(self.rows):
-            terminalreporter.write_line(line)
-        report = self.write_report()
+        if self.rows:
+            terminalreporter.section("loops")
+            for line in summary_rows(self.rows):
+                terminalreporter.write_line(line)
+        report = self.write_report()  # also with no loop: a CI upload step expects the file
         if report:
             terminalreporter.write_line(f"loops: HTML report: {report}")
 

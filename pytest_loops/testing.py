@@ -120,8 +120,8 @@ class _CallableRevise:
 
     @hookimpl
     def pytest_loop_revise(self, spec: LoopSpec, iteration: int, context: LoopContext) -> int:
-        outcome = self.fn(self.workspace, iteration)
-        return outcome if isinstance(outcome, int) and not isinstance(outcome, bool) else 0
+        self.fn(self.workspace, iteration)  # its return value is ignored (write_text returns an int)
+        return 0
 
 
 class _AdvancingRunner:
@@ -163,8 +163,9 @@ class LoopHarness:
 
         :param verify: scripted exit codes (one per iteration; the last repeats),
             a shell command, or a list of checks (Check objects or commands).
-        :param revise: None (changes nothing), a callable ``(workspace, iteration)``,
-            or a shell command run in the workspace.
+        :param revise: None (changes nothing), a callable ``(workspace, iteration)``
+            (its return value is ignored; the revise exit is 0), or a shell command
+            run in the workspace (its exit code is recorded).
         :param state: state paths (default: the whole workspace).
         :param files: files to create in the workspace first (path -> text).
         """

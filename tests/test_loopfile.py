@@ -740,3 +740,20 @@ def test_format_loop_file_shows_pipelines_and_flows():
     assert "a human must confirm (never passes by machine: ESCALATE): approve before charging the card" in text
     flows = format_loop_file(load("release-flow.loop"))
     assert "  steps: cart-total.loop -> billing-apostrophe.loop -> checkout-epic.loop\n" in flows
+
+
+@pytest.mark.parametrize(("written", "command"), [
+    ('"python fix.py"', "python fix.py"),
+    ("python fix.py", "python fix.py"),
+    ('"claude -p \\"$(cat \\"$LOOP_PROMPT_FILE\\")\\""', 'claude -p "$(cat "$LOOP_PROMPT_FILE")"'),
+])
+def test_revise_with_keeps_the_whole_command(written: str, command: str) -> None:
+    text = f'loop "x":\n  goal: g\n  done when "true" passes\n  revise with {written}\n'
+    assert parse_loop_text(text, "t.loop").loops[0].revise == command
+
+
+def test_text_after_the_closing_quote_is_an_error_not_dropped() -> None:
+    text = 'loop "x":\n  goal: g\n  done when "true" passes\n  revise with "a" b\n'
+    with pytest.raises(LoopFileError) as info:
+        parse_loop_text(text, "t.loop")
+    assert str(info.value).startswith("t.loop:4:18: text after the closing quote: 'b'")

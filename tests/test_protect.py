@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -146,14 +147,21 @@ def test_glob_matching(path: str, patterns, expected: bool) -> None:
     assert matches(path, patterns) is expected
 
 
-def test_test_files_of_names_node_ids_and_pytest_paths() -> None:
-    spec = LoopSpec(name="x", checks=(
+def test_named_test_files_names_node_ids_and_pytest_paths(tmp_path: Path) -> None:
+    (tmp_path / "unit").mkdir()
+    spec = LoopSpec(name="x", cwd=str(tmp_path), checks=(
         Check.test_passes("tests/test_a.py::test_one"),
         Check.command_passes("python -m pytest -q tests/test_b.py::TestX -x"),
+        Check.command_passes("pytest -q unit -k add"),
         Check.command_passes("make lint"),
-        Check.command_passes("pytest 'unterminated"),
     ))
-    assert named_test_files(spec) == ["tests/test_a.py", "tests/test_b.py"]
+    assert named_test_files(spec) == ["tests/test_a.py", "tests/test_b.py", "unit/**/*.py"]
+
+
+@pytest.mark.parametrize("command", ["python -m pytest -q", "pytest 'unterminated", "pytest -x -p no:foo"])
+def test_a_pytest_command_naming_no_file_protects_every_test_file(command: str) -> None:
+    spec = LoopSpec(name="x", checks=(Check.command_passes(command),))
+    assert named_test_files(spec) == ["**/test_*.py", "**/*_test.py"]
 
 
 def test_snapshot_skips_caches_and_virtualenvs(tmp_path: Path) -> None:
@@ -175,3 +183,37 @@ def test_watch_takes_the_protected_snapshot_once(tmp_path: Path) -> None:
     protected, outside = watch.after_revise()
     assert protected == [("tests/test_calc.py", "modified")] and outside == []
     assert (tmp_path / "tests" / "test_calc.py").read_text() == TEST
+
+
+def _run_cli(cwd: Path, *args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "pytest_loops", "run", *args, "-q"], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_runner_flags_protect_and_scope(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("x\n")
+    (tmp_path / "b.txt").write_text("y\n")
+    (tmp_path / "golden.txt").write_text("gold\n")
+    done = _run_cli(tmp_path, "--verify", "grep -q fixed a.txt", "--revise", "echo fixed > a.txt; echo bad > b.txt",
+                    "--scope", "a.txt")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "b.txt").read_text() == "y\n"
+    log = json.loads(next((tmp_path / ".pytest-loops" / "runs").glob("*.json")).read_text())
+    assert log["iterations"][0]["scope_reverted"] == ["b.txt (modified)"]
+    done = _run_cli(tmp_path, "--verify", "false", "--revise", "echo x > golden.txt", "--protect", "golden.txt")
+    assert done.returncode == 5, done.stdout + done.stderr
+    assert "revise step modified protected files: golden.txt (modified)" in done.stdout
+    assert (tmp_path / "golden.txt").read_text() == "gold\n"
+
+
+def test_config_file_protect_and_scope_keys(tmp_path: Path) -> None:
+    (tmp_path / "golden.txt").write_text("gold\n")
+    (tmp_path / "cfg.yaml").write_text("protect:\n  paths: ['golden.txt']\nscope:\n  paths: ['src/**']\n")
+    done = _run_cli(tmp_path, "--config", "cfg.yaml", "--verify", "false", "--revise", "echo x > golden.txt")
+    assert done.returncode == 5, done.stdout + done.stderr
+    (tmp_path / "bad.yaml").write_text("protect:\n  paths: 3\n")
+    done = _run_cli(tmp_path, "--config", "bad.yaml", "--verify", "true")
+    assert done.returncode == 64 and "protect.paths" in done.stderr

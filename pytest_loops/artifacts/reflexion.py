@@ -45,7 +45,7 @@ class MemoryPage:
         self._has_heading = False  # once seen, the heading stays: skip re-reading
 
     def _header(self) -> str:
-        goal = f" Goal: {self.goal}" if self.goal else ""
+        goal = f" Goal: {self.goal.rstrip('.')}." if self.goal else ""
         return (
             "---\n"
             "kind: pytest-loops.lessons/1\n"

@@ -634,14 +634,36 @@ class _Parser:
             raise self.problem(exc, line, start) from None
 
     def quoted_or_bare(self, line: _Line, raw: str, start: int) -> str:
-        try:
-            phrases.check_quotes(raw)
-        except Problem as exc:
-            raise self.problem(exc, line, start) from None
+        """A value written bare or in double quotes; inside quotes, `\\"` is a quote.
+
+        Text after the closing quote is an error, never silently dropped.
+        """
         value = raw.strip()
-        if value.startswith('"'):
-            value = value[1:value.index('"', 1)]
-        return value.strip()
+        if not value.startswith('"'):
+            try:
+                phrases.check_quotes(raw)
+            except Problem as exc:
+                raise self.problem(exc, line, start) from None
+            return value
+        offset = start + (len(raw) - len(raw.lstrip()))
+        i, out = 1, []
+        while i < len(value):
+            char = value[i]
+            if char == "\\" and i + 1 < len(value) and value[i + 1] in '"\\':
+                out.append(value[i + 1])
+                i += 2
+                continue
+            if char == '"':
+                rest = value[i + 1:].strip()
+                if rest:
+                    raise self.error(f"text after the closing quote: {rest!r}", line,
+                                     column=line.col(offset + i + 1),
+                                     fix='quote the whole value (write \\" for a quote inside it) '
+                                         "or leave it unquoted")
+                return "".join(out).strip()
+            out.append(char)
+            i += 1
+        raise self.problem(Problem("unterminated quote", 0, 'close it with a matching `"`'), line, offset)
 
     def own_line(self, body: _Body, line: _Line) -> bool:
         """budget / stop when nothing changes / escalate after / revise with / protect / scope / watch."""
