@@ -247,7 +247,7 @@ def make_env(bin_dir: Path) -> dict[str, str]:
     # hypothesis' pytest plugin costs seconds of start-up per pytest process on a
     # loaded machine; no sample uses it
     env["PYTEST_ADDOPTS"] = "-p no:hypothesispytest"
-    env["COLUMNS"] = "100"
+    env["COLUMNS"] = "80"
     return env
 
 
