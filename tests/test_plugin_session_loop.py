@@ -1,0 +1,221 @@
+"""`pytest --loop --loop-revise CMD`: the session's failing tests become one fix-loop."""
+
+from __future__ import annotations
+
+import pytest
+from plugin_helpers import BUGGY_CALC, FIX_ADD, Project
+
+pytestmark = pytest.mark.slow
+
+GOOD_CALC = BUGGY_CALC.replace("a - b  # BUG", "a + b")
+BAD_SUB = GOOD_CALC.replace("def sub(a, b):\n    return a - b", "def sub(a, b):\n    return a * b")
+
+# every test appends its name to ran.txt, so the test counts how often each one ran
+COUNTING_TESTS = """\
+from pathlib import Path
+
+import calc
+
+
+def ran(name):
+    with open(Path(__file__).parent / "ran.txt", "a") as f:
+        f.write(name + "\\n")
+
+
+def test_add():
+    ran("add")
+    assert calc.add(2, 3) == 5
+
+
+def test_add_again():
+    ran("add_again")
+    assert calc.add(1, 1) == 2
+
+
+def test_sub():
+    ran("sub")
+    assert calc.sub(5, 3) == 2
+"""
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Project:
+    return Project(pytester, monkeypatch)
+
+
+def session_run_dir(project: Project, artifacts: str = ".pytest-loops"):
+    (run_dir,) = [p for p in (project.path / artifacts / "runs").glob("failing-tests-*") if p.is_dir()]
+    return run_dir
+
+
+def test_repairs_failing_tests_rerunning_only_them_then_one_confirm_run(project: Project) -> None:
+    project.write("test_calc.py", COUNTING_TESTS)
+    result = project.run("--loop", "--loop-revise", FIX_ADD, "--loop-max-iter", "3")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines([
+        "*loop: 2 failing test(s), revise: python edit.py calc.py*",
+        "[[]failing tests[]] iter 1/3  FAIL the failing tests pass*",
+        "[[]failing tests[]] iter 2/3  PASS the failing tests pass*",
+        "SUCCESS*failing tests: 2 iteration(s)*",
+    ])
+    assert "1 passed, 2 repaired in" in result.stdout.lines[-1]
+    assert "failed" not in result.stdout.lines[-1]
+    assert "FAILED" not in result.stdout.str(), "a repaired test is still listed as failed"
+    # the session, then the failing tests alone, then everything once more
+    assert project.read("ran.txt").split() == [
+        "add", "add_again", "sub",
+        "add", "add_again",
+        "add", "add_again", "sub",
+    ]
+    (log,) = project.run_logs()
+    assert log["iterations"][-1]["checks"][0]["reason"] == "confirm run: all 3 test(s) passed together"
+    iteration = session_run_dir(project) / "iter-002"
+    assert (iteration / "failing.ids").read_text().split() == ["test_calc.py::test_add",
+                                                               "test_calc.py::test_add_again"]
+    assert sorted((iteration / "confirm.ids").read_text().split()) == [
+        "test_calc.py::test_add", "test_calc.py::test_add_again", "test_calc.py::test_sub"]
+
+
+def test_narrows_to_the_tests_still_failing(project: Project) -> None:
+    # the first revise repairs one of the two failures, the second the other
+    project.write("test_calc.py", COUNTING_TESTS.replace("calc.add(1, 1) == 2", "calc.mul(2, 2) == 4"))
+    revise = project.scripted_revise({1: {"calc.py": GOOD_CALC},
+                                      2: {"calc.py": GOOD_CALC + "\n\ndef mul(a, b):\n    return a * b\n"}})
+    result = project.run("--loop", "--loop-revise", revise, "--loop-max-iter", "4")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*iter 2/4  FAIL*", "*iter 3/4  PASS*", "*1 passed, 2 repaired in*"])
+    run_dir = session_run_dir(project)
+    assert (run_dir / "iter-003" / "failing.ids").read_text().split() == ["test_calc.py::test_add_again"]
+
+
+def test_parametrize_ids_with_spaces_and_colours(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PY_COLORS", "1")  # the child runs colour their output too
+    project.write("sub/test_param.py", """\
+        import pytest
+
+        import calc
+
+
+        class TestAdd:
+            @pytest.mark.parametrize("a", [1, 2, 3], ids=["one two", "x::y", "[z]"])
+            def test_add(self, a):
+                assert calc.add(a, 1) == a + 1
+        """)
+    result = project.run("--loop", "--loop-revise", FIX_ADD, "--loop-max-iter", "2", "--color=no")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*SUCCESS*failing tests: 2 iteration(s)*", "*3 repaired in*"])
+
+
+def test_a_setup_error_is_a_failing_test_too(project: Project) -> None:
+    project.write("test_fixture.py", """\
+        import pytest
+
+        import calc
+
+
+        @pytest.fixture
+        def five():
+            assert calc.add(2, 3) == 5, "the fixture needs add"
+            return 5
+
+
+        def test_five(five):
+            assert five == 5
+        """)
+    result = project.run("--loop", "--loop-revise", FIX_ADD, "--loop-max-iter", "2")
+    assert result.ret == 0
+    assert "1 repaired in" in result.stdout.lines[-1]
+    assert "error" not in result.stdout.lines[-1]
+
+
+def test_a_regression_is_named_in_the_reason(project: Project) -> None:
+    project.write("test_calc.py", COUNTING_TESTS)
+    # the revise repairs add and breaks sub, which was green in the session
+    revise = project.scripted_revise({1: {"calc.py": BAD_SUB}})
+    result = project.run("--loop", "--loop-revise", revise, "--loop-max-iter", "2", "--loop-no-progress-k", "0")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([
+        "*MAX_ITER*failing tests: 2 iteration(s)*regression: test_calc.py::test_sub passed before the loop "
+        "and fail now*",
+    ])
+    assert "repaired" not in result.stdout.lines[-1]
+    assert "2 failed, 1 passed" in result.stdout.lines[-1]
+
+
+def test_a_regression_a_later_revise_repairs_is_no_failure(project: Project) -> None:
+    project.write("test_calc.py", COUNTING_TESTS)
+    revise = project.scripted_revise({1: {"calc.py": BAD_SUB}, 2: {"calc.py": GOOD_CALC}})
+    result = project.run("--loop", "--loop-revise", revise, "--loop-max-iter", "4", "--loop-no-progress-k", "0")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines([
+        "*iter 2/4  FAIL*",
+        "*iter 3/4  PASS*",
+        "SUCCESS*failing tests: 3 iteration(s)*",
+    ])
+    (row,) = [line for line in result.stdout.lines if line.startswith("SUCCESS ")]
+    assert "regression" not in row
+    (log,) = project.run_logs()
+    reasons = [check["reason"] for it in log["iterations"] for check in it["checks"]]
+    assert reasons[1].startswith("regression: test_calc.py::test_sub passed before the loop")  # on the way
+    assert reasons[2] == "confirm run: all 3 test(s) passed together"
+
+
+def test_marker_loops_stay_out_of_the_session_loop(project: Project) -> None:
+    project.marked_test("test_marked.py", marker='revise="no-such-cli --fix"')
+    project.write("test_plain.py", """\
+        import calc
+
+        def test_plain():
+            assert calc.add(1, 2) == 3
+        """)
+    result = project.run("--loop", "--loop-revise", FIX_ADD, "--loop-max-iter", "2")
+    result.stdout.fnmatch_lines([
+        "*ESCALATE*test_marked.py::test_add*revise step could not start*",
+        "*SUCCESS*failing tests: 2 iteration(s)*",
+    ])
+    assert (session_run_dir(project) / "iter-002" / "failing.ids").read_text().split() == [
+        "test_plain.py::test_plain"]
+    assert result.ret == 1  # the marker loop did not succeed
+    assert "1 failed, 1 passed, 1 repaired" in result.stdout.lines[-1]
+
+
+def test_nothing_to_do_when_every_test_passes(project: Project) -> None:
+    project.write("calc.py", GOOD_CALC)
+    project.write("test_calc.py", COUNTING_TESTS)
+    result = project.run("--loop", "--loop-revise", "python note.py revised.txt ran")
+    assert result.ret == 0
+    result.assert_outcomes(passed=3)
+    assert not project.exists("revised.txt")
+    assert not (project.artifacts / "runs").exists()
+    assert "= loops =" not in result.stdout.str()
+
+
+def test_without_a_revise_failures_are_only_reported(project: Project) -> None:
+    project.write("test_calc.py", COUNTING_TESTS)
+    result = project.run("--loop")
+    assert result.ret == 1
+    result.assert_outcomes(passed=1, failed=2)
+    assert not (project.artifacts / "runs").exists()
+
+
+SLOW = "python sleep.py 60"
+
+
+@pytest.mark.parametrize(("verdict", "revise", "args", "reason"), [
+    ("MAX_ITER", "python note.py notes.txt tried", ["--loop-max-iter", "2"], "max_iter=2 reached"),
+    ("TIMEOUT", SLOW, ["--loop-budget-seconds", "1.5"], "budget of 1.5s ran out"),
+    ("NO_PROGRESS", "python -c pass", ["--loop-no-progress-k", "1"], "state unchanged for 1 iteration(s)"),
+    ("ESCALATE", "python note.py notes.txt tried", ["--loop-escalate-after", "1"], "escalate_after=1 reached"),
+    ("ESCALATE", "no-such-cli --fix", [], "the revise step could not start"),
+], ids=["max_iter", "timeout", "no_progress", "escalate_after", "cannot_start"])
+def test_every_verdict_and_its_exit_code(project: Project, verdict: str, revise: str, args: list[str],
+                                         reason: str) -> None:
+    # (no counting here: a test that writes into the tree changes the loop's state)
+    project.write("test_calc.py", COUNTING_TESTS.replace('    ran(', '    print('))
+    result = project.run("--loop", "--loop-revise", revise, "--loop-exitcode=verdict", *args, timeout=90)
+    codes = {"MAX_ITER": 2, "TIMEOUT": 3, "NO_PROGRESS": 4, "ESCALATE": 5}
+    assert result.ret == codes[verdict]
+    result.stdout.fnmatch_lines([f"{verdict}*failing tests:*{reason}*"])
+    assert "2 failed, 1 passed" in result.stdout.lines[-1]
+    if verdict == "TIMEOUT":
+        assert result.duration < 45, "the budget did not stop the hanging revise step"
