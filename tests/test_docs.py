@@ -10,7 +10,8 @@ Fenced blocks are read in order, one temporary directory per document:
   stands for anything;
 - ``python`` blocks run as a script, or are written as a file with ``file=``;
 - ``ini`` / ``toml`` / ``yaml`` / ``loop`` blocks are file contents: they need
-  ``file=`` and are parsed (a ``.loop`` or ``*.loop.yaml`` by pytest-loops itself);
+  ``file=`` and are parsed (a ``.loop`` or ``*.loop.yaml`` by pytest-loops itself)
+  unless marked ``invalid`` (a sample of bad input);
 - ``json`` blocks are parsed; ``text``, ``diff`` and ``markdown`` are not run.
 
 An HTML comment right above a block steers it::
@@ -314,6 +315,8 @@ def write_file(block: Block, work: Path, rel: str) -> None:
     target = work / rel
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(block.text, encoding="utf-8")
+    if block.get("invalid") is not None:  # a sample of bad input: written as it is
+        return
     name = target.name.lower()
     try:
         if name.endswith((".yaml", ".yml")):
@@ -326,15 +329,14 @@ def write_file(block: Block, work: Path, rel: str) -> None:
             compile(block.text, str(target), "exec")
     except Exception as exc:  # noqa: BLE001 - any parse error fails the sample
         pytest.fail(f"{block.where()}: {rel} does not parse: {exc}", pytrace=False)
-    if block.get("invalid") is None:
-        from pytest_loops.errors import LoopUsageError
-        from pytest_loops.sources import is_loop_file, load_any
+    from pytest_loops.errors import LoopUsageError
+    from pytest_loops.sources import is_loop_file, load_any
 
-        if is_loop_file(target):
-            try:
-                load_any(target)
-            except LoopUsageError as exc:
-                pytest.fail(f"{block.where()}: {rel} is not a valid loop file: {exc}", pytrace=False)
+    if is_loop_file(target):
+        try:
+            load_any(target)
+        except LoopUsageError as exc:
+            pytest.fail(f"{block.where()}: {rel} is not a valid loop file: {exc}", pytrace=False)
 
 
 def key_shape(value):
