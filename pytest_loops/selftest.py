@@ -80,15 +80,16 @@ def _scenario_budget(h: LoopHarness, base: Path) -> str:
     return "TIMEOUT before iteration 4 (fake clock: 3 x 4s > 10s budget)"
 
 
-def _scenario_hang(h: LoopHarness, base: Path) -> str:
+def _scenario_hang(h: LoopHarness, base: Path, step: str = "verify") -> str:
     from .engine import Engine
     from .process import ProcessRunner
 
-    work = base / "hang"
+    work = base / f"hang-{step}"
     work.mkdir()
     budget = 1.0
     command = "sleep 30 & echo $! > child.pid; sleep 30"
-    spec = LoopSpec(name="hang", checks=(Check.command_passes(command),), cwd=str(work),
+    verify, revise = (command, None) if step == "verify" else ("exit 1", command)
+    spec = LoopSpec(name="hang", checks=(Check.command_passes(verify),), revise=revise, cwd=str(work),
                     guards=Guards(max_iter=3, budget_seconds=budget, no_progress_k=0))
     start = time.monotonic()
     result = Engine(runner=ProcessRunner(), write_index=False).run(spec)
@@ -103,7 +104,7 @@ def _scenario_hang(h: LoopHarness, base: Path) -> str:
         time.sleep(0.02)
     if _pid_alive(child):
         raise AssertionError(f"orphan grandchild {child} survived the kill")
-    return f"hanging verify killed: TIMEOUT {took - budget:+.2f}s from the budget, no orphan left"
+    return f"hanging {step} killed: TIMEOUT {took - budget:+.2f}s from the budget, no orphan left"
 
 
 SCENARIOS: list[tuple[str, Callable[[LoopHarness, Path], str]]] = [
@@ -115,6 +116,7 @@ SCENARIOS: list[tuple[str, Callable[[LoopHarness, Path], str]]] = [
     ("escalate_after=2", _scenario_escalate),
     ("budget on a fake clock", _scenario_budget),
     ("a verify that hangs past the budget", _scenario_hang),
+    ("a revise that hangs past the budget", lambda h, base: _scenario_hang(h, base, "revise")),
 ]
 
 
