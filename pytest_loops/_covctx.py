@@ -14,6 +14,12 @@ own coverage context, named by its node id, like pytest-cov's
 collection, setting up fixtures wider than a function -- is recorded under the
 empty context ``""``: its effects are shared by many tests.
 
+Measuring pauses where only pytest and its plugins run, to keep a single-test
+run cheap: while plugins configure themselves, while a report (a failure's
+traceback) is made, and after the last test. Project code that runs only there
+(a conftest's ``pytest_configure``, a ``__repr__`` shown in a traceback) is not
+measured; pytest-xdist is turned off, since its workers would not be measured.
+
 At the end the plugin writes ``out`` (atomically): per context, the lines it ran
 in each file under ``root``; each test's outcome; the files that define tests.
 :func:`pytest_loops.coverage_intel.read_spectra` reads it. If coverage cannot
@@ -215,6 +221,19 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
     finally:
         _recorder.switch(SHARED)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    # Rendering a failure (tracebacks, source, reprs) is pytest's own heavy code
+    # and does not decide the outcome: not measured.
+    if _recorder is None:
+        return (yield)
+    _recorder.pause()
+    try:
+        return (yield)
+    finally:
+        _recorder.resume()
 
 
 @pytest.hookimpl(wrapper=True)

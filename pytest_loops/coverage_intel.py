@@ -41,8 +41,9 @@ removed Python file, a changed Python file no test ran, a change to module-level
 code (imports, constants, class bodies, signatures: their effects reach tests
 that never run a line of that module), a change to a function that ran outside
 any one test (at import, or in a fixture wider than a function) or that no test
-ran. Code run in subprocesses the tests start, and state one test leaves for
-another (caches, globals), is not seen: that is what the confirm run is for.
+ran. Code run in subprocesses the tests start, in threads that outlive a test,
+and state one test leaves for another (caches, globals), is not seen: that is
+what the confirm run is for.
 
 Narrowing a check::
 
