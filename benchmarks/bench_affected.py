@@ -214,6 +214,8 @@ def scenario(ms: float, repeats: int, keep: Path | None) -> dict[str, float]:
     c_w, c_c = median_pair(cov_one)
     print(f"\n== {MODULES * TESTS_PER_MODULE}-test project, ~{ms:g} ms of work per test "
           f"({work} loop steps), median of {repeats} (wall s / CPU s) ==")
+    per_test = max(0.0, f_c - p_c) / (MODULES * TESTS_PER_MODULE) * 1000
+    print(f"measured CPU per test beyond pytest's start-up: {per_test:.1f} ms")
     print(f"first full run under coverage (builds the map): {full_cov[0]:6.2f} / {full_cov[1]:6.2f}")
     print(f"full re-run, plain pytest (baseline):            {f_w:6.2f} / {f_c:6.2f}")
     print(f"affected-rerun iteration ({selected} tests):          {i_w:6.2f} / {i_c:6.2f}")
