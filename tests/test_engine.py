@@ -439,11 +439,13 @@ def test_the_budget_is_the_deadline_of_every_command(tmp_path):
 
 
 def test_revise_exit_nonzero_is_recorded_and_the_loop_goes_on(harness):
-    def failing_revise(ws, i):
-        touch_each_iteration(ws, i)
-        return 7
+    class FailingRevise:
+        @hookimpl
+        def pytest_loop_revise(self, spec, iteration, context):
+            touch_each_iteration(context.workdir, iteration)
+            return 7
 
-    r = harness.run(verify=[1, 1, 0], revise=failing_revise)
+    r = harness.run(verify=[1, 1, 0], plugins=[FailingRevise()])
     r.assert_verdict("SUCCESS", iterations=3)
     assert [it.revise_exit for it in r.iterations] == [7, 7, None]
 
