@@ -327,7 +327,15 @@ class LoopSession:
             return
         from .session_loop import run_session_loop
 
-        if self.failed_nodeids and self.settings["revise"] and exitstatus in (0, 1):
+        stopped = session.shouldfail or session.shouldstop
+        if self.failed_nodeids and self.settings["revise"] and exitstatus in (0, 1) and stopped:
+            # -x / --maxfail: the tests after the stop never ran, so a repair of the
+            # ones that did could not stand for the session (it would exit 0)
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_sep("=", f"loop: not started: the session stopped early ({stopped}); "
+                                        "run without -x / --maxfail to repair the failing tests")
+        elif self.failed_nodeids and self.settings["revise"] and exitstatus in (0, 1):
             self.session_result = run_session_loop(self)
             self.rows.append(dict(loop_properties(self.session_result)))
             if self.session_result.succeeded:
