@@ -146,6 +146,10 @@ class Project:
         """pytest in a subprocess (loops start processes), from the project directory."""
         return self.pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=timeout)
 
+    def run_inprocess(self, *args: str) -> pytest.RunResult:
+        """pytest in this process: only for runs that stop before any loop (usage errors)."""
+        return self.pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
+
     @property
     def artifacts(self) -> Path:
         return self.path / ".pytest-loops"

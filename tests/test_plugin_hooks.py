@@ -133,6 +133,21 @@ def test_iteration_and_loop_finished_hooks(project: Project) -> None:
     ]
 
 
+def test_optional_hook_conftest_works_with_and_without_the_plugin(project: Project) -> None:
+    # a plain pytest_loop_* function in a conftest is an unknown hook once the plugin is
+    # disabled (pytest's rule for every plugin's hooks); optionalhook=True keeps it valid
+    conftest = PYTHON_REVISE.replace("{answer}", "0").replace(
+        "def pytest_loop_revise", "import pytest\n\n\n@pytest.hookimpl(optionalhook=True)\ndef pytest_loop_revise")
+    project.write("conftest.py", conftest)
+    project.marked_test(marker="max_iter=2")
+    disabled = project.run("-p", "no:loop")
+    disabled.assert_outcomes(passed=1, failed=1)
+    assert "INTERNALERROR" not in disabled.stdout.str() + disabled.stderr.str()
+    enabled = project.run("--loop")
+    assert enabled.ret == 0
+    assert project.read("revise_calls.txt").splitlines() == ["test_calc.py::test_add 1 True True"]
+
+
 def test_hooks_are_not_called_without_loop(project: Project) -> None:
     project.write("conftest.py", RECORDER + "\n\n" + PYTHON_REVISE.replace("{answer}", "0"))
     project.marked_test(marker="max_iter=3")

@@ -248,7 +248,7 @@ FLAG_ERRORS = [
 @pytest.mark.parametrize(("args", "pieces"), FLAG_ERRORS, ids=[" ".join(a) for a, _ in FLAG_ERRORS])
 def test_bad_flag(project: Project, args: list[str], pieces: list[str]) -> None:
     project.write("test_green.py", GREEN_TEST)
-    assert_usage_error(project.run("--loop", *args), *pieces)
+    assert_usage_error(project.run_inprocess("--loop", *args), *pieces)
 
 
 INI_ERRORS = [
@@ -264,7 +264,7 @@ INI_ERRORS = [
 def test_bad_ini_value(project: Project, line: str, pieces: list[str]) -> None:
     project.write("test_green.py", GREEN_TEST)
     project.write("pytest.ini", f"[pytest]\n{line}\n")
-    assert_usage_error(project.run("--loop"), *pieces)
+    assert_usage_error(project.run_inprocess("--loop"), *pieces)
 
 
 ENV_ERRORS = [
@@ -280,7 +280,7 @@ def test_bad_environment_value(project: Project, monkeypatch: pytest.MonkeyPatch
                                valid: str) -> None:
     project.write("test_green.py", GREEN_TEST)
     monkeypatch.setenv(name, value)
-    assert_usage_error(project.run("--loop"), f"environment variable {name}", repr(value), valid)
+    assert_usage_error(project.run_inprocess("--loop"), f"environment variable {name}", repr(value), valid)
 
 
 CONFIG_ERRORS = [
@@ -295,7 +295,7 @@ CONFIG_ERRORS = [
 def test_bad_config_file(project: Project, text: str, pieces: list[str]) -> None:
     project.write("test_green.py", GREEN_TEST)
     project.write("cfg.yaml", text)
-    assert_usage_error(project.run("--loop", "--loop-config", "cfg.yaml"), *pieces)
+    assert_usage_error(project.run_inprocess("--loop", "--loop-config", "cfg.yaml"), *pieces)
 
 
 MARKER_ERRORS = [
@@ -316,7 +316,7 @@ MARKER_ERRORS = [
 @pytest.mark.parametrize(("marker", "pieces"), MARKER_ERRORS, ids=[m for m, _ in MARKER_ERRORS])
 def test_bad_marker_argument(project: Project, marker: str, pieces: list[str]) -> None:
     project.marked_test(marker=marker)
-    result = project.run("--loop")
+    result = project.run_inprocess("--loop")
     assert_usage_error(result, "test_calc.py::test_add", *pieces)
     assert "passed" not in result.stdout.str(), "tests ran despite the bad marker"
 

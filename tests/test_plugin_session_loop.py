@@ -219,3 +219,14 @@ def test_every_verdict_and_its_exit_code(project: Project, verdict: str, revise:
     assert "2 failed, 1 passed" in result.stdout.lines[-1]
     if verdict == "TIMEOUT":
         assert result.duration < 45, "the budget did not stop the hanging revise step"
+
+
+def test_no_session_loop_when_the_session_stopped_early(project: Project) -> None:
+    # with -x the tests after the first failure never ran: repairing the first one
+    # must not turn the session green
+    project.write("test_calc.py", COUNTING_TESTS)
+    result = project.run("--loop", "--loop-revise", "python note.py revised.txt ran", "-x")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*loop: not started: the session stopped early (stopping after 1 failures)*"])
+    assert not project.exists("revised.txt")
+    assert "1 failed" in result.stdout.lines[-1]
