@@ -241,10 +241,13 @@ SHIMS = {
 }
 
 
-def make_env(bin_dir: Path) -> dict[str, str]:
+def make_env(bin_dir: Path, temp_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_", "LOOP_")) and k not in ("PY_COLORS", "FORCE_COLOR", "NO_COLOR")}
     env["PATH"] = os.pathsep.join([str(bin_dir), os.path.dirname(sys.executable), env.get("PATH", "")])
+    # `pytest-loops demo` and `selftest` make temporary directories: keep them in the test's
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    env["TMPDIR"] = str(temp_dir)
     # hypothesis' pytest plugin costs seconds of start-up per pytest process on a
     # loaded machine; no sample uses it
     env["PYTEST_ADDOPTS"] = "-p no:hypothesispytest"
@@ -432,7 +435,7 @@ def test_samples_run(doc: Path, tmp_path: Path) -> None:
     work, bin_dir = tmp_path / "work", tmp_path / "bin"
     work.mkdir()
     make_shims(bin_dir)
-    env = make_env(bin_dir)
+    env = make_env(bin_dir, tmp_path / "tmp")
     for block in blocks_of(doc):
         run_block(block, work, bin_dir, env)
 
@@ -517,6 +520,25 @@ def test_the_parser_reads_blocks_directives_and_console_steps(tmp_path: Path) ->
     assert console_steps(blocks[1].text) == [("echo one \\\n    two", ["one two"])]
     assert line_pattern("SUCCESS (exit 0) after ... iteration(s)").fullmatch("SUCCESS (exit 0) after 2 iteration(s)")
     assert not line_pattern("exit 0").fullmatch("exit 2")
+
+
+def test_documented_json_keys_are_compared_with_the_real_file() -> None:
+    doc = {"a": 1, "b": {"c": 1}, "items": [{"x": 1}], "gone": 0}
+    real = {"a": 2, "b": {"c": 2, "d": 3}, "items": [{"x": 2, "y": 3}, {}], "new": 1}
+    assert sorted(shape_differences(key_shape(doc), key_shape(real))) == [
+        "b.d: in the real file, not documented",
+        "gone: documented, not in the real file",
+        "items.[0].y: in the real file, not documented",
+        "new: in the real file, not documented",
+    ]
+    assert shape_differences(key_shape(real), key_shape(real)) == []
+
+
+def test_an_option_counts_as_documented_only_as_inline_code() -> None:
+    page = "Use `--loop`, `--loop-max-iter N`, `PYTEST_LOOPS_DEBUG=1`; not --loop-state."
+    assert documented("--loop", page) and documented("--loop-max-iter", page)
+    assert documented("PYTEST_LOOPS_DEBUG", page)
+    assert not documented("--loop-state", page) and not documented("--loop-max", page)
 
 
 @pytest.mark.parametrize("text, message", [
