@@ -492,6 +492,35 @@ def test_every_config_file_key_is_on_the_options_page() -> None:
     assert not missing, f"docs/options.md does not list: {missing}"
 
 
+# -- links between the pages --------------------------------------------------------
+
+_LINK = re.compile(r"\]\((?!https?:|mailto:)([^)#\s]*)(?:#([^)\s]+))?\)")
+
+
+def heading_anchors(text: str) -> set[str]:
+    """GitHub's anchors for the headings of a markdown text (outside code blocks)."""
+    anchors, fenced = set(), False
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            anchors.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return anchors
+
+
+def test_every_link_between_the_pages_resolves() -> None:
+    broken = []
+    for doc in DOC_FILES:
+        for target, anchor in _LINK.findall(doc.read_text(encoding="utf-8")):
+            path = (doc.parent / target).resolve() if target else doc
+            if not path.exists():
+                broken.append(f"{doc.name}: {target}")
+            elif anchor and path.suffix == ".md" and anchor not in heading_anchors(path.read_text(encoding="utf-8")):
+                broken.append(f"{doc.name}: {target}#{anchor}")
+    assert not broken, "links to nothing:\n" + "\n".join(broken)
+
+
 # -- the harness itself ---------------------------------------------------------------
 
 
