@@ -57,6 +57,13 @@ class _Recorder:
 
     def __init__(self, settings: dict[str, Any]) -> None:
         import coverage
+        import coverage.collector
+
+        # Every Collector records its creator's stack for a debug message;
+        # inspect.stack() under pytest's deep hook stack reads the source of
+        # every frame, a large share of the cost of starting.
+        if callable(getattr(coverage.collector, "short_stack", None)):
+            coverage.collector.short_stack = lambda *args, **kwargs: ""
 
         self.out = str(settings["out"])
         given = os.path.abspath(str(settings["root"]))
