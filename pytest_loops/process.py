@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -46,11 +47,12 @@ _REAP_WAIT = 2.0  # how long to wait for SIGKILLed processes to become reapable
 _tags = itertools.count(1)  # with the pid, makes each command's tag unique
 _subreaper_lock = threading.Lock()
 _subreaper_tried = False
+_subreaper_enabled = False  # prctl succeeded: orphans of our commands become our children
 
 
 def _enable_subreaper() -> None:
     """Become a child subreaper (Linux only), once per process; failures are ignored."""
-    global _subreaper_tried
+    global _subreaper_tried, _subreaper_enabled
     if _subreaper_tried:
         return
     with _subreaper_lock:
@@ -63,13 +65,14 @@ def _enable_subreaper() -> None:
             import ctypes
 
             libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(
+            status = libc.prctl(
                 ctypes.c_int(_PR_SET_CHILD_SUBREAPER),
                 ctypes.c_ulong(1),
                 ctypes.c_ulong(0),
                 ctypes.c_ulong(0),
                 ctypes.c_ulong(0),
             )
+            _subreaper_enabled = status == 0
         except (OSError, AttributeError):  # no libc / no prctl: fall back to groups only
             pass
 
@@ -404,25 +407,42 @@ class ProcessRunner:
             self._deferred.pop()()
 
     def _wait(self, running: _Running, deadline: float | None) -> bool:
-        """Wait for the main process; True when the deadline came first."""
+        """Wait for the main process; True when the deadline came first.
+
+        On Linux a pidfd wakes the wait the moment the process exits, so a short
+        command costs no polling delay; elsewhere it polls with a short backoff.
+        """
         proc = running.proc
+        pidfd = _open_pidfd(proc.pid)
         delay = 0.001
         scan_gap = _SCAN_FIRST
         next_scan = time.monotonic() + scan_gap
-        while proc.poll() is None and not running.terminated:
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                return True
-            if now >= next_scan:
-                running.members(_snapshot())  # learn descendants before they escape
-                scan_gap = min(scan_gap * 1.5, _SCAN_MAX)
-                next_scan = time.monotonic() + scan_gap
-            pause = min(delay, max(0.0, next_scan - now))
-            if deadline is not None:
-                pause = min(pause, max(0.0, deadline - now))
-            time.sleep(max(pause, 0.0005))
-            delay = min(delay * 2, _POLL_MAX)
-        return False
+        try:
+            while proc.poll() is None and not running.terminated:
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    return True
+                if now >= next_scan:
+                    running.members(_snapshot())  # learn descendants before they escape
+                    scan_gap = min(scan_gap * 1.5, _SCAN_MAX)
+                    next_scan = time.monotonic() + scan_gap
+                if pidfd is not None:
+                    pause = max(0.0, next_scan - now)
+                else:
+                    pause = min(delay, max(0.0, next_scan - now))
+                    delay = min(delay * 2, _POLL_MAX)
+                if deadline is not None:
+                    pause = min(pause, max(0.0, deadline - now))
+                # a terminate_all from another thread must be noticed promptly too
+                pause = max(min(pause, _POLL_MAX if pidfd is None else 0.05), 0.0005)
+                if pidfd is not None:
+                    select.select([pidfd], [], [], pause)
+                else:
+                    time.sleep(pause)
+            return False
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
 
     def _stop(self, running: _Running) -> None:
         """SIGTERM everything of the command, SIGKILL what is left after the grace, reap.
@@ -431,6 +451,8 @@ class ProcessRunner:
         gives up waiting for zombies after a while and reaps those on a later run.
         """
         proc = running.proc
+        if self._nothing_left(running):
+            return
         kill_at: float | None = None
         give_up: float | None = None
         while True:
@@ -463,6 +485,21 @@ class ProcessRunner:
         for pid, entry in members.items():  # reap later what did not die in time
             self._strays[pid] = entry.start
 
+    def _nothing_left(self, running: _Running) -> bool:
+        """The common case, told without walking /proc: the command exited by itself,
+        its process group is empty, no other member was ever seen, and (we being a
+        subreaper, so escaped orphans become our children) we have no child but the
+        main processes of other running commands."""
+        if running.proc.poll() is None or running.terminated or not _subreaper_enabled:
+            return False
+        if any(pid != running.pid for pid in running.known) or _killpg(running.pid, 0):
+            return False
+        children = _own_children()
+        if children is None:
+            return False
+        others = {r.pid for r in list(self._active.values()) if r is not running}
+        return children <= others
+
     @staticmethod
     def _reaped(entry: _Proc, main_pid: int) -> bool:
         """waitpid a member that is our own zombie child; never the main process,
@@ -484,6 +521,30 @@ class ProcessRunner:
                 self._strays.pop(pid, None)
             elif not entry.zombie:
                 _kill(pid, signal.SIGKILL)
+
+
+def _own_children() -> set[int] | None:
+    """This process's children (all threads), from /proc; None when it cannot tell."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+        children: set[int] = set()
+        for tid in tasks:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                children.update(int(pid) for pid in f.read().split())
+        return children
+    except (OSError, ValueError):
+        return None
+
+
+def _open_pidfd(pid: int) -> int | None:
+    """A file descriptor that becomes readable when `pid` exits (Linux >= 5.3), or None."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        return opener(pid)
+    except OSError:
+        return None
 
 
 def _waitpid(pid: int) -> bool:
