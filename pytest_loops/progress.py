@@ -364,6 +364,9 @@ class StateFingerprint:
             if not rest:
                 self._take_tree(path, key, matches)
                 return
+            if len(rest) == 1 and rest[0] != "**":  # `**/*.py`: one walk, filtered
+                self._take_tree(path, key, matches, _segment_matcher(rest[0]))
+                return
             self._expand(path, key, rest, matches)
             for child in self._listdir(path, key):
                 child_key = _join_key(key, child.name)
@@ -378,11 +381,17 @@ class StateFingerprint:
                 self._expand(os.path.join(path, segment), child_key, rest, matches)
         else:
             rx = _segment_matcher(segment)
+            excluded = self._excluded
             for child in self._listdir(path, key):
-                if rx.match(child.name):
-                    child_key = _join_key(key, child.name)
-                    if not self._excluded(child.name, child_key):
+                name = child.name
+                if rx.match(name):
+                    child_key = _join_key(key, name)
+                    if excluded(name, child_key):
+                        continue
+                    if rest or child.is_dir(follow_symlinks=False):
                         self._expand(child.path, child_key, rest, matches, child)
+                    elif child_key not in matches:  # the common case, `**/*.py`, inline
+                        matches[child_key] = child
 
     def _take(
         self,
@@ -410,19 +419,25 @@ class StateFingerprint:
             matches.setdefault(key, path)
 
     def _take_tree(
-        self, path: str, key: str, matches: dict[str, os.DirEntry[str] | str]
+        self,
+        path: str,
+        key: str,
+        matches: dict[str, os.DirEntry[str] | str],
+        only: re.Pattern[str] | None = None,
     ) -> None:
         """Everything beneath ``path``, statted while its directory is open.
 
+        With ``only``, this is ``path/**/<only>``: files whose name matches, and
+        everything beneath a directory whose name matches.
         The hot loop of a large tree: locals, and no helper calls per entry.
         """
         name_match = self._name_rx.match
         path_match = self._path_rx.match if self._path_rx is not None else None
         stats = self._prestat
         sep = os.sep
-        stack = [(path, key)]
+        stack = [(path, key, only)]
         while stack:
-            dir_path, dir_key = stack.pop()
+            dir_path, dir_key, rx = stack.pop()
             prefix = dir_key if not dir_key or dir_key.endswith("/") else dir_key + "/"
             base = dir_path if dir_path.endswith(sep) else dir_path + sep
             fd = None
@@ -441,7 +456,12 @@ class StateFingerprint:
                         if path_match is not None and path_match(child_key):
                             continue
                         if child.is_dir(follow_symlinks=False):
-                            stack.append((base + name, child_key))
+                            if rx is not None and rx.match(name):
+                                stack.append((base + name, child_key, None))
+                            else:
+                                stack.append((base + name, child_key, rx))
+                        elif rx is not None and not rx.match(name):
+                            continue
                         elif child_key not in matches:  # files, and links of any kind
                             matches[child_key] = base + name
                             try:

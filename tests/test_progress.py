@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import string
+import tempfile
 import time
 from pathlib import Path
 
@@ -443,6 +444,33 @@ def test_directory_named_like_a_file(project: Path) -> None:
     assert sf.files == ["data.txt/inner.bin"]
     write(project, "data.txt/inner.bin", "changed")
     assert sf.compute() != before
+
+
+DIRS = ["a", "pkg.py", "s"]
+FILES = ["x.py", "y.txt", "z"]
+SEGMENTS = ["**", "*", "*.py", "a", "pkg.py", "x.py", "?.txt", "[xy]*", "s", "nope"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    files=st.sets(
+        st.tuples(st.lists(st.sampled_from(DIRS), max_size=3).map(tuple), st.sampled_from(FILES)),
+        min_size=1,
+        max_size=8,
+    ),
+    pattern=st.lists(st.sampled_from(SEGMENTS), min_size=1, max_size=3).map("/".join),
+)
+def test_globs_take_every_file_at_or_beneath_a_match(files, pattern) -> None:
+    # The definition: a file counts if its path, or a directory above it, matches
+    # the glob. Every walking strategy (literal, `**/name` fast path, general) must
+    # agree with it.
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        keys = sorted({"/".join([*dirs, name]) for dirs, name in files})
+        for key in keys:
+            write(root, key)
+        rx = re.compile(progress._path_regex(pattern))
+        assert matched(root, [pattern]) == [k for k in keys if rx.match(k)]
 
 
 def test_absolute_pattern_inside_root_uses_relative_keys(project: Path) -> None:
