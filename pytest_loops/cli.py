@@ -136,7 +136,15 @@ class _LivePrinter:
 
     @hookimpl
     def pytest_loop_iteration_finished(self, spec: LoopSpec, record: Any) -> None:
-        print(iteration_line(spec, record), file=self.stream, flush=True)
+        _say(iteration_line(spec, record), self.stream)
+
+
+def _say(text: str, stream) -> None:
+    """Print, but a closed pipe (`pytest-loops run ... | head -1`) never stops a loop."""
+    try:
+        print(text, file=stream, flush=True)
+    except (BrokenPipeError, ValueError):
+        pass
 
 
 def verdict_lines(result: Any) -> list[str]:
@@ -252,7 +260,14 @@ def artifact_options(args: argparse.Namespace, resume_base: list[str]):
     from .finish import ArtifactOptions
 
     def resume_command(result) -> str:
-        return " ".join(shlex.quote(a) for a in [PROG, "run", "--resume", str(result.log_path), *resume_base])
+        raise_limit: list[str] = []
+        g = result.spec.guards
+        if result.verdict.value == "MAX_ITER":
+            raise_limit = ["--max-iter", str(g.max_iter * 2)]
+        elif result.verdict.value == "TIMEOUT" and g.budget_seconds > 0:
+            raise_limit = ["--budget-seconds", f"{g.budget_seconds * 2:g}"]
+        return " ".join(shlex.quote(a) for a in [PROG, "run", "--resume", str(result.log_path),
+                                                   *raise_limit, *resume_base])
 
     return ArtifactOptions(tine=not args.no_tine, tine_path=args.tine, hmac_key_env=args.sign_key_env,
                            ed25519_key=args.sign_key_file, resume_command=resume_command)
@@ -277,17 +292,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.quiet:
         pm.register(_LivePrinter(out))
         g = spec.guards
-        print(f"[{spec.name}] {len(spec.checks)} check(s); max_iter={g.max_iter} "
-              f"budget={g.budget_seconds:g}s no_progress_k={g.no_progress_k} "
-              f"escalate_after={g.escalate_after}; state: {', '.join(spec.state_paths) or '(none: no-progress off)'}",
-              file=out, flush=True)
+        _say(f"[{spec.name}] {len(spec.checks)} check(s); max_iter={g.max_iter} "
+             f"budget={g.budget_seconds:g}s no_progress_k={g.no_progress_k} "
+             f"escalate_after={g.escalate_after}; state: {', '.join(spec.state_paths) or '(none: no-progress off)'}",
+             out)
     runner = ProcessRunner()
     engine = Engine(runner=runner, plugin_manager=pm, artifacts_dir=extra.get("artifacts", args.artifacts),
                     finishers=finishers)
     with TerminationGuard(runner):
         result = engine.run(spec, log_path=extra["log_path"], resume_from=resume_from)
     lines = verdict_lines(result)
-    print("\n".join(lines[:1] if args.quiet else lines), file=out, flush=True)
+    _say("\n".join(lines[:1] if args.quiet else lines), out)
     return result.exit_code
 
 
@@ -365,6 +380,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `pytest-loops show RUN | head`: the reader has had enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except SystemExit as exc:  # --help / --version, or a termination signal
         return exc.code if isinstance(exc.code, int) else 0
     except Exception as exc:  # noqa: BLE001 - the contract is one line and exit 70

@@ -2,6 +2,8 @@
 
 Each iteration runs, in this order: budget (before work, and enforced during
 commands), cap, verify, progress, lesson, no-progress, escalate, revise. The
+cap is also applied at the end of the iteration that reaches it, so no revise
+step is paid for whose result could never be verified. The
 engine never imports pytest; time comes from an injectable clock and commands
 from an injectable runner, so every guard is testable without sleeping or
 spawning.
@@ -308,8 +310,12 @@ class Engine:
                     verdict = Verdict.TIMEOUT
                     reason = f"budget of {g.budget_seconds:g}s used up before iteration {iteration}"
                     break
-                # the cap is enforced after the iteration (`cap_reached`), so no
-                # revise step is paid for that could never be verified.
+                if iteration > g.max_iter:  # only a resumed run can get here
+                    iteration -= 1
+                    verdict = Verdict.MAX_ITER
+                    reason = (f"max_iter={g.max_iter} already reached by the resumed run; "
+                              "raise the cap (--max-iter) to continue")
+                    break
                 record = IterationRecord(iter=iteration, started_at=_iso(self.wall()))
                 it0 = self.clock()
                 ctx = LoopContext(spec=spec, iteration=iteration, workdir=workdir,

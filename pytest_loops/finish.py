@@ -29,24 +29,35 @@ class ArtifactOptions:
     ed25519_key: str | None = None  # path of an Ed25519 private key file
     handoff: bool = True
     resume_command: Callable[[LoopResult], str] | None = None
+    flags: tuple[str, str] = ("--sign-key-env", "--sign-key-file")  # named in errors
 
     def signing_key(self) -> bytes | None:
-        """The HMAC key, read from its variable now (never stored). Bad input: LoopUsageError."""
-        if self.hmac_key_env is None:
-            if self.ed25519_key is not None and not Path(self.ed25519_key).is_file():
-                raise LoopUsageError(f"no such key file {self.ed25519_key!r}", location="ed25519 key",
-                                     fix="make one with `tine keygen --out FILE`")
-            return None
+        """The HMAC key, read from its variable now (never stored); an Ed25519 key file
+        is loaded once to check it. Bad input: LoopUsageError naming the flag."""
+        env_flag, file_flag = self.flags
+        if self.hmac_key_env is not None and self.ed25519_key is not None:
+            raise LoopUsageError("give an HMAC key variable or an Ed25519 key file, not both",
+                                 location=f"{env_flag} / {file_flag}")
         if self.ed25519_key is not None:
-            raise LoopUsageError("give an HMAC key variable or an Ed25519 key file, not both")
+            from .artifacts.provenance import _signing_key
+
+            try:
+                _signing_key(None, self.ed25519_key)
+            except LoopUsageError as exc:
+                raise LoopUsageError(exc.message, location=f"{file_flag} {self.ed25519_key}",
+                                     fix=exc.fix) from None
+            return None
+        if self.hmac_key_env is None:
+            return None
         value = os.environ.get(self.hmac_key_env)
         if not value:
             raise LoopUsageError(f"environment variable {self.hmac_key_env} is not set or empty",
-                                 location="sign key", fix="export the HMAC key (>= 16 bytes) in it")
+                                 location=env_flag, fix="export the HMAC key (>= 16 bytes) in it")
         key = value.encode()
         if len(key) < MIN_HMAC_KEY_BYTES:
             raise LoopUsageError(f"the HMAC key in {self.hmac_key_env} is {len(key)} bytes; it must be "
-                                 f"at least {MIN_HMAC_KEY_BYTES}", location="sign key")
+                                 f"at least {MIN_HMAC_KEY_BYTES}", location=env_flag,
+                                 fix="make one with `tine keygen --hmac --out FILE`")
         return key
 
 

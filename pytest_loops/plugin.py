@@ -191,6 +191,7 @@ def artifact_options(config: pytest.Config):
         tine=_choice(config, "tine", TINE_CHOICES) == "on",
         hmac_key_env=_option(config, "sign_key_env"),
         ed25519_key=_option(config, "sign_key_file"),
+        flags=("--loop-sign-key-env", "--loop-sign-key-file"),
     )
     options.signing_key()
     return options

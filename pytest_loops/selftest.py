@@ -77,7 +77,7 @@ def _scenario_budget(h: LoopHarness, base: Path) -> str:
     r = h.run(verify=[1], revise=lambda ws, i: (ws / f"r{i}").write_text("x"), budget_seconds=10,
               seconds_per_iteration=4)
     r.assert_verdict("TIMEOUT", iterations=3)
-    return "TIMEOUT before iteration 4 (fake clock: 3 x 4s > 10s budget)"
+    return "TIMEOUT in iteration 3 (fake clock: 3 x 4s > 10s budget)"
 
 
 def _scenario_hang(h: LoopHarness, base: Path, step: str = "verify") -> str:

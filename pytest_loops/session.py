@@ -101,7 +101,7 @@ class LoopSession:
             guards=Guards(**{k: values[k] for k in GUARD_KEYS}),
             state_paths=tuple(values["state_paths"] or ["."]),
             memory_page=values["memory_page"], cwd=str(self.rootdir), origin=values.origin,
-            no_progress_signal=values["no_progress_signal"],
+            no_progress_signal=values["no_progress_signal"], reflexion=bool(values["reflexion"]),
             source=name,
         )
 

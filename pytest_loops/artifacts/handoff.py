@@ -63,7 +63,8 @@ def _head(result: LoopResult, scrub: Callable[[str], str]) -> str:
         f"{_seconds(result.elapsed_s)} (started {result.started_at}, ended {result.ended_at})",
     ]
     if spec.source:
-        lines.append(f"- **Loop file:** {_inline(scrub(spec.source))}")
+        label = "Source" if spec.source in ("command line",) or ":" not in spec.source else "Loop file"
+        lines.append(f"- **{label}:** {_inline(scrub(spec.source))}")
     if spec.stop_message:
         lines.append(f"- **Message:** {_line(scrub(spec.stop_message))}")
     return "\n".join(lines)

@@ -96,7 +96,7 @@ def _from_events(lines: list[str], path: Path) -> dict[str, Any]:
                 run["reason"] = str(event.get("reason", ""))
     if run is None:
         raise LoopUsageError("no start event: not a pytest-loops run log", location=str(path))
-    run.setdefault("reason", "the run did not finish (killed or interrupted)")
+    run.setdefault("reason", "killed or interrupted")
     run.update(verdict=None, exit_code=None, ended_at=None, iterations=iterations,
                iterations_run=len(iterations), incomplete=True)
     if iterations:
