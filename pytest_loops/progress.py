@@ -560,9 +560,11 @@ _SEP = r"[/\\]"
 _PATH_CHAR = r"[^\s'\"()\[\]<>,;:]"
 _NAME_CHAR = r"[^\s'\"()\[\]<>,;:/\\]"  # one path component
 # pytest's tmp_path: <basetemp>/pytest-of-<user>/pytest-<n>/[popen-gw<k>/]<test name><n>
+# Every pattern below may start only where a token starts or at a fixed literal,
+# so a long line without spaces (a blob, a minified file) costs linear time.
 _PYTEST_TMP = re.compile(
-    rf"(?:{_PATH_CHAR}*{_SEP})?pytest-of-[^\s/\\'\"]+{_SEP}pytest-(?:\d+|current)"
-    rf"(?:{_SEP}popen-gw\d+)?(?:{_SEP}{_NAME_CHAR}+?\d+(?={_SEP}|[^\w.-]|$))?"
+    rf"(?<!{_PATH_CHAR})(?:{_PATH_CHAR}*{_SEP})?pytest-of-[^\s/\\'\"]+{_SEP}pytest-(?:\d+|current)"
+    rf"(?:{_SEP}popen-gw\d+)?(?:{_SEP}{_NAME_CHAR}*\d(?={_SEP}|[^\w.-]|$))?"
 )
 
 
@@ -592,7 +594,7 @@ _TIMESTAMP = re.compile(
 )
 _CLOCK = re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b")
 _EPOCH = re.compile(r"\b1[5-9]\d{8}(?:\.\d+)?\b")
-_FILE_LINE = re.compile(r"([\w.\-]*\.[A-Za-z]\w*):\d+(?::\d+)?")
+_FILE_LINE = re.compile(r"(?<![\w.\-])([\w.\-]*\.[A-Za-z]\w*):\d+(?::\d+)?")
 _TRACEBACK_LINE = re.compile(r"(\", line )\d+")
 _HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
 _DURATION = re.compile(
@@ -700,7 +702,7 @@ def failure_signature(output: str, *, kind: str = "command") -> str:
 _MAX_LINE = 200
 _FAILED_LINE = re.compile(r"^(?:FAILED|ERROR)\s+\S")
 _ERROR_LINE = re.compile(
-    r"\b(?:[A-Za-z_][\w.]*)?(?:Error|Exception|Failure)\b(?::|$)"
+    r"(?<![\w.])(?:[A-Za-z_][\w.]*)?(?:Error|Exception|Failure)\b(?::|$)"
     r"|^\s*(?:error|fatal|ERROR|FATAL)(?:\[[^\]]*\])?:"
 )
 

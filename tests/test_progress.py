@@ -915,6 +915,20 @@ def test_normalization_keeps_what_matters(a: str, b: str) -> None:
     assert failure_signature(a) != failure_signature(b)
 
 
+@pytest.mark.parametrize(
+    "blob",
+    ["a/" * 100_000, "x" * 200_000, "1" * 200_000, "a." * 100_000, "aError." * 30_000],
+    ids=["slashes", "word", "digits", "dots", "errors"],
+)
+def test_long_lines_without_spaces_cost_linear_time(blob: str) -> None:
+    # A backtracking pattern would take minutes on these; the bound is generous.
+    start = time.monotonic()
+    normalize_failure(blob)
+    normalize_failure(blob, kind="pytest")
+    first_meaningful_line(blob)
+    assert time.monotonic() - start < 20
+
+
 # ------------------------------------------------------ first meaningful line
 
 
