@@ -210,12 +210,12 @@ _OUTPUT_PATHS = {
 }
 
 
-def _check_output_path(value: str | None, key: str, origin: str, cwd: Path) -> None:
+def _check_output_path(value: str | None, key: str, origin: str, cwd: Path, where: str | None = None) -> None:
     """A path the run will write to is bad input (64) up front, not an OSError (70) mid-run."""
     if not value:
         return
     flag, file_key, variable = _OUTPUT_PATHS[key]
-    where = {"command line": flag, "environment": f"environment variable {variable}"}.get(
+    where = where or {"command line": flag, "environment": f"environment variable {variable}"}.get(
         origin, f"{origin}: {file_key}")
     path = cwd / value  # an absolute value stays as it is
     is_dir = key == "artifacts"
@@ -229,7 +229,7 @@ def _check_output_path(value: str | None, key: str, origin: str, cwd: Path) -> N
 
 def resume_spec(args: argparse.Namespace) -> tuple[LoopSpec, dict[str, Any], dict[str, Any]]:
     """The spec of the run log given to --resume, with guard and revise flags on top."""
-    from .artifacts.runlog import load_runlog
+    from .artifacts.runlog import check_resumable, load_runlog
     from .results import IterationRecord
 
     data = load_runlog(args.resume)
@@ -237,6 +237,7 @@ def resume_spec(args: argparse.Namespace) -> tuple[LoopSpec, dict[str, Any], dic
     if data.get("verdict") == "SUCCESS":
         raise LoopUsageError("that loop already ended SUCCESS; nothing to resume", location=where)
     spec = LoopSpec.from_dict(data.get("spec") or {})
+    check_resumable(data, where)
     try:
         [IterationRecord.from_dict(r) for r in data["iterations"]]
     except (TypeError, ValueError, AttributeError) as exc:
@@ -250,9 +251,14 @@ def resume_spec(args: argparse.Namespace) -> tuple[LoopSpec, dict[str, Any], dic
         changes["no_progress_signal"] = args.no_progress_signal
     if args.cwd:
         changes["cwd"] = str(Path(args.cwd).resolve())
-    if not Path(changes.get("cwd", spec.cwd)).is_dir():
+    cwd = Path(changes.get("cwd", spec.cwd))
+    if not cwd.is_dir():
         raise LoopUsageError(f"the loop's working directory {spec.cwd!r} does not exist", location=where,
                              fix="give --cwd DIR")
+    _check_output_path(args.log, "log_path", "command line", cwd)
+    _check_output_path(args.artifacts, "artifacts", "command line", cwd)
+    if spec.reflexion:
+        _check_output_path(spec.memory_page, "memory_page", "", cwd, where=f"{where}: memory_page")
     return spec.replace(**changes), {"log_path": args.log, "unknown_keys": [], "config": None}, data
 
 

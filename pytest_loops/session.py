@@ -129,13 +129,14 @@ class LoopSession:
         stopped by its budget; None when there is nothing to continue."""
         if not self.config.getoption("loop_resume"):
             return None
-        from .artifacts.runlog import load_runlog
+        from .artifacts.runlog import check_resumable, load_runlog
 
         logs = sorted((self.artifacts_dir / "runs").glob(f"{spec.slug}-*.json"),
                       key=lambda p: p.stat().st_mtime)
         for path in reversed(logs):
             try:
                 data = load_runlog(path)
+                check_resumable(data, str(path))
             except LoopUsageError:
                 continue
             if data.get("loop") != spec.name:

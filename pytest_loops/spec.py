@@ -255,6 +255,7 @@ class LoopSpec:
         """The inverse of :meth:`to_dict` (a run log's ``spec``). Bad data raises LoopUsageError."""
         if not isinstance(data, Mapping):
             raise LoopUsageError(f"a loop spec must be a mapping, got {type(data).__name__}")
+        _check_field_types(data)
         try:
             checks = tuple(
                 Check(**{k: v for k, v in c.items() if k in _CHECK_FIELDS}) for c in data.get("checks", ())
@@ -286,6 +287,40 @@ class Pipeline:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stages", tuple(self.stages))
+
+
+def _check_field_types(data: Mapping[str, Any]) -> None:
+    """Wrong JSON types in a stored spec are bad input here, not a TypeError when the
+    loop runs (a path that is a number, a revise command that is a list)."""
+    def wrong(key: str, value: Any, what: str) -> LoopUsageError:
+        return LoopUsageError(f"not a valid loop spec: {key} must be {what}, got {type(value).__name__} {value!r}")
+
+    for key, optional in (("name", False), ("goal", False), ("cwd", False), ("no_progress_signal", False),
+                          ("revise", True), ("memory_page", True), ("stop_message", True), ("source", True)):
+        value = data.get(key)
+        if key in data and not (isinstance(value, str) or (optional and value is None)):
+            raise wrong(key, value, "a string" + (" or null" if optional else ""))
+    for key in ("reflexion", "escalate_when_blocked"):
+        if key in data and not isinstance(data[key], bool):
+            raise wrong(key, data[key], "true or false")
+    for key in ("state_paths", "look_at", "protect", "scope"):
+        value = data.get(key, [])
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise wrong(key, value, "a list of strings")
+    for key in ("checks", "ignored"):
+        value = data.get(key, [])
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, Mapping) for v in value):
+            raise wrong(key, value, "a list of objects")
+    for check in data.get("checks", ()):
+        for key in ("name", "command", "node_id", "text", "source"):
+            value = check.get(key)
+            if (value is not None or key == "name") and not isinstance(value, str):
+                raise wrong(f"checks.{key}", value, "a string")
+        if not isinstance(check.get("options", {}), Mapping):
+            raise wrong("checks.options", check["options"], "an object")
+    origin = data.get("origin", {})
+    if not isinstance(origin, Mapping) or not all(isinstance(v, str) for v in origin.values()):
+        raise wrong("origin", origin, "an object of strings")
 
 
 _CHECK_FIELDS = {f.name for f in dataclasses.fields(Check)}

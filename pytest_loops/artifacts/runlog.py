@@ -8,6 +8,7 @@ summary replaces the events file by atomic rename, so a reader never sees half.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable
@@ -132,8 +133,71 @@ def load_runlog(path: str | os.PathLike) -> dict[str, Any]:
             raise LoopUsageError("'iterations' is missing or not a list", location=str(p))
     else:
         data = _from_events(text.splitlines(), p)
+    _check_shape(data, p)
     data["log_path"] = str(p)  # where it was read from (for --resume links)
     return data
+
+
+# Top-level keys the readers (show, diff, report, --resume) use, with the JSON type
+# each must have when present and not null.
+_SHAPE: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "spec": (dict, "an object"), "guards": (dict, "an object"), "artifacts": (dict, "an object"),
+    "lessons": (list, "a list"), "lessons_read": (list, "a list"), "state_paths": (list, "a list"),
+    "verdict": (str, "a string"), "exit_code": (int, "an integer"), "elapsed_s": ((int, float), "a number"),
+}
+
+
+def _check_shape(data: dict[str, Any], path: Path) -> None:
+    """A key of the wrong type is bad input (one line), not a crash in a reader."""
+    for key, (kind, what) in _SHAPE.items():
+        value = data.get(key)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            raise LoopUsageError(f"{key!r} is not {what} (got {type(value).__name__})", location=str(path),
+                                 fix="is this a pytest-loops run log?")
+    checks = (data.get("spec") or {}).get("checks")
+    if checks is not None and not isinstance(checks, list):
+        raise LoopUsageError(f"'spec.checks' is not a list (got {type(checks).__name__})", location=str(path))
+
+
+def check_resumable(data: dict[str, Any], where: str) -> None:
+    """What a resumed run takes over from a loaded run log must be sound: spent time,
+    and per iteration its checks, streaks, state hash and failure signature.
+
+    Raises LoopUsageError naming ``where`` (e.g. ``--resume run.json``).
+    """
+    def bad(what: str) -> LoopUsageError:
+        return LoopUsageError(f"cannot resume: {what}", location=where,
+                              fix="resume from an unedited run log, or start the loop afresh")
+
+    def count(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    def seconds(value: Any) -> bool:
+        return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                and value >= 0)
+
+    if data.get("elapsed_s") is not None and not seconds(data["elapsed_s"]):
+        raise bad(f"elapsed_s {data['elapsed_s']!r} is not a number of seconds")
+    for index, record in enumerate(data.get("iterations") or [], 1):
+        if not isinstance(record, dict):
+            raise bad(f"iteration record {index} is not an object")
+        for key in ("unchanged_streak", "same_failure_streak"):
+            if key in record and not count(record[key]):
+                raise bad(f"iteration record {index}: {key} {record[key]!r} is not a count")
+        for key in ("state_hash", "failure_signature"):
+            if record.get(key) is not None and not isinstance(record[key], str):
+                raise bad(f"iteration record {index}: {key} {record[key]!r} is not a string")
+        if record.get("elapsed_s") is not None and not seconds(record["elapsed_s"]):
+            raise bad(f"iteration record {index}: elapsed_s {record['elapsed_s']!r} is not a number of seconds")
+        checks = record.get("checks") or []
+        if not isinstance(checks, list) or not all(
+                isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("passed"), bool)
+                for c in checks):
+            raise bad(f"iteration record {index}: its checks are not objects with a name and passed")
+        try:  # the records are written into the new log as they are
+            _dump(record)
+        except ValueError:
+            raise bad(f"iteration record {index} holds NaN or an infinite number") from None
 
 
 def append_index(index_path: str | os.PathLike, entry: dict[str, Any]) -> None:
