@@ -25,17 +25,25 @@ in each file under ``root``; each test's outcome; the files that define tests.
 :func:`pytest_loops.coverage_intel.read_spectra` reads it. If coverage cannot
 start, ``out`` holds ``{"error": "..."}`` instead.
 
-This module imports nothing from the rest of the package: it runs inside the
-project's test process, which must stay as close to a plain pytest run as possible.
+This module imports nothing from the rest of the package (it runs inside the
+project's test process, which must stay as close to a plain pytest run as
+possible), and not pytest itself (the harness imports its constants).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytest
+import pluggy
+
+if TYPE_CHECKING:
+    import pytest
+
+# pytest's own marker, without importing pytest into the harness process that
+# reads this module's constants
+hookimpl = pluggy.HookimplMarker("pytest")
 
 ENV = "PYTEST_LOOPS_COVCTX"
 SHARED = ""
@@ -174,7 +182,7 @@ def _start() -> _Recorder | None:
 _recorder: _Recorder | None = None
 
 
-@pytest.hookimpl(tryfirst=True)
+@hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,
                                   args: list[str]) -> None:
     global _recorder
@@ -182,7 +190,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
         _recorder = _start()
 
 
-@pytest.hookimpl(tryfirst=True)
+@hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     if _recorder is None:
         return
@@ -196,13 +204,13 @@ def pytest_configure(config: pytest.Config) -> None:
     _recorder.pause()
 
 
-@pytest.hookimpl(tryfirst=True)
+@hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
     if _recorder is not None:
         _recorder.resume()
 
 
-@pytest.hookimpl(wrapper=True)
+@hookimpl(wrapper=True)
 def pytest_runtestloop(session: pytest.Session) -> Any:
     # After the last test, plugins write reports and summaries (some import
     # large libraries only then): not the project's code, not worth measuring.
@@ -213,7 +221,7 @@ def pytest_runtestloop(session: pytest.Session) -> Any:
             _recorder.pause()
 
 
-@pytest.hookimpl(wrapper=True)
+@hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
     if _recorder is None:
         return (yield)
@@ -230,7 +238,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         _recorder.switch(SHARED)
 
 
-@pytest.hookimpl(wrapper=True)
+@hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     # Rendering a failure (tracebacks, source, reprs) is pytest's own heavy code
     # and does not decide the outcome: not measured.
@@ -243,7 +251,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         _recorder.resume()
 
 
-@pytest.hookimpl(wrapper=True)
+@hookimpl(wrapper=True)
 def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> Any:
     # A class/module/session fixture is set up during the first test that needs
     # it, but every later test uses its value: record it as shared code.
@@ -272,7 +280,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         _recorder.collected = getattr(session, "testscollected", None)
 
 
-@pytest.hookimpl(trylast=True)
+@hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     global _recorder
     if _recorder is None:
