@@ -95,6 +95,7 @@ class _Recorder:
         self.collect_errors: list[str] = []
         self.exitstatus: int | None = None
         self.collected: int | None = None
+        self.config: object = None  # the pytest config of the measured session
         self.paused = False
         self.cov.start()
 
@@ -182,17 +183,30 @@ def _start() -> _Recorder | None:
 _recorder: _Recorder | None = None
 
 
+def _active(config: pytest.Config) -> _Recorder | None:
+    """The recorder, for hooks of the session it measures only.
+
+    An in-process pytest session inside a measured test (pytester) may load this
+    plugin too; its hooks must not touch the outer session's measurement.
+    """
+    recorder = _recorder
+    return recorder if recorder is not None and recorder.config is config else None
+
+
 @hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,
                                   args: list[str]) -> None:
     global _recorder
     if _recorder is None:
         _recorder = _start()
+        if _recorder is not None:
+            _recorder.config = early_config
 
 
 @hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    if _recorder is None:
+    recorder = _active(config)
+    if recorder is None:
         return
     for name, value in _XDIST_OFF.items():
         if hasattr(config.option, name):
@@ -201,13 +215,14 @@ def pytest_configure(config: pytest.Config) -> None:
     # that would make every run slower for nothing, so measuring pauses until
     # the session starts. Project code that runs only here is then unmeasured,
     # which the impact map treats as "run everything" when it changes.
-    _recorder.pause()
+    recorder.pause()
 
 
 @hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    if _recorder is not None:
-        _recorder.resume()
+    recorder = _active(session.config)
+    if recorder is not None:
+        recorder.resume()
 
 
 @hookimpl(wrapper=True)
@@ -217,73 +232,80 @@ def pytest_runtestloop(session: pytest.Session) -> Any:
     try:
         return (yield)
     finally:
-        if _recorder is not None:
-            _recorder.pause()
+        recorder = _active(session.config)
+        if recorder is not None:
+            recorder.pause()
 
 
 @hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
-    if _recorder is None:
+    recorder = _active(item.config)
+    if recorder is None:
         return (yield)
     try:
-        rel = _recorder.relative(str(item.path))
+        rel = recorder.relative(str(item.path))
         if rel is not None:
-            _recorder.test_files.add(rel)
+            recorder.test_files.add(rel)
     except (AttributeError, ValueError):
         pass
-    _recorder.switch(item.nodeid)
+    recorder.switch(item.nodeid)
     try:
         return (yield)
     finally:
-        _recorder.switch(SHARED)
+        recorder.switch(SHARED)
 
 
 @hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     # Rendering a failure (tracebacks, source, reprs) is pytest's own heavy code
     # and does not decide the outcome: not measured.
-    if _recorder is None:
+    recorder = _active(item.config)
+    if recorder is None:
         return (yield)
-    _recorder.pause()
+    recorder.pause()
     try:
-        return (yield)
+        report = yield
     finally:
-        _recorder.resume()
+        recorder.resume()
+    recorder.record(report)
+    return report
 
 
 @hookimpl(wrapper=True)
 def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> Any:
     # A class/module/session fixture is set up during the first test that needs
     # it, but every later test uses its value: record it as shared code.
-    if _recorder is None or fixturedef.scope == "function":
+    recorder = _active(request.config)
+    if recorder is None or fixturedef.scope == "function":
         return (yield)
-    previous = _recorder.switch(SHARED)
+    previous = recorder.switch(SHARED)
     try:
         return (yield)
     finally:
-        _recorder.switch(previous)
+        recorder.switch(previous)
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if _recorder is not None:
-        _recorder.record(report)
-
-
-def pytest_collectreport(report: pytest.CollectReport) -> None:
-    if _recorder is not None and report.failed:
-        _recorder.collect_errors.append(report.nodeid)
+@hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Any:
+    report = yield
+    recorder = _active(collector.config)
+    if recorder is not None and report is not None and report.failed:
+        recorder.collect_errors.append(report.nodeid)
+    return report
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if _recorder is not None:
-        _recorder.exitstatus = int(exitstatus)
-        _recorder.collected = getattr(session, "testscollected", None)
+    recorder = _active(session.config)
+    if recorder is not None:
+        recorder.exitstatus = int(exitstatus)
+        recorder.collected = getattr(session, "testscollected", None)
 
 
 @hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     global _recorder
-    if _recorder is None:
+    recorder = _active(config)
+    if recorder is None:
         return
-    recorder, _recorder = _recorder, None
+    _recorder = None
     recorder.finish()

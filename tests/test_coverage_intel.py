@@ -230,6 +230,17 @@ def test_full_harness_flow_reruns_only_what_changed(measured: tuple[Path, Spectr
     assert after.affected(project, ALL).tests == [SUB, SUB_NEG, SUB_ZERO]
 
 
+def test_collection_error_is_recorded_and_the_map_is_incomplete(tmp_path: Path) -> None:
+    (tmp_path / "test_ok.py").write_text("def test_ok():\n    assert True\n")
+    (tmp_path / "test_bad.py").write_text("import no_such_module\n")
+    spectra = collect_spectra(tmp_path, ["--continue-on-collection-errors", "-p", "no:cacheprovider"],
+                              env=clean_env())
+    assert spectra.collect_errors == ("test_bad.py",)
+    assert dict(spectra.outcomes) == {"test_ok.py::test_ok": "passed"}
+    selection = ImpactMap.from_spectra(spectra, tmp_path).affected(tmp_path)
+    assert selection.run_all and "collection error in test_bad.py" in selection.reason
+
+
 def test_timeout_is_a_spectra_error(tmp_path: Path) -> None:
     (tmp_path / "test_slow.py").write_text("import time\n\ndef test_slow():\n    time.sleep(60)\n")
     t0 = time.monotonic()
@@ -273,11 +284,12 @@ def test_plugin_reports_why_coverage_could_not_start(tmp_path: Path,
 def test_plugin_is_inert_without_its_variable(pytester: pytest.Pytester,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(_covctx.ENV, raising=False)
+    before = _covctx._recorder  # not None only if this suite itself is being measured
     pytester.makepyfile("def test_ok():\n    assert True\n")
     result = pytester.runpytest_inprocess("-p", "pytest_loops._covctx")
     result.assert_outcomes(passed=1)
-    assert _covctx._recorder is None
-    assert not list(pytester.path.glob("*.json"))
+    assert _covctx._recorder is before
+    assert not list(pytester.path.rglob("*.json"))
 
 
 def test_spectra_command_environment(tmp_path: Path) -> None:
