@@ -233,6 +233,7 @@ def resume_spec(args: argparse.Namespace) -> tuple[LoopSpec, dict[str, Any], dic
     from .results import IterationRecord
 
     data = load_runlog(args.resume)
+    data["log_path"] = str(Path(args.resume).resolve())  # the new log's resumed_from: unambiguous from anywhere
     where = f"--resume {args.resume}"
     if data.get("verdict") == "SUCCESS":
         raise LoopUsageError("that loop already ended SUCCESS; nothing to resume", location=where)
