@@ -6,6 +6,7 @@ Registered by :mod:`pytest_loops.plugin` only when ``--loop`` is given.
 from __future__ import annotations
 
 import shlex
+import signal
 import uuid
 from pathlib import Path
 from typing import Any
@@ -122,7 +123,15 @@ class LoopSession:
 
         engine = self.make_engine()
         with TerminationGuard(engine.runner):
-            return engine.run(spec, resume_from=self.resume_point(spec), **kwargs)
+            try:
+                return engine.run(spec, resume_from=self.resume_point(spec), **kwargs)
+            except SystemExit as exc:
+                # the guard turns SIGTERM into SystemExit(143), which pytest would
+                # report as an INTERNALERROR with a traceback and exit 3
+                if exc.code != 128 + signal.SIGTERM:
+                    raise
+                pytest.exit(f"terminated by SIGTERM while the loop {spec.name!r} ran; its running command "
+                            "and every descendant were stopped", returncode=exc.code)
 
     def resume_point(self, spec: LoopSpec) -> dict[str, Any] | None:
         """With --loop-resume: the latest run log of this loop that did not finish or was
