@@ -13,6 +13,7 @@ and the run index in test_reflexion.py and test_runlog.py.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -345,16 +346,18 @@ def test_pytest_loop_resume_continues_a_killed_marker_loop(tmp_path, procs):
 
 # --------------------------------------------------------------------------- process hygiene
 
-# sh spawn.sh DIR: a background child and a `setsid` one (its own session), each
-# recording its pid, then the command itself waits too.
+# sh spawn.sh DIR: a background child, a `setsid` one (its own session) and a
+# `setsid` one that ignores SIGTERM (only SIGKILL after the grace ends it), each
+# recording its pid; then the command itself waits too.
 SPAWN_SCRIPT = """\
 d="$1"
 sh -c 'echo $$ > "$0/bg.tmp" && mv "$0/bg.tmp" "$0/bg.pid"; exec sleep 300' "$d" &
 setsid sh -c 'echo $$ > "$0/sid.tmp" && mv "$0/sid.tmp" "$0/sid.pid"; exec sleep 300' "$d" &
+setsid sh -c 'trap "" TERM; echo $$ > "$0/deaf.tmp" && mv "$0/deaf.tmp" "$0/deaf.pid"; exec sleep 300' "$d" &
 echo $$ > "$d/fg.tmp" && mv "$d/fg.tmp" "$d/fg.pid"
 sleep 300
 """
-SPAWNED = ("fg", "bg", "sid")
+SPAWNED = ("fg", "bg", "sid", "deaf")
 
 
 @pytest.mark.parametrize("sig, where, code", [
@@ -378,6 +381,20 @@ def test_a_signal_to_the_runner_leaves_no_descendant(tmp_path, procs, sig, where
     data = load_runlog(work / "run.json")
     assert data["verdict"] is None
     assert data["reason"].startswith("SystemExit" if sig == signal.SIGTERM else "KeyboardInterrupt")
+
+
+def test_the_budget_stops_a_command_and_every_descendant(tmp_path, procs):
+    work = project(tmp_path / "work")
+    (work / "spawn.sh").write_text(SPAWN_SCRIPT)
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    harness = procs.start([sys.executable, "-m", "pytest_loops", "run", "--verify", f"sh spawn.sh {pid_dir}",
+                           "--budget-seconds", "4", "--log", "run.json", "--no-tine"], cwd=work)
+    pids = procs.wait_for_pids(pid_dir, SPAWNED)
+    assert harness.wait(60) == 3, procs.output()
+    assert procs.wait_gone(pids, 5) == {}, f"survivors: {procs.alive(pids)}"
+    data = load_runlog(work / "run.json")
+    assert data["verdict"] == "TIMEOUT" and "a check was killed" in data["reason"]
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 2)], ids=["SIGTERM", "SIGINT"])
@@ -422,29 +439,48 @@ def scan(root: Path, *more: Path) -> dict[str, bytes]:
     return files
 
 
-def assert_no_secret(files: Mapping[str, bytes]) -> None:
-    leaks = [name for name, blob in files.items() if SECRET.encode() in blob]
-    assert leaks == [], f"the secret is in {leaks}"
+def assert_no_secret(files: Mapping[str, bytes], *secrets: str) -> None:
+    leaks = [name for name, blob in files.items() for secret in secrets or (SECRET,) if secret.encode() in blob]
+    assert leaks == [], f"a secret is in {leaks}"
+
+
+# one secret-looking name per rule (TOKEN, SECRET, KEY, PASSWORD, CREDENTIAL, AUTH)
+MORE_SECRETS = {name: f"{name.lower()}-{os.urandom(6).hex()}" for name in
+                ("DB_SECRET", "SIGNING_KEY", "DB_PASSWORD", "AWS_CREDENTIALS", "BASIC_AUTH")}
 
 
 def test_no_secret_in_any_artifact_of_a_run(tmp_path):
     work = project(tmp_path / "work")
-    env = {"MY_API_TOKEN": SECRET}
-    done = cli("run", "--verify", 'echo "verify sees $MY_API_TOKEN"; exit 1',
-               "--revise", 'echo "revise sees $MY_API_TOKEN"; echo "$MY_API_TOKEN" >&2',
+    (work / "leaked.txt").write_text("nothing yet\n")
+    has_git = shutil.which("git") is not None
+    for git in (["init", "-q"], ["add", "leaked.txt"],
+                ["-c", "user.name=t", "-c", "user.email=t@example.org", "-c", "commit.gpgsign=false",
+                 "commit", "-q", "-m", "start"]) if has_git else ():
+        subprocess.run(["git", "-C", str(work), *git], check=True, capture_output=True)
+    env = {"MY_API_TOKEN": SECRET, **MORE_SECRETS}
+    echo_all = " ".join(f'"${name}"' for name in MORE_SECRETS)
+    done = cli("run", "--verify", f'echo "verify sees $MY_API_TOKEN"; echo {echo_all}; exit 1',
+               # the revise also leaves the secret in a working-tree file: the hand-off's diff shows it
+               "--revise", 'echo "revise sees $MY_API_TOKEN"; echo "$MY_API_TOKEN" >&2; '
+                           'echo "token=$MY_API_TOKEN" > leaked.txt',
                "--max-iter", "2", "--state", "app.txt", "--no-progress-k", "0", "--goal", "keep it secret",
                cwd=work, env=env)
     assert done.returncode == 2, done.stdout + done.stderr
     report = cli("report", ".pytest-loops", "-o", "report.html", cwd=work, env=env)
     assert report.returncode == 0, report.stderr
     files = scan(work / ".pytest-loops", work / "report.html")
-    assert_no_secret(files)
+    assert_no_secret(files, SECRET, *MORE_SECRETS.values())
     # not vacuous: the output was captured, masked, in every kind of artifact
     kinds = {"run log": ".json", "check output": "check-1.out", "revise output": "revise.out",
              "memory page": ".md", "provenance": ".tine", "hand-off": ".handoff.md", "report": "report.html"}
     for kind, suffix in kinds.items():
         holders = [name for name, blob in files.items() if name.endswith(suffix) and MARKER.encode() in blob]
         assert holders, f"no {kind} ({suffix}) shows the masked output: {sorted(files)}"
+    [handoff] = [blob for name, blob in files.items() if name.endswith(".handoff.md")]
+    if has_git:  # the working tree's diff, secret masked
+        assert b"+++ b/leaked.txt" in handoff and f"+token={MARKER}".encode() in handoff
+    assert all(f"[REDACTED:{name}]".encode() in files[next(n for n in files if n.endswith("check-1.out"))]
+               for name in MORE_SECRETS)
     assert SECRET not in done.stdout + report.stdout
 
 
