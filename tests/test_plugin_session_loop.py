@@ -230,3 +230,35 @@ def test_no_session_loop_when_the_session_stopped_early(project: Project) -> Non
     result.stdout.fnmatch_lines(["*loop: not started: the session stopped early (stopping after 1 failures)*"])
     assert not project.exists("revised.txt")
     assert "1 failed" in result.stdout.lines[-1]
+
+
+def test_junit_xml_is_amended_after_a_session_repair(pytester: pytest.Pytester) -> None:
+    import xml.etree.ElementTree as ET
+
+    pytester.makepyfile(calc="def add(a, b):\n    return a - b\n")
+    pytester.makepyfile(test_calc="""
+        from calc import add
+
+        def test_add():
+            assert add(2, 3) == 5
+
+        def test_ok():
+            assert True
+    """)
+    pytester.makepyfile(fix="""
+        import pathlib
+        p = pathlib.Path("calc.py")
+        p.write_text(p.read_text().replace("a - b", "a + b"))
+    """)
+    result = pytester.runpytest_subprocess("--loop", "--loop-revise", "python fix.py", "-p", "no:cacheprovider",
+                                           "--junitxml=junit.xml")
+    assert result.ret == 0
+    suite = ET.parse(pytester.path / "junit.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("failures") == "0"
+    cases = {case.get("name"): case for case in suite.iter("testcase")}
+    repaired = cases["test_add"]
+    assert repaired.find("failure") is None
+    props = {p.get("name"): p.get("value") for p in repaired.iter("property")}
+    assert props["verdict"] == "SUCCESS" and props["iterations"] == "2"
+    assert "iteration_1" in props and "iteration_2" in props
+    assert cases["test_ok"].find("properties") is None
