@@ -159,6 +159,11 @@ def run_pytest_check(check: Check, context: LoopContext) -> CheckResult:
 
 
 def _pytest_once(check: Check, context: LoopContext, label: str) -> CheckResult:
+    result = _pytest_run(check, context, label)
+    return result if result.passed else replace(result, failing_tests=(check.node_id or "",))
+
+
+def _pytest_run(check: Check, context: LoopContext, label: str) -> CheckResult:
     junit = context.iteration_dir / f"{label}.junit.xml"
     extra = [str(a) for a in check.options.get("pytest_args", ())]
     cmd = context.run_command(pytest_command(check.node_id or "", str(junit), extra), label=label,

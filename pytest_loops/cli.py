@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--sign-key-env", metavar="VAR",
                      help="sign the .tine with the HMAC key in this environment variable (>= 16 bytes)")
     run.add_argument("--sign-key-file", metavar="FILE", help="sign the .tine with this Ed25519 private key")
+    run.add_argument("--no-suspects", action="store_true",
+                     help="skip fault localization (when a pytest check fails, its tests re-run under "
+                          "coverage to rank suspect lines for the revise step's prompt)")
     run.add_argument("--quiet", "-q", action="store_true", help="print only the verdict line")
 
     show = sub.add_parser("show", help="show a loop file's parsed shape, or a run's iteration table",
@@ -305,7 +308,7 @@ def cmd_run(args: argparse.Namespace) -> int:
              out)
     runner = ProcessRunner()
     engine = Engine(runner=runner, plugin_manager=pm, artifacts_dir=extra.get("artifacts", args.artifacts),
-                    finishers=finishers)
+                    finishers=finishers, localize=not args.no_suspects)
     with TerminationGuard(runner):
         result = engine.run(spec, log_path=extra["log_path"], resume_from=resume_from)
     lines = verdict_lines(result)

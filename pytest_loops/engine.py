@@ -207,6 +207,7 @@ class Engine:
                  env: Mapping[str, str] | None = None,
                  write_index: bool = True,
                  protect_defaults: bool = True,
+                 localize: bool = True,
                  finishers: Sequence[Callable[[LoopResult, RunPaths], None]] = ()) -> None:
         if runner is None:
             from .process import ProcessRunner
@@ -228,6 +229,7 @@ class Engine:
         self.scrub = make_redactor(self.env) if secret_values(self.env) else None
         self.write_index = write_index
         self.protect_defaults = protect_defaults
+        self.localize = localize
         self.finishers = list(finishers)
 
     # -- one loop -----------------------------------------------------------------
@@ -402,6 +404,8 @@ class Engine:
         )
         if paths.memory_page and paths.memory_page.exists():
             result.artifacts["memory"] = str(paths.memory_page)
+        if (paths.run_dir / "suspects.json").is_file():
+            result.artifacts["suspects"] = str(paths.run_dir / "suspects.json")
         for finish in self.finishers:
             finish(result, paths)
         summary = {"schema": SCHEMA, **header, **summarize(result), "lessons": written_lessons}
@@ -472,6 +476,11 @@ class Engine:
             return Verdict.TIMEOUT, (f"budget of {spec.guards.budget_seconds:g}s used up before "
                                      f"the revise step of iteration {record.iter}")
         write_failure_file(ctx.failure_file, failed)
+        if self.localize:
+            from .localize import localize
+
+            if localize(ctx, failed) is not None:
+                record.suspects_file = str(ctx.iteration_dir / "suspects.json")
         ctx.prompt_file.write_text(build_prompt(spec, ctx, failed), encoding="utf-8")
         r0 = self.clock()
         watch.before_revise()

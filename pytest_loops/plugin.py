@@ -34,6 +34,7 @@ MARKER = (
 MARKER_KEYS = ("revise", *GUARD_KEYS, "no_progress_signal", "state")
 EXITCODE_CHOICES = ("pytest", "verdict")
 TINE_CHOICES = ("on", "off")
+SUSPECTS_CHOICES = ("on", "off")
 
 # name -> (help, ini type). One description serves the option and its ini twin.
 OPTIONS: dict[str, tuple[str, str]] = {
@@ -53,6 +54,8 @@ OPTIONS: dict[str, tuple[str, str]] = {
                  "verdict code (5 ESCALATE > 4 NO_PROGRESS > 3 TIMEOUT > 2 MAX_ITER)", "string"),
     "tine": ("'on' (default) writes one .tine provenance file per loop beside its run log; 'off' none",
              "string"),
+    "suspects": ("'on' (default): when a pytest check fails, re-run its tests under coverage and hand the "
+                 "top suspect lines to the revise step (prompt and suspects.json); 'off' skips it", "string"),
     "report": ("write a self-contained HTML report of this session's loops to this file", "string"),
     "sign_key_env": ("sign .tine files with the HMAC key in this environment variable (>= 16 bytes)",
                      "string"),
@@ -206,6 +209,7 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = build_settings(config)
         exitcode = _choice(config, "exitcode", EXITCODE_CHOICES)
         artifact_options(config)  # validates the signing key now, before any test runs
+        _choice(config, "suspects", SUSPECTS_CHOICES)
     except LoopUsageError as exc:
         raise pytest.UsageError(str(exc)) from None
     from .hooks import register_builtins

@@ -51,6 +51,7 @@ class CheckResult:
     needs_human: bool = False  # can never pass by machine: human / unimplemented hook
     output_digest: str | None = None
     command: str | None = None
+    failing_tests: tuple[str, ...] = ()  # pytest node ids that failed, when known (for localization)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -82,6 +83,7 @@ class IterationRecord:
     revise_duration_s: float | None = None
     revise_output_file: str | None = None
     revise_tail: str = ""
+    suspects_file: str | None = None  # suspects.json of this iteration (fault localization)
     protected_changes: list[str] = field(default_factory=list)  # undone: "path (modified)"
     scope_reverted: list[str] = field(default_factory=list)  # edits outside scope, undone
     guard: str | None = None  # the guard that ended the loop in this iteration

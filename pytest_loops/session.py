@@ -90,8 +90,11 @@ class LoopSession:
 
             return StateFingerprint(root, patterns, exclude=[*exclude, *TREE_EXCLUDES])
 
+        from .plugin import SUSPECTS_CHOICES, _choice
+
         return Engine(plugin_manager=self.config.pluginmanager, artifacts_dir=self.artifacts_dir,
-                      fingerprint_factory=exclude_trees, finishers=self.finishers)
+                      fingerprint_factory=exclude_trees, finishers=self.finishers,
+                      localize=_choice(self.config, "suspects", SUSPECTS_CHOICES) == "on")
 
     def resume_command(self, result: LoopResult) -> str:
         return self.reproduce_command() + " --loop-resume"
@@ -283,7 +286,7 @@ class LoopSession:
         spec = self.spec_for(item.nodeid, f"make {item.nodeid} pass", (check,), values)
         seed = CheckResult(name=check.name, kind=CheckKind.PYTEST.value, passed=False, exit_code=1,
                            duration_s=report.duration, output_tail=report.longreprtext[-2000:],
-                           reason="the test failed (in the session)")
+                           reason="the test failed (in the session)", failing_tests=(item.nodeid,))
         result = self.run_loop(spec, first_results={check.name: seed})
         self._resume_progress_line(item)
         props = loop_properties(result)

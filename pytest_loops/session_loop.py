@@ -101,7 +101,8 @@ class SessionFixCheck:
         return CheckResult(name=check.name, kind=check.kind.value, passed=passed, exit_code=cmd.exit_code,
                            duration_s=cmd.duration_s, output_tail=cmd.tail, output_file=cmd.output_file,
                            reason=reason, timed_out=cmd.timed_out,
-                           output_digest=digest_file(cmd.output_file, cmd.tail), command=cmd.command)
+                           output_digest=digest_file(cmd.output_file, cmd.tail), command=cmd.command,
+                           failing_tests=() if passed else tuple(self.failing))
 
     @hookimpl
     def pytest_loop_run_check(self, check: Check, context: LoopContext) -> CheckResult | None:
@@ -111,7 +112,7 @@ class SessionFixCheck:
             return CheckResult(name=check.name, kind=check.kind.value, passed=False, exit_code=1,
                                duration_s=0.0, output_tail=self.first_output[-4000:],
                                reason=f"{len(self.failing)} test(s) failed in the session: "
-                                      + ", ".join(self.failing[:5]))
+                                      + ", ".join(self.failing[:5]), failing_tests=tuple(self.failing))
         cmd, passed = self._run(self.failing, context, "failing")
         if context.budget_hit:
             return self._result(check, cmd, False, "killed: the budget ran out")

@@ -1,0 +1,112 @@
+"""Fault localization wired into the loop: suspects in the prompt and suspects.json."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_loops.localize import failing_tests
+from pytest_loops.results import CheckResult
+
+CALC = """\
+def add(a, b):
+    return a + b
+
+
+def mean(values):
+    total = 0
+    for value in values:
+        total = add(total, value)
+    return total / (len(values) + 1)
+"""
+TESTS = """\
+from calc import add, mean
+
+
+def test_add():
+    assert add(2, 3) == 5
+
+
+def test_mean():
+    assert mean([2, 4]) == 3
+
+
+def test_add_negative():
+    assert add(-1, 1) == 0
+"""
+
+
+def project(root: Path) -> None:
+    (root / "calc.py").write_text(CALC)
+    (root / "test_calc.py").write_text(TESTS)
+    (root / "fix.py").write_text(
+        "import pathlib\np = pathlib.Path('calc.py')\n"
+        "p.write_text(p.read_text().replace('(len(values) + 1)', 'len(values)'))\n")
+
+
+def run(root: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest_loops", "run", "--verify",
+                           f"{sys.executable} -m pytest -q -p no:cacheprovider test_calc.py",
+                           "--revise", "python fix.py", "-q", *extra],
+                          cwd=root, capture_output=True, text=True, timeout=180)
+
+
+def test_the_bug_line_is_the_top_suspect_in_the_prompt_and_suspects_json(tmp_path: Path) -> None:
+    project(tmp_path)
+    done = run(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_dir = next(p for p in (tmp_path / ".pytest-loops" / "runs").iterdir() if p.is_dir())
+    suspects = json.loads((run_dir / "iter-001" / "suspects.json").read_text())
+    # mean() runs only in the failing test: its lines tie at the top; add() is shared
+    top = [(s["file"], s["line"]) for s in suspects if s["score"] == suspects[0]["score"]]
+    assert ("calc.py", 9) in top and ("calc.py", 2) not in top
+    assert {"file": "calc.py", "line": 9, "score": 1.0, "source": "return total / (len(values) + 1)"} in suspects
+    assert [s["score"] for s in suspects] == sorted((s["score"] for s in suspects), reverse=True)
+    assert set(suspects[0]) == {"file", "line", "score", "source"}
+    prompt = (run_dir / "iter-001" / "prompt.md").read_text()
+    assert "## Suspicious lines" in prompt and "calc.py:9 (1.00): return total / (len(values) + 1)" in prompt
+    log = json.loads(next((tmp_path / ".pytest-loops" / "runs").glob("*.json")).read_text())
+    assert log["iterations"][0]["suspects_file"].endswith("iter-001/suspects.json")
+    assert log["artifacts"]["suspects"] == str(run_dir / "suspects.json")
+
+
+def test_no_suspects_turns_it_off(tmp_path: Path) -> None:
+    project(tmp_path)
+    done = run(tmp_path, "--no-suspects")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not list((tmp_path / ".pytest-loops").rglob("suspects.json"))
+    prompt = next((tmp_path / ".pytest-loops").rglob("prompt.md")).read_text()
+    assert "Suspicious lines" not in prompt
+
+
+def test_a_check_that_is_not_pytest_gets_no_suspects(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "pytest_loops", "run", "--verify", "test -f ok",
+                           "--revise", "touch ok", "-q"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0
+    assert not list((tmp_path / ".pytest-loops").rglob("suspects.json"))
+
+
+@pytest.mark.parametrize(("check", "expected"), [
+    (CheckResult("t", "pytest", False, 1, 0.0, failing_tests=("a.py::t",)), ["a.py::t"]),
+    (CheckResult("c", "command", False, 1, 0.0, command="pytest -q",
+                 output_tail="FAILED t.py::test_x - assert 1\nERROR t.py::test_y\nFAILED nothing"),
+     ["t.py::test_x", "t.py::test_y"]),
+    (CheckResult("c", "command", False, 1, 0.0, command="pytest -q | tee out",
+                 output_tail="FAILED t.py::test_x - assert 1"), []),
+    (CheckResult("c", "command", False, 1, 0.0, command="make test",
+                 output_tail="FAILED t.py::test_x - assert 1"), []),
+])
+def test_failing_tests_of_checks(check: CheckResult, expected: list[str]) -> None:
+    assert failing_tests([check]) == expected
+
+
+def test_pytest_option_turns_it_off_and_rejects_bad_values(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    bad = pytester.runpytest_subprocess("--loop", "--loop-suspects", "maybe")
+    assert bad.ret == 4
+    bad.stderr.fnmatch_lines(["ERROR: 'maybe' is not a valid --loop-suspects; valid: on, off"])
