@@ -94,10 +94,41 @@ def run_repeated(check: Check, context: LoopContext,
 
 
 def _command_once(check: Check, context: LoopContext, label: str) -> CheckResult:
+    narrowed = _narrowed_run(check, context, label)
+    if narrowed is not None and not narrowed.passed:
+        return narrowed
     cmd = context.run_command(check.command or "", label=label, timeout=check.timeout)
     if cmd.exit_code != 0:
         return _result(check, cmd, False, _failure_reason(cmd, check))
+    if narrowed is not None:
+        return _result(check, cmd, True, f"passed (confirm run after {narrowed.reason})")
     return _result(check, cmd, True, "passed")
+
+
+def _narrowed_run(check: Check, context: LoopContext, label: str) -> CheckResult | None:
+    """Affected reruns: when a plain `pytest ...` check failed last iteration, first run
+    only its failing tests plus the tests whose executed code changed; the full
+    command runs only when those pass (the confirm run). None: no narrowing."""
+    previous = context.previous
+    if previous is None or check.times != 1 or "pytest" not in (check.command or ""):
+        return None
+    last = next((c for c in previous.checks if c.name == check.name), None)
+    if last is None or last.passed:
+        return None
+    from .coverage_intel import narrow_pytest_command
+    from .localize import affected_tests, failing_tests
+
+    command = narrow_pytest_command(check.command or "")
+    failing = failing_tests([last])
+    if command is None or not failing:
+        return None
+    subset = list(dict.fromkeys([*failing, *affected_tests(context)]))
+    cmd = context.run_command(shlex.join(command.with_targets(subset)), label=f"{label}-narrowed",
+                              timeout=check.timeout)
+    what = f"a narrowed run of {len(subset)} test(s): the failing ones and those whose code changed"
+    if cmd.exit_code != 0:
+        return _result(check, cmd, False, f"{_failure_reason(cmd, check)} in {what}")
+    return _result(check, cmd, True, what)
 
 
 def _finds_nothing_once(check: Check, context: LoopContext, label: str) -> CheckResult:

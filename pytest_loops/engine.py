@@ -87,6 +87,7 @@ class LoopContext:
     suspects: list[str] = field(default_factory=list)
     budget_hit: bool = False
     scrub: Callable[[str], str] | None = None  # masks secret values before anything is written
+    previous: IterationRecord | None = None  # the iteration before this one (narrowed reruns)
 
     @property
     def iteration_dir(self) -> Path:
@@ -323,7 +324,7 @@ class Engine:
                 ctx = LoopContext(spec=spec, iteration=iteration, workdir=workdir,
                                   run_dir=paths.run_dir, runner=self.runner, clock=self.clock,
                                   deadline=deadline, base_env=self.env, lessons=lessons,
-                                  scrub=self.scrub)
+                                  scrub=self.scrub, previous=records[-1] if records else None)
 
                 # verify
                 for check in spec.checks:

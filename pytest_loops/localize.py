@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .engine import LoopContext
 
 TOP = 10
+IMPACT_MAP = "impact.json"
 TIMEOUT_S = 300.0
 _FAILED_LINE = re.compile(r"^(?:FAILED|ERROR) (\S+::\S+)")
 
@@ -49,6 +50,19 @@ def failing_tests(failed: list[CheckResult]) -> list[str]:
     return list(ids)
 
 
+def affected_tests(context: LoopContext) -> list[str]:
+    """Tests whose executed code blocks changed since the impact map was made (from
+    the last localization run); [] when there is no map or it cannot vouch for a
+    subset (the confirm run before SUCCESS covers everything else)."""
+    from .coverage_intel import ImpactMap
+
+    impact = ImpactMap.load(context.run_dir / IMPACT_MAP)
+    if impact is None:
+        return []
+    selection = impact.affected(context.workdir, all_tests=list(impact.tests))
+    return [] if selection.run_all else selection.tests
+
+
 def localize(context: LoopContext, failed: list[CheckResult]) -> Path | None:
     """Rank suspect lines for this iteration; sets ``context.suspects`` and writes
     ``suspects.json`` in the iteration directory (and the run directory's latest
@@ -73,6 +87,12 @@ def localize(context: LoopContext, failed: list[CheckResult]) -> Path | None:
                                   timeout=timeout, env=context.base_env)
     except (SpectraError, OSError):
         return None
+    try:  # the same run maps each test to the code blocks it ran: affected reruns use it
+        from .coverage_intel import ImpactMap
+
+        ImpactMap.from_spectra(spectra, context.workdir).save(context.run_dir / IMPACT_MAP)
+    except (OSError, ValueError):
+        pass
     suspects = rank_suspects(spectra, top=TOP)
     context.suspects = format_suspects(suspects, limit=TOP)
     payload = json.dumps([s.to_dict() for s in suspects], indent=2)

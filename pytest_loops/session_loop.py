@@ -113,12 +113,17 @@ class SessionFixCheck:
                                duration_s=0.0, output_tail=self.first_output[-4000:],
                                reason=f"{len(self.failing)} test(s) failed in the session: "
                                       + ", ".join(self.failing[:5]), failing_tests=tuple(self.failing))
-        cmd, passed = self._run(self.failing, context, "failing")
+        from .localize import affected_tests
+
+        # the failing tests, plus green ones whose executed code the revise changed
+        affected = [t for t in affected_tests(context) if t not in self.failing]
+        cmd, passed = self._run([*self.failing, *affected], context, "failing")
         if context.budget_hit:
             return self._result(check, cmd, False, "killed: the budget ran out")
-        still = [node for node in self.failing if node not in passed]
+        still = [node for node in [*self.failing, *affected] if node not in passed]
         if still:
             self.failing = still
+            self.regressions = [node for node in still if node in self.green]
             return self._result(check, cmd, False, self._reason(f"{len(still)} still failing: " + ", ".join(still[:5])))
         everything = self.original_failing + [n for n in self.green if n not in self.original_failing]
         cmd, passed = self._run(everything, context, "confirm")

@@ -110,3 +110,38 @@ def test_pytest_option_turns_it_off_and_rejects_bad_values(pytester: pytest.Pyte
     bad = pytester.runpytest_subprocess("--loop", "--loop-suspects", "maybe")
     assert bad.ret == 4
     bad.stderr.fnmatch_lines(["ERROR: 'maybe' is not a valid --loop-suspects; valid: on, off"])
+
+
+def test_a_failing_pytest_command_reruns_narrowed_then_confirms(tmp_path: Path) -> None:
+    project(tmp_path)
+    # iteration 1's revise changes nothing relevant; iteration 2's fixes mean()
+    (tmp_path / "fix.py").write_text(
+        "import os, pathlib\np = pathlib.Path('calc.py')\n"
+        "if os.environ['LOOP_ITERATION'] == '2':\n"
+        "    p.write_text(p.read_text().replace('(len(values) + 1)', 'len(values)'))\n"
+        "else:\n    pathlib.Path('notes.txt').write_text('tried')\n")
+    done = run(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = json.loads(next((tmp_path / ".pytest-loops" / "runs").glob("*.json")).read_text())
+    second, third = log["iterations"][1]["checks"][0], log["iterations"][2]["checks"][0]
+    assert second["command"].endswith("test_calc.py::test_mean")  # only the failing test ran
+    assert second["reason"].startswith("exit 1 in a narrowed run of 1 test(s)")
+    assert third["command"].endswith("-p no:cacheprovider test_calc.py")  # the confirm run: the full check
+    assert third["reason"].startswith("passed (confirm run after a narrowed run")
+    run_dir = next(p for p in (tmp_path / ".pytest-loops" / "runs").iterdir() if p.is_dir())
+    assert (run_dir / "iter-003" / "check-1-narrowed.out").is_file()
+
+
+def test_narrowing_adds_the_tests_whose_code_changed(tmp_path: Path) -> None:
+    project(tmp_path)
+    # the revise breaks add(), which the green tests run: they join the narrowed run
+    (tmp_path / "fix.py").write_text(
+        "import os, pathlib\np = pathlib.Path('calc.py')\n"
+        "if os.environ['LOOP_ITERATION'] == '1':\n"
+        "    p.write_text(p.read_text().replace('return a + b', 'return a + b + 0 * 1'))\n")
+    done = run(tmp_path, "--max-iter", "2")
+    assert done.returncode == 2, done.stdout + done.stderr
+    log = json.loads(next((tmp_path / ".pytest-loops" / "runs").glob("*.json")).read_text())
+    command = log["iterations"][1]["checks"][0]["command"]
+    assert "test_calc.py::test_mean" in command
+    assert "test_calc.py::test_add" in command and "test_calc.py::test_add_negative" in command

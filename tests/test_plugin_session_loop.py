@@ -50,7 +50,8 @@ def session_run_dir(project: Project, artifacts: str = ".pytest-loops"):
 
 def test_repairs_failing_tests_rerunning_only_them_then_one_confirm_run(project: Project) -> None:
     project.write("test_calc.py", COUNTING_TESTS)
-    result = project.run("--loop", "--loop-revise", FIX_ADD, "--loop-max-iter", "3")
+    # without fault localization, whose coverage run would count as runs here too
+    result = project.run("--loop", "--loop-revise", FIX_ADD, "--loop-max-iter", "3", "--loop-suspects", "off")
     assert result.ret == 0
     result.stdout.fnmatch_lines([
         "*loop: 2 failing test(s), revise: python edit.py calc.py*",
@@ -262,3 +263,22 @@ def test_junit_xml_is_amended_after_a_session_repair(pytester: pytest.Pytester) 
     assert props["verdict"] == "SUCCESS" and props["iterations"] == "2"
     assert "iteration_1" in props and "iteration_2" in props
     assert cases["test_ok"].find("properties") is None
+
+
+def test_affected_green_tests_rerun_with_the_failing_ones(project: Project) -> None:
+    # the revise fixes add() but breaks sub(), which only test_sub runs: the localization
+    # run's impact map selects test_sub for iteration 2, so the regression shows before
+    # any confirm run, and the next revise repairs it
+    project.write("test_calc.py", COUNTING_TESTS)
+    broken_sub = GOOD_CALC.replace("return a - b", "return b - a")
+    revise = project.scripted_revise({1: {"calc.py": broken_sub}, 2: {"calc.py": GOOD_CALC}})
+    result = project.run("--loop", "--loop-revise", revise, "--loop-max-iter", "4")
+    assert result.ret == 0, result.stdout.str()
+    run_dir = session_run_dir(project)
+    assert (run_dir / "iter-002" / "failing.ids").read_text().split() == [
+        "test_calc.py::test_add", "test_calc.py::test_add_again", "test_calc.py::test_sub"]
+    assert not (run_dir / "iter-002" / "confirm.ids").exists()
+    (log,) = project.run_logs()
+    assert log["iterations"][1]["checks"][0]["reason"].startswith(
+        "regression: test_calc.py::test_sub passed before the loop and fail now")
+    assert (run_dir / "suspects.json").is_file() and (run_dir / "impact.json").is_file()
