@@ -712,6 +712,7 @@ loop "fix checkout"   (fix.loop:4)
     guards.budget_seconds  600s              fix.loop:10
     guards.no_progress_k   2                 default
     guards.escalate_after  0 (off)           default
+    no_progress_signal     state             default
     revise                 -                 default
     state_paths            src/checkout.py   fix.loop:7 (look at)
     memory_page            -                 default
@@ -757,3 +758,24 @@ def test_text_after_the_closing_quote_is_an_error_not_dropped() -> None:
     with pytest.raises(LoopFileError) as info:
         parse_loop_text(text, "t.loop")
     assert str(info.value).startswith("t.loop:4:18: text after the closing quote: 'b'")
+
+
+@pytest.mark.parametrize(("lines", "k", "signal"), [
+    ("", 2, "state"),
+    ("  stop when the same failure repeats for 3 tries\n", 3, "failure"),
+    ("  stop when nothing changes for 2 tries\n  stop when the same failure repeats for 2 tries\n", 2, "both"),
+    ("  no progress signal: both\n", 2, "both"),
+])
+def test_no_progress_signal_lines(lines: str, k: int, signal: str) -> None:
+    text = f'loop "x":\n  goal: g\n  done when "true" passes\n{lines}'
+    spec = parse_loop_text(text, "t.loop").loops[0]
+    assert (spec.guards.no_progress_k, spec.no_progress_signal) == (k, signal)
+    assert ("no_progress_signal" in format_loop_file(parse_loop_text(text, "t.loop")))
+
+
+def test_a_bad_no_progress_signal_names_the_column() -> None:
+    text = 'loop "x":\n  goal: g\n  done when "true" passes\n  no progress signal: sometimes\n'
+    with pytest.raises(LoopFileError) as info:
+        parse_loop_text(text, "t.loop")
+    assert str(info.value) == ("t.loop:4:22: 'sometimes' is not a no progress signal; "
+                               "write one of: state, failure, both")

@@ -22,6 +22,7 @@ from ..spec import (
     DEFAULT_ESCALATE_AFTER,
     DEFAULT_MAX_ITER,
     DEFAULT_NO_PROGRESS_K,
+    NO_PROGRESS_SIGNALS,
     Check,
     CheckKind,
     Guards,
@@ -195,6 +196,8 @@ _AFTER = _re(r"after\s+(\S+)\s+tr(?:ies|y)\b\s*:?(.*)$")
 _BUDGET = _re(r"budget\s*:(.*)$")
 _NO_PROGRESS = _re(r"stop\s+when\s+nothing\s+changes\b(.*)$")
 _ESCALATE = _re(r"escalate\s+after\b(.*)$")
+_SAME_FAILURE = _re(r"stop\s+when\s+the\s+same\s+failure\s+repeats\b(.*)$")
+_SIGNAL = _re(r"no\s+progress\s+signal\s*:(.*)$")
 _COUNT_TRIES = _re(r"\s*(?:for\s+)?(\S+)\s+(?:tries|try|iterations?)\s*$")
 _REVISE = _re(r"revise\s+with\b\s*:?(.*)$")
 _LISTS = _re(r"(protect|scope|watch)\s*:(.*)$")
@@ -676,7 +679,17 @@ class _Parser:
                 raise self.problem(exc, line, m.start(1) + len(m.group(1)) - len(m.group(1).lstrip())) from None
             body.settings["budget_seconds"] = _Setting(seconds, self.where(line))
             return True
+        m = _SIGNAL.match(text)
+        if m:
+            value = m.group(1).strip().lower()
+            if value not in NO_PROGRESS_SIGNALS:
+                raise self.error(f"{value!r} is not a no progress signal", line, line.col(m.start(1)),
+                                 fix=f"write one of: {', '.join(NO_PROGRESS_SIGNALS)}")
+            body.settings["no_progress_signal"] = _Setting(value, self.where(line))
+            return True
         for pattern, key, example in ((_NO_PROGRESS, "no_progress_k", "stop when nothing changes for 2 tries"),
+                                      (_SAME_FAILURE, "no_progress_k",
+                                       "stop when the same failure repeats for 2 tries"),
                                       (_ESCALATE, "escalate_after", "escalate after 4 tries")):
             m = pattern.match(text)
             if m:
@@ -685,6 +698,12 @@ class _Parser:
                     raise self.error(f"could not read {text!r}", line, fix=f"write `{example}`")
                 n = self.count(line, tail.group(1), m.start(1) + tail.start(1), example)
                 body.settings[key] = _Setting(n, self.where(line))
+                if key == "no_progress_k":  # which signal: the state, the failure, or both lines
+                    signal = "failure" if pattern is _SAME_FAILURE else "state"
+                    old = body.settings.get("no_progress_signal")
+                    if old is not None and old.value != signal:
+                        signal = "both"
+                    body.settings["no_progress_signal"] = _Setting(signal, self.where(line))
                 return True
         m = _REVISE.match(text)
         if m:
@@ -768,6 +787,7 @@ class _Parser:
         memory_page = pick("memory_page", None)
         escalate_when_blocked = pick("escalate_when_blocked", False)
         scope = pick("scope", [])
+        no_progress_signal = pick("no_progress_signal", "state")
 
         look_items, look_line = body.look, body.look_line
         watch = body.settings.get("state_paths") or defaults.get("state_paths")
@@ -795,6 +815,7 @@ class _Parser:
                 memory_page=memory_page, cwd=self.cwd, stop_message=stop_message,
                 escalate_when_blocked=bool(escalate_when_blocked), look_at=tuple(look_at),
                 protect=tuple(protect), scope=tuple(scope), ignored=tuple(body.ignored),
+                no_progress_signal=no_progress_signal,
                 origin=origin, source=self.where(body.header),
             )
         except LoopUsageError as exc:  # values are validated above; this is a last line of defence

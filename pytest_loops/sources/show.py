@@ -62,6 +62,7 @@ def _format_loop(spec: LoopSpec, title: str, verbose: bool) -> list[str]:
         out.append(f"       {_check_detail(check)}")
     rows = [(f"guards.{key}", _guard_value(spec, key), origin.get(f"guards.{key}", "default"))
             for key in _GUARDS]
+    rows.append(("no_progress_signal", spec.no_progress_signal, origin.get("no_progress_signal", "default")))
     rows.append(("revise", spec.revise or "-", origin.get("revise", "default")))
     rows.append(("state_paths", ", ".join(spec.state_paths) or "-", origin.get("state_paths", "default")))
     rows.append(("memory_page", spec.memory_page or "-", origin.get("memory_page", "default")))

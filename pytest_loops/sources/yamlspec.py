@@ -44,6 +44,7 @@ from ..spec import (
     DEFAULT_ESCALATE_AFTER,
     DEFAULT_MAX_ITER,
     DEFAULT_NO_PROGRESS_K,
+    NO_PROGRESS_SIGNALS,
     Check,
     CheckKind,
     Guards,
@@ -61,7 +62,7 @@ TOP_KEYS = ("loops", "pipelines")
 LOOP_KEYS = ("name", "goal", "checks", "revise", "guards", "state_paths", "memory_page", "protect",
              "scope", "look_at", "stop_message", "escalate_when_blocked", "reflexion")
 PIPELINE_KEYS = ("name", "stages")
-GUARD_KEYS = ("max_iter", "budget_seconds", "budget", "no_progress_k", "escalate_after")
+GUARD_KEYS = ("max_iter", "budget_seconds", "budget", "no_progress_k", "escalate_after", "no_progress_signal")
 CHECK_KINDS = ("command", "finds_nothing", "test", "human", "skill")
 CHECK_EXTRAS = {
     "command": ("name", "times", "timeout"),
@@ -310,7 +311,9 @@ class _Reader:
             origin[origin_key or key] = self.where(self.mark(container, key)) if key in container \
                 and container[key] is not None else "default"
 
+        self.signal = ("state", "default")
         guards = self.guards(body, keypath, origin)
+        origin["no_progress_signal"] = self.signal[1]
         checks = self.checks(body, keypath)
         revise = self.string(body, "revise", f"{keypath}.revise")
         note("revise")
@@ -333,6 +336,7 @@ class _Reader:
             guards=guards, state_paths=tuple(state_paths),
             memory_page=os.path.normpath(os.path.join(self.filedir, memory)) if memory else None,
             reflexion=reflexion, cwd=self.filedir, stop_message=stop_message,
+            no_progress_signal=self.signal[0],
             escalate_when_blocked=blocked, look_at=tuple(lists["look_at"]),
             protect=tuple(lists["protect"]), scope=tuple(lists["scope"]), origin=origin,
             source=self.where(mark),
@@ -355,6 +359,12 @@ class _Reader:
             kpath = f"{gpath}.{key}"
             kmark = self.mark(g, key)
             if value is None:
+                continue
+            if key == "no_progress_signal":
+                if value not in NO_PROGRESS_SIGNALS:
+                    raise self.fail(kpath, f"expected one of {', '.join(NO_PROGRESS_SIGNALS)}, got {value!r}",
+                                    kmark)
+                self.signal = (value, self.where(kmark))
                 continue
             name = "budget_seconds" if key == "budget" else key
             if key == "budget":
@@ -490,6 +500,7 @@ class _Reader:
             guards=guards, state_paths=tuple(layer.get("state_paths", ())),
             memory_page=os.path.normpath(os.path.join(self.filedir, memory)) if memory else None,
             reflexion=layer.get("reflexion", True), cwd=self.filedir, ignored=tuple(ignored),
+            no_progress_signal=layer.get("no_progress_signal", "state"),
             origin=origin, source=self.where(getattr(data, "start", None)),
         )
         return LoopFile(self.path, (spec,))
