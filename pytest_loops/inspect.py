@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .artifacts.provenance import load_tine_summary, looks_like_tine, verify_tine
-from .artifacts.runlog import load_runlog
+from .artifacts.runlog import check_shape, load_runlog
 from .errors import LoopUsageError
 
 PASS, FAIL, HUMAN, NOT_RUN = "✓", "✗", "?", "·"
@@ -35,9 +35,11 @@ def load_run(path: str | os.PathLike) -> dict[str, Any]:
         return load_runlog(_only_log_in(p))
     if looks_like_tine(p):
         try:
-            return load_tine_summary(p)
+            run = load_tine_summary(p)
         except ValueError as exc:
             raise LoopUsageError(str(exc), location=str(p)) from None
+        check_shape(run, p)
+        return run
     return load_runlog(p)
 
 

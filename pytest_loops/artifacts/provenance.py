@@ -598,7 +598,12 @@ def load_tine_summary(path: str | os.PathLike) -> dict[str, Any]:
         raise ValueError(f"not a readable .tine file ({_one_line(exc)})") from None
     steps = run.steps
     integrity = Run.verify_integrity(Path(path))
-    return _summary_from_steps(steps, dict(run.metadata), integrity_ok=bool(integrity.ok))
+    try:
+        return _summary_from_steps(steps, dict(run.metadata), integrity_ok=bool(integrity.ok))
+    except (TypeError, AttributeError, KeyError, ValueError) as exc:
+        # opentine loads a file whose steps were edited (only verify tells): values
+        # of the wrong type are this file's problem, one line, not a crash
+        raise ValueError(f"not a pytest-loops run file ({_one_line(exc)})") from None
 
 
 def _summary_from_steps(steps: list[Any], metadata: Mapping[str, Any], *,

@@ -133,7 +133,7 @@ def load_runlog(path: str | os.PathLike) -> dict[str, Any]:
             raise LoopUsageError("'iterations' is missing or not a list", location=str(p))
     else:
         data = _from_events(text.splitlines(), p)
-    _check_shape(data, p)
+    check_shape(data, p)
     data["log_path"] = str(p)  # where it was read from (for --resume links)
     return data
 
@@ -147,8 +147,9 @@ _SHAPE: dict[str, tuple[type | tuple[type, ...], str]] = {
 }
 
 
-def _check_shape(data: dict[str, Any], path: Path) -> None:
-    """A key of the wrong type is bad input (one line), not a crash in a reader."""
+def check_shape(data: dict[str, Any], path: str | os.PathLike) -> None:
+    """A top-level key of the wrong type is bad input (LoopUsageError, one line),
+    not a crash in a reader. Also applied to runs read from a `.tine`."""
     for key, (kind, what) in _SHAPE.items():
         value = data.get(key)
         if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
