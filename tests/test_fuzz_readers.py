@@ -451,6 +451,47 @@ def test_load_run_and_verify_on_an_edited_tine(tmp_path, corpus, mutations):
     assert code in (0, 64) and "internal error" not in err, err
 
 
+def edited_step(doc: dict[str, Any], kind: str, tool: str | None = None, failed: bool = False) -> dict[str, Any]:
+    """The first step of this kind (and tool name; a failed check) in a .tine document."""
+    return next(step for step in doc["graph"]["steps"].values()
+                if step["kind"] == kind and (tool is None or (step.get("tool_info") or {}).get("name") == tool)
+                and not (failed and step["outputs"].get("passed")))
+
+
+# Edits the fuzzers found that once crashed the .tine reader (exit 70).
+TINE_EDITS = {
+    "check arguments not an object": lambda doc: edited_step(doc, "tool", "check")["inputs"].update(
+        arguments="TIMEOUT"),
+    "check tail not a string": lambda doc: edited_step(doc, "tool", "check", failed=True)["outputs"].update(
+        tail=[[]]),
+    "iteration number null": lambda doc: next(
+        step for step in doc["graph"]["steps"].values()
+        if step["kind"] == "think" and "iteration" in step["outputs"])["outputs"].update(iteration=None),
+    "start artifacts not an object": lambda doc: next(
+        step for step in doc["graph"]["steps"].values()
+        if step["kind"] == "think" and "spec" in step["outputs"])["outputs"].update(artifacts="x"),
+    "verdict elapsed not a number": lambda doc: edited_step(doc, "done")["outputs"].update(elapsed_s="soon"),
+    "spec not an object": lambda doc: next(
+        step for step in doc["graph"]["steps"].values()
+        if step["kind"] == "think" and "spec" in step["outputs"])["outputs"].update(spec="TIMEOUT"),
+}
+
+
+@pytest.mark.parametrize("edit", list(TINE_EDITS))
+def test_an_edited_tine_is_refused_in_one_line_and_fails_verify(tmp_path, corpus, edit):
+    doc = tine_json(corpus["tine"])
+    TINE_EDITS[edit](doc)
+    path = tmp_path / "edited.tine"
+    path.write_text(dump(doc), encoding="utf-8")
+    with pytest.raises(LoopUsageError) as info:
+        load_run(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+    code, _, err = run_main(["show", str(path)])
+    assert code == 64 and err.count("\n") == 1 and "internal error" not in err, err
+    code, out, err = run_main(["verify", str(path)])
+    assert code == 1 and "internal error" not in err, (out, err)
+
+
 # --------------------------------------------------------------------------- the config file
 
 
