@@ -132,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 load_yaml_loops(p)
 
         specs = parse_all()  # warm up imports and caches, and count what is built
+        collect = collect_with_pytest(Path(tmp), loops, args.repeat)
         baseline = best_of(args.repeat, read_all)
         parsed = best_of(args.repeat, parse_all)
         yaml_base = best_of(args.repeat, lambda: read_all(yamls))
@@ -150,7 +151,41 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  read the bytes (baseline): {yaml_base * 1000:8.1f} ms")
     print(f"  read and parse:            {yaml_parsed * 1000:8.1f} ms   "
           f"({yaml_parsed / n * 1e6:.0f} us per file, {yaml_parsed / yaml_base:.1f}x the baseline)")
+    base_s, loop_s, items = collect
+    print(f"pytest --loop --collect-only over the {n} .loop files ({items} check items)")
+    print(f"  pytest without --loop (baseline: start-up and the directory walk): {base_s:6.2f} s")
+    print(f"  pytest --loop --collect-only:                                       {loop_s:6.2f} s")
+    print(f"  collecting the loop files adds {loop_s - base_s:.2f} s "
+          f"({'under' if loop_s - base_s < 1.0 else 'OVER'} the 1 s target)")
     return 0
+
+
+def collect_with_pytest(directory: Path, loops: list[Path], repeat: int) -> tuple[float, float, int]:
+    """Whole `pytest --collect-only` runs over the generated files, with and without --loop."""
+    import subprocess
+
+    project = directory / "collect"
+    project.mkdir()
+    for p in loops:
+        (project / p.name).write_bytes(p.read_bytes())
+    (project / "pytest.ini").write_text("[pytest]\n")
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                               *extra], cwd=project, capture_output=True, text=True, env=env)
+
+    def timed(*extra: str) -> float:
+        best = float("inf")
+        for _ in range(max(1, repeat // 2)):
+            start = time.perf_counter()
+            run(*extra)
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    done = run("--loop")
+    items = sum(1 for line in done.stdout.splitlines() if "::" in line)
+    return timed(), timed("--loop"), items
 
 
 if __name__ == "__main__":
