@@ -82,11 +82,14 @@ def localize(context: LoopContext, failed: list[CheckResult]) -> Path | None:
     timeout = TIMEOUT_S if left is None else min(TIMEOUT_S, left)
     if timeout <= 0:
         return None
+    data_file = context.iteration_dir / "spectra.json"
     try:
-        spectra = collect_spectra(context.workdir, peer_tests(tests), data_file=context.iteration_dir / "spectra.json",
+        spectra = collect_spectra(context.workdir, peer_tests(tests), data_file=data_file,
                                   timeout=timeout, env=context.base_env)
     except (SpectraError, OSError):
         return None
+    finally:  # the re-run's output may echo secrets, like any check's
+        _scrub_files(context, data_file, data_file.with_name(data_file.name + ".out"))
     try:  # the same run maps each test to the code blocks it ran: affected reruns use it
         from .coverage_intel import ImpactMap
 
@@ -100,3 +103,17 @@ def localize(context: LoopContext, failed: list[CheckResult]) -> Path | None:
     target.write_text(payload, encoding="utf-8")
     (context.run_dir / "suspects.json").write_text(payload, encoding="utf-8")
     return target
+
+
+def _scrub_files(context: LoopContext, *paths: Path) -> None:
+    """Mask secret values in files this module leaves in the iteration directory."""
+    if context.scrub is None:
+        return
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8", errors="surrogateescape")
+            clean = context.scrub(text)
+            if clean != text:
+                path.write_text(clean, encoding="utf-8", errors="surrogateescape")
+        except OSError:
+            pass
