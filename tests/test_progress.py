@@ -2,13 +2,23 @@
 
 Every fingerprint test works on real files under tmp_path. Files get an old mtime
 (one hour ago) unless the test is about the racy window, so no test sleeps.
+
+Each fingerprint test runs twice: as the fingerprint runs by default (a change
+journal after the first compute, where inotify exists) and walking every time.
+Tests about the journal itself ask for the ``journal`` fixture and run once.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import gc
 import os
+import random
 import re
+import shutil
 import string
+import struct
 import tempfile
 import time
 from pathlib import Path
@@ -17,10 +27,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_loops import progress
+from pytest_loops import fswatch, progress
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.progress import (
     DEFAULT_EXCLUDES,
+    JOURNAL_REWALK_EVERY,
     RACY_WINDOW_NS,
     StateFingerprint,
     failure_signature,
@@ -32,6 +43,34 @@ from pytest_loops.spec import CheckKind
 HOUR_NS = 3600 * 1_000_000_000
 SIG = re.compile(r"sha256:[0-9a-f]{64}\Z")
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # Every fingerprint test (they all use tmp_path) in both modes, except the
+    # journal's own tests.
+    names = metafunc.fixturenames
+    if "tmp_path" in names and "journal" not in names:
+        metafunc.parametrize("fingerprint_mode", ["default", "walk"], indirect=True)
+
+
+def _no_journal(root: str) -> fswatch.DirectoryJournal:
+    raise fswatch.JournalLost("walking, as the test asks", sticky=True)
+
+
+@pytest.fixture(autouse=True)
+def fingerprint_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    mode = getattr(request, "param", "default")
+    if mode == "walk":
+        monkeypatch.setattr(progress, "_open_journal", _no_journal)
+    return mode
+
+
+@pytest.fixture
+def journal() -> None:
+    """The test is about the change journal: skip where inotify does not exist."""
+    reason = fswatch.unavailable_reason()
+    if reason is not None:  # pragma: no cover - Linux in CI
+        pytest.skip(reason)
 
 
 def write(root: Path, rel: str, content: str | bytes = "x", *, old: bool = True) -> Path:
@@ -58,6 +97,11 @@ def tree(root: Path, files: dict[str, str]) -> None:
 
 def fp(root: Path, patterns=(".",), **kw) -> str:
     return StateFingerprint(root, patterns, **kw).compute()
+
+
+def counts(sf: StateFingerprint) -> dict[str, int]:
+    """The counters of last_stats, without how the compute was done."""
+    return {k: v for k, v in sf.last_stats.items() if k in ("files", "hashed", "stat_only")}
 
 
 def matched(root: Path, patterns, **kw) -> list[str]:
@@ -93,10 +137,13 @@ def test_empty_tree_differs_from_tree_with_an_empty_file(tmp_path: Path) -> None
 def test_files_and_last_stats_shape(tmp_path: Path) -> None:
     tree(tmp_path, {"b.txt": "1", "a/c.txt": "2"})
     sf = StateFingerprint(tmp_path, ["."])
-    assert sf.files == [] and sf.last_stats == {"files": 0, "hashed": 0, "stat_only": 0}
+    assert sf.files == [] and counts(sf) == {"files": 0, "hashed": 0, "stat_only": 0}
+    assert sf.last_stats["mode"] == "none"
     sf.compute()
     assert sf.files == ["a/c.txt", "b.txt"]
-    assert sf.last_stats == {"files": 2, "hashed": 2, "stat_only": 0}
+    assert counts(sf) == {"files": 2, "hashed": 2, "stat_only": 0}
+    assert sf.last_stats["mode"] == "walk"  # the first compute always walks
+    assert isinstance(sf.last_stats["journal"], str)
     sf.files.append("mutated")  # a copy: callers cannot corrupt it
     assert sf.files == ["a/c.txt", "b.txt"]
     assert sf.root == str(tmp_path)
@@ -205,9 +252,9 @@ def test_unchanged_tree_is_not_rehashed(tmp_path: Path) -> None:
     tree(tmp_path, {f"d{i % 3}/f{i}.txt": str(i) for i in range(30)})
     sf = StateFingerprint(tmp_path, ["."])
     first = sf.compute()
-    assert sf.last_stats == {"files": 30, "hashed": 30, "stat_only": 0}
+    assert counts(sf) == {"files": 30, "hashed": 30, "stat_only": 0}
     assert sf.compute() == first
-    assert sf.last_stats == {"files": 30, "hashed": 0, "stat_only": 30}
+    assert counts(sf) == {"files": 30, "hashed": 0, "stat_only": 30}
 
 
 def test_only_the_changed_file_is_rehashed(tmp_path: Path) -> None:
@@ -216,7 +263,7 @@ def test_only_the_changed_file_is_rehashed(tmp_path: Path) -> None:
     sf.compute()
     write(tmp_path, "f3.txt", "changed")  # new content, new (old) mtime
     sf.compute()
-    assert sf.last_stats == {"files": 10, "hashed": 1, "stat_only": 9}
+    assert counts(sf) == {"files": 10, "hashed": 1, "stat_only": 9}
 
 
 def test_fresh_file_is_rehashed_until_it_leaves_the_racy_window(tmp_path: Path) -> None:
@@ -230,7 +277,7 @@ def test_fresh_file_is_rehashed_until_it_leaves_the_racy_window(tmp_path: Path) 
     sf.compute()
     assert sf.last_stats["hashed"] == 1
     sf.compute()
-    assert sf.last_stats == {"files": 1, "hashed": 0, "stat_only": 1}
+    assert counts(sf) == {"files": 1, "hashed": 0, "stat_only": 1}
 
 
 def test_file_with_future_mtime_is_never_trusted(tmp_path: Path) -> None:
@@ -673,6 +720,656 @@ def test_unlistable_directory_is_a_marker(
     sf = StateFingerprint(tmp_path, [pattern])
     assert sf.compute() != readable
     assert sf.files == ["a.txt", "locked"]
+
+
+# ---------------------------------------------------------------- change journal
+
+
+def modes(sf: StateFingerprint, times: int) -> list[str]:
+    """Compute ``times`` times; how each compute was done."""
+    out = []
+    for _ in range(times):
+        sf.compute()
+        out.append(sf.last_stats["mode"])
+    return out
+
+
+def walked(root: Path, patterns=(".",), **kw) -> StateFingerprint:
+    """A fingerprint that can only walk: the reference a journal must agree with."""
+    sf = StateFingerprint(root, patterns, **kw)
+    sf.close()
+    sf.compute()
+    return sf
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+class CountingCalls:
+    """Counts calls of some ``os`` functions (progress, fswatch and os are one module)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
+        self.calls: dict[str, int] = dict.fromkeys(names, 0)
+        for name in names:
+            real = getattr(os, name)
+
+            def counted(*args, _real=real, _name=name, **kw):
+                self.calls[_name] += 1
+                return _real(*args, **kw)
+
+            monkeypatch.setattr(os, name, counted)
+
+    def reset(self) -> None:
+        self.calls = dict.fromkeys(self.calls, 0)
+
+
+def test_second_compute_uses_the_journal(tmp_path: Path, journal: None) -> None:
+    tree(tmp_path, {"a.txt": "1", "src/b.py": "2"})
+    sf = StateFingerprint(tmp_path, ["."])
+    first = sf.compute()
+    assert sf.last_stats["mode"] == "walk" and sf.last_stats["journal"] == "on"
+    assert sf.compute() == first
+    assert sf.last_stats["mode"] == "journal"
+    assert counts(sf) == {"files": 2, "hashed": 0, "stat_only": 2}
+    write(tmp_path, "src/b.py", "changed")
+    assert sf.compute() != first and sf.last_stats["mode"] == "journal"
+    assert counts(sf) == {"files": 2, "hashed": 1, "stat_only": 1}
+
+
+def test_journal_compute_stats_nothing_when_nothing_changed(
+    tmp_path: Path, journal: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree(tmp_path, {f"d{i % 5}/f{i}.txt": str(i) for i in range(50)})
+    sf = StateFingerprint(tmp_path, ["."])
+    sf.compute()
+    calls = CountingCalls(monkeypatch, "stat", "lstat", "open", "scandir")
+    sf.compute()
+    assert sf.last_stats["mode"] == "journal"
+    assert calls.calls == {"stat": 0, "lstat": 0, "open": 0, "scandir": 0}
+    # One edit: that file alone is statted and read; no directory is listed.
+    write(tmp_path, "d3/f8.txt", "edited")
+    calls.reset()
+    sf.compute()
+    assert counts(sf) == {"files": 50, "hashed": 1, "stat_only": 49}
+    assert calls.calls["stat"] == 1 and calls.calls["open"] == 1 and calls.calls["scandir"] == 0
+
+
+def test_new_file_relists_only_its_directory(
+    tmp_path: Path, journal: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree(tmp_path, {f"d{i % 5}/f{i}.txt": str(i) for i in range(50)})
+    sf = StateFingerprint(tmp_path, ["."])
+    sf.compute()
+    write(tmp_path, "d2/new.txt", "new")
+    calls = CountingCalls(monkeypatch, "open", "scandir")
+    value = sf.compute()
+    assert sf.last_stats["mode"] == "journal"
+    # One directory opened and listed, one file opened to be read.
+    assert calls.calls == {"open": 2, "scandir": 1}
+    assert value == walked(tmp_path).compute() and "d2/new.txt" in sf.files
+
+
+def test_events_about_excluded_names_relist_nothing(
+    tmp_path: Path, journal: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree(tmp_path, {"src/a.py": "1", "run.json": "{}"})
+    sf = StateFingerprint(tmp_path, ["."], exclude=[str(tmp_path / "run.json")])
+    before = sf.compute()
+    # What a test run and the engine write every iteration.
+    write(tmp_path, "src/__pycache__/a.cpython-311.pyc", "bytecode")
+    write(tmp_path, ".pytest_cache/v/cache/lastfailed", "{}")
+    write(tmp_path, ".coverage.host.1.2", "")
+    write(tmp_path, "run.json", '{"iteration": 2}')
+    calls = CountingCalls(monkeypatch, "scandir", "open", "stat")
+    assert sf.compute() == before and sf.last_stats["mode"] == "journal"
+    assert calls.calls == {"scandir": 0, "open": 0, "stat": 0}
+
+
+def test_same_size_rewrite_with_old_mtime_and_ctime_ignored_is_seen_by_the_journal(
+    tmp_path: Path, journal: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without ctime, a walk trusts an old file whose stat looks the same; the write
+    # event marks it dirty whatever its stat says.
+    monkeypatch.setattr(
+        progress, "_stat_signature", lambda st: (st.st_size, st.st_mtime_ns, st.st_ino, 0, 0)
+    )
+    path = write(tmp_path, "a.txt", "aaaa")  # old: trusted once hashed
+    st0 = path.stat()
+    sf = StateFingerprint(tmp_path, ["."])
+    before = sf.compute()
+    with open(path, "r+b") as f:  # same inode, same size
+        f.write(b"bbbb")
+    os.utime(path, ns=(st0.st_atime_ns, st0.st_mtime_ns))
+    assert sf.compute() != before and sf.last_stats["mode"] == "journal"
+    assert sf.compute() == walked(tmp_path).compute()
+
+
+def test_hard_linked_file_changed_through_another_path(tmp_path: Path, journal: None) -> None:
+    # A write through a link outside the watched tree raises no event in it.
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    write(root, "a.txt", "one")
+    outside.mkdir()
+    os.link(root / "a.txt", outside / "same.txt")
+    sf = StateFingerprint(root, ["."])
+    before = sf.compute()
+    with open(outside / "same.txt", "ab") as f:
+        f.write(b" and more")
+    assert sf.compute() != before and sf.last_stats["mode"] == "journal"
+    assert sf.compute() == walked(root).compute()
+
+
+def test_directory_rename_and_delete_and_new_subtree(tmp_path: Path, journal: None) -> None:
+    tree(tmp_path, {"a/b/c.txt": "1", "a/d.txt": "2", "e/f.txt": "3"})
+    sf = StateFingerprint(tmp_path, ["."])
+    sf.compute()
+    steps = [
+        lambda: os.rename(tmp_path / "a" / "b", tmp_path / "e" / "b2"),
+        lambda: write(tmp_path, "e/b2/new.txt", "written into the moved directory"),
+        lambda: shutil.rmtree(tmp_path / "a"),
+        lambda: tree(tmp_path, {"a/x/y/z.txt": "deep", "a/x/w.txt": "w"}),
+        lambda: os.rename(tmp_path / "a", tmp_path / "renamed"),
+        lambda: write(tmp_path, "renamed/x/y/z.txt", "edited after the move"),
+        lambda: os.rename(tmp_path / "renamed", tmp_path / "a"),
+        lambda: write(tmp_path, "a/x/y/z.txt", "edited after moving back"),
+    ]
+    for step in steps:
+        step()
+        assert sf.compute() == walked(tmp_path).compute()
+        assert sf.last_stats["mode"] == "journal"
+    assert sf.files == ["a/x/w.txt", "a/x/y/z.txt", "e/b2/c.txt", "e/b2/new.txt", "e/f.txt"]
+
+
+def test_directory_moved_out_and_back_in(tmp_path: Path, journal: None) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    tree(root, {"keep.txt": "k", "sub/x.txt": "1"})
+    outside.mkdir()
+    sf = StateFingerprint(root, ["."])
+    sf.compute()
+    os.rename(root / "sub", outside / "sub")
+    assert sf.compute() == walked(root).compute() and sf.files == ["keep.txt"]
+    write(outside, "sub/x.txt", "changed while outside")
+    write(outside, "sub/y.txt", "new while outside")
+    os.rename(outside / "sub", root / "sub")
+    assert sf.compute() == walked(root).compute()
+    assert sf.files == ["keep.txt", "sub/x.txt", "sub/y.txt"]
+    assert sf.last_stats["mode"] == "journal"
+
+
+def test_literal_patterns_see_paths_appear_and_disappear(tmp_path: Path, journal: None) -> None:
+    patterns = ["src/pkg/b.py", "docs", "*.cfg"]
+    sf = StateFingerprint(tmp_path, patterns)
+    empty = sf.compute()
+    for step in (
+        lambda: write(tmp_path, "src/pkg/b.py", "b"),  # the parents appear with it
+        lambda: write(tmp_path, "docs/index.md", "# docs"),
+        lambda: write(tmp_path, "setup.cfg", "[x]"),
+        lambda: shutil.rmtree(tmp_path / "src" / "pkg"),
+        lambda: os.rename(tmp_path / "docs", tmp_path / "src" / "pkg"),  # not b.py
+        lambda: (tmp_path / "docs").write_text("now a file"),
+    ):
+        step()
+        assert sf.compute() == walked(tmp_path, patterns).compute()
+        assert sf.last_stats["mode"] == "journal"
+    assert sf.files == ["docs", "setup.cfg"]
+    assert sf.compute() != empty
+
+
+def test_every_nth_compute_walks(tmp_path: Path, journal: None) -> None:
+    write(tmp_path, "a.txt")
+    sf = StateFingerprint(tmp_path, ["."])
+    seen = modes(sf, 2 * JOURNAL_REWALK_EVERY + 1)
+    walks = [i for i, mode in enumerate(seen) if mode == "walk"]
+    assert walks == [0, JOURNAL_REWALK_EVERY, 2 * JOURNAL_REWALK_EVERY]
+    assert sf.last_stats["journal"] == "on"
+
+
+# -- falling back
+
+
+def test_no_inotify_walks_every_time(
+    tmp_path: Path, journal: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fswatch, "_libc", lambda: "inotify is Linux only (this is testos)")
+    tree(tmp_path, {"a.txt": "1"})
+    sf = StateFingerprint(tmp_path, ["."])
+    assert modes(sf, 3) == ["walk", "walk", "walk"]
+    assert sf.last_stats["journal"] == "inotify is Linux only (this is testos)"
+    write(tmp_path, "a.txt", "2")
+    assert sf.compute() == walked(tmp_path).compute()
+
+
+class FailingLibc:
+    """inotify whose add_watch fails with ``err`` for every directory but the root."""
+
+    def __init__(self, err: int) -> None:
+        real = fswatch._libc()
+        assert not isinstance(real, str)
+        self.real, self.err, self.refused = real, err, 0
+
+    def __call__(self) -> fswatch._Libc:
+        def add_watch(fd: int, path: bytes, mask: int) -> int:
+            if mask & fswatch.IN_DONT_FOLLOW:
+                self.refused += 1
+                ctypes.set_errno(self.err)
+                return -1
+            return self.real.add_watch(fd, path, mask)
+
+        return fswatch._Libc(self.real.init1, add_watch, self.real.rm_watch)
+
+
+@pytest.mark.parametrize(
+    ("err", "needle"),
+    [(errno.ENOSPC, "watch limit"), (errno.EACCES, "Permission denied")],
+)
+def test_a_refused_watch_means_walking_for_good(
+    tmp_path: Path, journal: None, monkeypatch: pytest.MonkeyPatch, err: int, needle: str
+) -> None:
+    tree(tmp_path, {"a.txt": "1", "sub/b.txt": "2"})
+    libc = FailingLibc(err)
+    monkeypatch.setattr(fswatch, "_libc", libc)
+    fds = open_fds()
+    sf = StateFingerprint(tmp_path, ["."])
+    assert modes(sf, 3) == ["walk", "walk", "walk"]
+    assert needle in str(sf.last_stats["journal"])
+    assert libc.refused == 1  # tried once, then never again
+    assert open_fds() == fds  # the journal's descriptor was released
+    write(tmp_path, "sub/b.txt", "changed")
+    assert sf.compute() == walked(tmp_path).compute()
+
+
+def test_a_watch_refused_later_falls_back_then_rearms(
+    tmp_path: Path, journal: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree(tmp_path, {"a.txt": "1"})
+    sf = StateFingerprint(tmp_path, ["."])
+    sf.compute()
+    # A new directory the journal cannot watch: this compute walks instead, and
+    # (the limit still reached) stays walking.
+    monkeypatch.setattr(fswatch, "_libc", FailingLibc(errno.ENOSPC))
+    sf._journal._lib = fswatch._libc()  # the live journal hits the limit too
+    write(tmp_path, "new/b.txt", "2")
+    assert sf.compute() == walked(tmp_path).compute()
+    assert sf.last_stats["mode"] == "walk" and "watch limit" in str(sf.last_stats["journal"])
+
+
+def test_queue_overflow_walks_once_then_the_journal_resumes(
+    tmp_path: Path, journal: None
+) -> None:
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    if limit > 40_000:  # pragma: no cover - a large queue: too many files to make
+        pytest.skip(f"max_queued_events is {limit}")
+    write(tmp_path, "a.txt", "1")
+    sf = StateFingerprint(tmp_path, ["."])
+    sf.compute()
+    flood = tmp_path / "flood"
+    flood.mkdir()
+    sf.compute()  # now flood/ is watched too
+    for i in range(limit // 2 + 10):  # create + close-write: two events each
+        (flood / f"f{i}").touch()
+    assert sf.compute() == walked(tmp_path).compute()
+    assert sf.last_stats["mode"] == "walk" and sf.last_stats["journal"] == "on"
+    write(tmp_path, "a.txt", "2")
+    assert sf.compute() == walked(tmp_path).compute()
+    assert sf.last_stats["mode"] == "journal"
+
+
+def test_overflow_event_means_the_account_is_lost(tmp_path: Path, journal: None) -> None:
+    j = fswatch.DirectoryJournal(str(tmp_path))
+    try:
+        j._read = lambda: struct.pack("iIII", -1, fswatch.IN_Q_OVERFLOW, 0, 0)
+        with pytest.raises(fswatch.JournalLost, match="overflowed") as info:
+            j.drain()
+        assert not info.value.sticky
+    finally:
+        j.close()
+
+
+def test_a_watch_dropped_behind_the_journals_back(tmp_path: Path, journal: None) -> None:
+    tree(tmp_path, {"sub/a.txt": "1"})
+    sf = StateFingerprint(tmp_path, ["."])
+    sf.compute()
+    j = sf._journal
+    assert j is not None
+    wd = j._wds[str(tmp_path / "sub")]
+    j._lib.rm_watch(j._fd, wd)  # IN_IGNORED, and no delete to explain it
+    write(tmp_path, "sub/a.txt", "2")
+    assert sf.compute() == walked(tmp_path).compute()
+    assert sf.last_stats["mode"] == "walk" and sf.last_stats["journal"] == "on"
+    assert modes(sf, 1) == ["journal"]
+
+
+def test_root_deleted_and_recreated(tmp_path: Path, journal: None) -> None:
+    root = tmp_path / "root"
+    write(root, "a.txt", "1")
+    sf = StateFingerprint(root, ["."])
+    sf.compute()
+    shutil.rmtree(root)
+    assert sf.compute() == walked(root).compute() and sf.files == []
+    assert sf.last_stats["mode"] == "walk"
+    assert "not a directory" in str(sf.last_stats["journal"])  # nothing to watch
+    write(root, "b.txt", "2")
+    assert modes(sf, 2) == ["walk", "journal"]  # re-armed once the root exists
+    assert sf.compute() == walked(root).compute() and sf.files == ["b.txt"]
+
+
+def test_root_moved_away(tmp_path: Path, journal: None) -> None:
+    root = tmp_path / "root"
+    write(root, "a.txt", "1")
+    sf = StateFingerprint(root, ["."])
+    sf.compute()
+    os.rename(root, tmp_path / "elsewhere")
+    write(root, "b.txt", "a new root at the old path")
+    assert sf.compute() == walked(root).compute() and sf.files == ["b.txt"]
+    assert sf.last_stats["mode"] == "walk"
+
+
+def test_pattern_through_a_directory_link_walks(tmp_path: Path, journal: None) -> None:
+    write(tmp_path, "real/x.py", "1")
+    os.symlink(tmp_path / "real", tmp_path / "alias")
+    sf = StateFingerprint(tmp_path, ["alias"])
+    assert modes(sf, 2) == ["walk", "walk"]
+    assert "symbolic link to a directory" in str(sf.last_stats["journal"])
+    write(tmp_path, "real/x.py", "2")
+    assert sf.compute() == walked(tmp_path, ["alias"]).compute()
+
+
+def test_literal_link_to_a_file_that_becomes_a_directory(tmp_path: Path, journal: None) -> None:
+    write(tmp_path, "target", "a file")
+    os.symlink("target", tmp_path / "link")
+    sf = StateFingerprint(tmp_path, ["link"])
+    sf.compute()
+    assert modes(sf, 1) == ["journal"]
+    (tmp_path / "target").unlink()
+    write(tmp_path, "target/inner.txt", "now a directory")
+    assert sf.compute() == walked(tmp_path, ["link"]).compute()
+    assert sf.files == ["link/inner.txt"] and sf.last_stats["mode"] == "walk"
+
+
+def test_pattern_outside_the_root_walks(tmp_path: Path, journal: None) -> None:
+    root = tmp_path / "root"
+    write(root, "a.txt")
+    write(tmp_path, "sibling/s.txt", "1")
+    sf = StateFingerprint(root, [".", "../sibling"])
+    assert modes(sf, 2) == ["walk", "walk"]
+    assert sf.last_stats["journal"] == "a pattern names paths outside the root"
+
+
+def test_network_file_system_walks(
+    tmp_path: Path, journal: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(tmp_path, "a.txt")
+    monkeypatch.setattr(fswatch, "_fs_types", lambda: {tmp_path.stat().st_dev: "nfs4"})
+    sf = StateFingerprint(tmp_path, ["."])
+    assert modes(sf, 2) == ["walk", "walk"]
+    assert "nfs4" in str(sf.last_stats["journal"])
+
+
+def test_fork_walks_rather_than_share_the_queue(
+    tmp_path: Path, journal: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(tmp_path, "a.txt", "1")
+    sf = StateFingerprint(tmp_path, ["."])
+    sf.compute()
+    real_pid = os.getpid()
+    monkeypatch.setattr(os, "getpid", lambda: real_pid + 1)  # as seen from a child
+    write(tmp_path, "a.txt", "2")
+    assert sf.compute() == walked(tmp_path).compute()
+    assert sf.last_stats["mode"] == "walk"
+    assert modes(sf, 1) == ["journal"]  # a journal of its own now
+
+
+def test_interrupted_journal_compute_walks_next_time(
+    tmp_path: Path, journal: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(tmp_path, "a.txt", "1")
+    sf = StateFingerprint(tmp_path, ["."])
+    sf.compute()
+    write(tmp_path, "a.txt", "2")
+
+    def interrupted(path: str) -> progress._Cached | str:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(StateFingerprint, "_hash_file", staticmethod(interrupted))
+    with pytest.raises(KeyboardInterrupt):
+        sf.compute()  # the event for a.txt was read, then lost
+    monkeypatch.undo()
+    assert sf.compute() == walked(tmp_path).compute()
+    assert sf.last_stats["mode"] == "walk"
+
+
+# -- the file descriptor
+
+
+def test_close_and_context_manager_release_the_descriptor(tmp_path: Path, journal: None) -> None:
+    write(tmp_path, "a.txt")
+    fds = open_fds()
+    with StateFingerprint(tmp_path, ["."]) as sf:
+        value = sf.compute()
+        assert open_fds() == fds + 1  # the journal holds one descriptor
+    assert open_fds() == fds
+    assert sf.compute() == value  # still usable: it walks
+    assert sf.last_stats["mode"] == "walk" and sf.last_stats["journal"] == "closed"
+    assert open_fds() == fds
+    sf.close()  # idempotent
+
+
+def test_dropped_fingerprints_leak_no_descriptors(tmp_path: Path, journal: None) -> None:
+    tree(tmp_path, {"a.txt": "1", "sub/b.txt": "2"})
+    fds = open_fds()
+    gc.disable()  # reference counting alone must release them
+    try:
+        for _ in range(200):
+            sf = StateFingerprint(tmp_path, ["."])
+            sf.compute()
+            sf.compute()
+            assert sf.last_stats["journal"] == "on"  # never ran out of inotify instances
+        del sf
+    finally:
+        gc.enable()
+    assert open_fds() == fds
+
+
+# -- equal to a walk, whatever happens
+
+
+DIR_NAMES = ["a", "b", "src", "lib"]
+FILE_NAMES = ["x.py", "y.txt", "z", "w.log"]
+JOURNAL_PATTERNS = [".", "src", "**/*.py", "a/*", "src/x.py", "lib/**/z", "*.txt", "b/**"]
+
+
+def _random_edit(root: Path, outside: Path, rng: random.Random) -> None:
+    """One random change to the tree: what a revise step might do."""
+    dirs = [d for d in root.rglob("*") if d.is_dir() and not d.is_symlink()]
+    files = [f for f in root.rglob("*") if f.is_file() and not f.is_symlink()]
+
+    def fresh_dir() -> Path:
+        parent = rng.choice([root, *dirs])
+        return parent / f"{rng.choice(DIR_NAMES)}{rng.randrange(3)}"
+
+    def fresh_file() -> Path:
+        parent = rng.choice([root, *dirs])
+        return parent / f"{rng.randrange(3)}{rng.choice(FILE_NAMES)}"
+
+    op = rng.choice(
+        ["create", "create", "rewrite", "same_size", "same_size", "delete", "rename",
+         "mkdir", "rename_dir", "rmtree", "move_out", "move_in", "symlink", "excluded"]
+    )
+    if op == "create" or (not files and op in ("rewrite", "same_size", "delete", "rename")):
+        path = fresh_file()
+        if not path.exists():
+            path.write_bytes(os.urandom(rng.randrange(0, 40)))
+    elif op == "rewrite":
+        rng.choice(files).write_bytes(os.urandom(rng.randrange(0, 40)))
+    elif op == "same_size":  # same inode, same size, the old mtime put back
+        path = rng.choice(files)
+        st0 = path.stat()
+        data = path.read_bytes()
+        with open(path, "r+b") as f:
+            f.write(bytes((b + 1) % 256 for b in data))
+        os.utime(path, ns=(st0.st_atime_ns, st0.st_mtime_ns))
+    elif op == "delete":
+        rng.choice(files).unlink()
+    elif op == "rename":
+        target = fresh_file()
+        if not target.exists():
+            os.rename(rng.choice(files), target)
+    elif op == "mkdir":
+        new = fresh_dir()
+        if not new.exists():
+            new.mkdir()
+            for name in rng.sample(FILE_NAMES, rng.randrange(1, 3)):
+                write(new, name, os.urandom(8))
+    elif op == "rename_dir" and dirs:
+        source, target = rng.choice(dirs), fresh_dir()
+        if not target.exists() and source not in target.parents and source != target:
+            os.rename(source, target)
+    elif op == "rmtree" and dirs:
+        shutil.rmtree(rng.choice(dirs))
+    elif op == "move_out" and dirs:
+        target = outside / f"out{rng.randrange(10**6)}"
+        os.rename(rng.choice(dirs), target)
+    elif op == "move_in":
+        away = [d for d in outside.iterdir() if d.is_dir()]
+        target = fresh_dir()
+        if away and not target.exists():
+            os.rename(rng.choice(away), target)
+    elif op == "symlink" and files:
+        link = fresh_file().with_name(f"ln{rng.randrange(10**6)}")
+        os.symlink(rng.choice([*files, *dirs, root / "missing"]), link)
+    elif op == "excluded":
+        write(rng.choice([root, *dirs]), "__pycache__/m.pyc", os.urandom(4), old=False)
+
+
+def _check_journal_against_walks(seed: int, patterns: list[str], batches: int) -> None:
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        root, outside = Path(tmp) / "root", Path(tmp) / "outside"
+        outside.mkdir()
+        tree(root, {"src/x.py": "1", "a/y.txt": "2", "lib/deep/z": "3", "b/w.log": "4"})
+        with StateFingerprint(root, patterns, exclude=["*.log"]) as sf:
+            sf.compute()
+            for step in range(batches):
+                for _ in range(rng.randrange(1, 4)):
+                    _random_edit(root, outside, rng)
+                value = sf.compute()
+                reference = walked(root, patterns, exclude=["*.log"])
+                assert (value, sf.files) == (reference.compute(), reference.files), (
+                    f"seed {seed}, step {step}"
+                )
+                if step + 1 < JOURNAL_REWALK_EVERY:
+                    assert sf.last_stats["mode"] == "journal", sf.last_stats
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    seed=st.integers(0, 2**32),
+    patterns=st.lists(st.sampled_from(JOURNAL_PATTERNS), min_size=1, max_size=3, unique=True),
+)
+def test_journal_equals_a_fresh_walk_after_random_edits(journal: None, seed, patterns) -> None:
+    _check_journal_against_walks(seed, patterns, batches=8)
+
+
+def test_journal_equals_a_fresh_walk_over_a_long_run(journal: None) -> None:
+    # Long enough to cross a periodic walk and re-arm.
+    _check_journal_against_walks(12345, [".", "src/x.py"], batches=JOURNAL_REWALK_EVERY + 8)
+
+
+# -- the journal on its own
+
+
+def test_journal_reports_changes_by_path(tmp_path: Path, journal: None) -> None:
+    tree(tmp_path, {"sub/a.txt": "1", "sub/b.txt": "2", "keep/c.txt": "3"})
+    j = fswatch.DirectoryJournal(str(tmp_path))
+    try:
+        root, sub = str(tmp_path), str(tmp_path / "sub")
+        assert j.watch(sub) and j.watch(str(tmp_path / "keep")) and j.watch_count == 3
+        assert j.drain() == fswatch.Changes(set(), set(), set())
+        write(tmp_path, "sub/a.txt", "changed")
+        (tmp_path / "sub" / "b.txt").unlink()
+        changes = j.drain()
+        assert changes.touched == {sub + "/a.txt", sub + "/b.txt"}
+        assert changes.relisted == {sub} and changes.gone == set()
+        os.rename(tmp_path / "sub", tmp_path / "moved")
+        changes = j.drain()
+        assert changes.relisted == {root} and sub in changes.gone
+        assert not j.is_watched(sub) and j.watch_count == 2
+        assert j.watch(str(tmp_path / "moved"))  # a fresh watch, not the stale one
+        assert j.drain(ignore=lambda path, name: name == "skip.txt").touched == set()
+        write(tmp_path, "keep/skip.txt", "ignored")
+        assert j.drain(ignore=lambda path, name: name == "skip.txt").touched == set()
+    finally:
+        j.close()
+    assert j.closed
+    j.close()
+    with pytest.raises(fswatch.JournalLost, match="closed"):
+        j.drain()
+
+
+def test_journal_watch_refuses_files_links_and_missing_paths(
+    tmp_path: Path, journal: None
+) -> None:
+    write(tmp_path, "real/x", "1")
+    os.symlink(tmp_path / "real", tmp_path / "alias")
+    j = fswatch.DirectoryJournal(str(tmp_path))
+    try:
+        assert j.watch(str(tmp_path / "real"))
+        assert not j.watch(str(tmp_path / "real" / "x"))
+        assert not j.watch(str(tmp_path / "alias"))  # never through a link
+        assert not j.watch(str(tmp_path / "missing"))
+    finally:
+        j.close()
+
+
+def test_journal_refuses_one_directory_under_two_paths(tmp_path: Path, journal: None) -> None:
+    (tmp_path / "a").mkdir()
+    j = fswatch.DirectoryJournal(str(tmp_path))
+    try:
+        assert j.watch(str(tmp_path / "a"))
+        os.rename(tmp_path / "a", tmp_path / "b")  # not drained yet
+        with pytest.raises(fswatch.JournalLost, match="same directory"):
+            j.watch(str(tmp_path / "b"))
+    finally:
+        j.close()
+
+
+def test_journal_needs_a_directory_root(tmp_path: Path, journal: None) -> None:
+    with pytest.raises(fswatch.JournalLost, match="not a directory") as info:
+        fswatch.DirectoryJournal(str(tmp_path / "missing"))
+    assert not info.value.sticky
+
+
+def test_parse_events() -> None:
+    name = b"a.txt\0\0\0"
+    data = struct.pack("iIII", 3, fswatch.IN_MODIFY, 0, len(name)) + name
+    data += struct.pack("iIII", 4, fswatch.IN_DELETE_SELF, 0, 0)
+    assert list(fswatch.parse_events(data)) == [
+        (3, fswatch.IN_MODIFY, "a.txt"),
+        (4, fswatch.IN_DELETE_SELF, ""),
+    ]
+    with pytest.raises(fswatch.JournalLost, match="truncated"):
+        list(fswatch.parse_events(data[:-3]))
+    with pytest.raises(fswatch.JournalLost, match="truncated"):
+        list(fswatch.parse_events(struct.pack("iIII", 3, 2, 0, 16) + b"short"))
+
+
+def test_within() -> None:
+    assert fswatch.within("/r/a/b", {"/r/a"}) and fswatch.within("/r/a", {"/r/a"})
+    assert not fswatch.within("/r/ab", {"/r/a"}) and not fswatch.within("/r", {"/r/a"})
+
+
+def test_remote_file_systems_are_recognised() -> None:
+    for fs_type in ("nfs", "nfs4", "cifs", "9p", "fuse.sshfs", "virtiofs"):
+        assert fswatch._is_remote(fs_type)
+    for fs_type in ("ext4", "xfs", "btrfs", "tmpfs", "overlay"):
+        assert not fswatch._is_remote(fs_type)
+    types = fswatch._fs_types()
+    if Path("/proc/self/mountinfo").exists():
+        assert types.get(os.stat("/").st_dev)  # the root file system is listed
 
 
 # ------------------------------------------------------ failure signatures
