@@ -63,8 +63,7 @@ import math
 import os
 import re
 import shlex
-import signal
-import subprocess
+import shutil
 import sys
 import tempfile
 import time
@@ -218,14 +217,17 @@ def collect_spectra(workdir: str | os.PathLike[str], test_args: Sequence[str], *
                     python: str | None = None, pytest_args: Sequence[str] = (),
                     data_file: str | os.PathLike[str] | None = None,
                     timeout: float | None = None,
-                    env: Mapping[str, str] | None = None) -> Spectra:
+                    env: Mapping[str, str] | None = None,
+                    runner: Any = None) -> Spectra:
     """Run ONE pytest subprocess over ``test_args`` with a coverage context per test.
 
     ``data_file`` (default: a temporary file) receives the raw result and
     ``<data_file>.out`` the run's output. ``env`` replaces ``os.environ`` as the
-    base environment. Failing tests are data, not errors: :class:`SpectraError`
-    means no coverage could be collected at all (pytest could not start, the
-    plugin could not load, the run timed out).
+    base environment. ``runner`` (default: a new
+    :class:`~pytest_loops.process.ProcessRunner`) runs it, so nothing the tests
+    start outlives the run. Failing tests are data, not errors:
+    :class:`SpectraError` means no coverage could be collected at all (pytest
+    could not start, the plugin could not load, the run timed out).
     """
     cwd = os.fspath(workdir)
     base = dict(os.environ if env is None else env)
@@ -236,35 +238,27 @@ def collect_spectra(workdir: str | os.PathLike[str], test_args: Sequence[str], *
         argv, extra = spectra_command(cwd, test_args, data_file=data_path, python=python,
                                       pytest_args=pytest_args, base_env=base)
         out_path = data_path.with_name(data_path.name + ".out")
-        exit_code = _run(argv, cwd, {**base, **extra}, out_path, timeout)
+        exit_code = _run(argv, cwd, {**base, **extra}, out_path, timeout, runner)
         return read_spectra(data_path, exit_code=exit_code, output=_tail(out_path))
 
 
 def _run(argv: list[str], cwd: str, env: Mapping[str, str], out_path: Path,
-         timeout: float | None) -> int:
-    with open(out_path, "wb") as out:
-        try:
-            proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-        except OSError as exc:
-            raise SpectraError(f"could not start {argv[0]}: {exc}") from exc
-        try:
-            return proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            raise SpectraError(f"pytest under coverage timed out after {timeout:g}s") from None
-        except BaseException:
-            _kill_group(proc)
-            raise
+         timeout: float | None, runner: Any = None) -> int:
+    # Through the runner like every command of a loop: a test that starts a daemon
+    # (a background or `setsid` child) must not leave it running, and a SIGTERM or
+    # Ctrl-C of the harness must stop this run with its whole process tree.
+    if shutil.which(argv[0]) is None:
+        raise SpectraError(f"could not start {argv[0]}: no such executable")
+    if runner is None:
+        from .process import ProcessRunner
 
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    proc.wait()
+        runner = ProcessRunner()
+    result = runner.run(shlex.join(argv), cwd=cwd, env=dict(env), timeout=timeout, output_path=out_path)
+    if result.start_error:
+        raise SpectraError(f"could not start {argv[0]}: {result.start_error}")
+    if result.timed_out:
+        raise SpectraError(f"pytest under coverage timed out after {timeout:g}s")
+    return result.exit_code
 
 
 def _tail(path: Path) -> str:
