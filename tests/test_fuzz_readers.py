@@ -30,8 +30,16 @@ from hypothesis import strategies as st
 
 from pytest_loops import LoopUsageError, cli
 from pytest_loops.artifacts.runlog import RunLogWriter, load_runlog
-from pytest_loops.config import read_runner_config
+from pytest_loops.config import (
+    ENV_NAMES,
+    GUARD_KEYS,
+    env_layer,
+    parse_guard,
+    parse_signal,
+    read_runner_config,
+)
 from pytest_loops.inspect import load_run
+from pytest_loops.plugin import MARKER_KEYS, marker_layer
 from pytest_loops.results import CommandResult
 
 EXPECTED_EXITS = {0, 2, 3, 4, 5, 64}
@@ -562,6 +570,67 @@ def test_yaml_ish_text_reaches_the_readers_value_checks():
     """The text strategy is not all syntax errors: it produces mappings too."""
     examples = ["guards:\n  max_iter: 2", "guards:\n  max_iter: -1", "verify:\n  cmd: [1]"]
     assert all(isinstance(yaml.safe_load(text), dict) for text in examples)
+
+
+# --------------------------------------------------------------------------- settings: flags, env, markers
+
+RAW = st.one_of(st.text(max_size=8), st.sampled_from(["1", " 2 ", "0", "-1", "1.0", "1e3", "nan", "inf", "-0",
+                                                      "0x10", "1_000", "\u0661", "state", " both "]),
+                st.integers(-5, 10**12), st.floats(allow_nan=True, allow_infinity=True), st.booleans(),
+                st.none(), st.lists(st.integers(), max_size=2))
+
+
+@settings(max_examples=300, **FUZZ)
+@given(name=st.sampled_from(GUARD_KEYS), raw=RAW)
+def test_parse_guard_on_any_value(name, raw):
+    """The one parser behind --max-iter, --loop-max-iter, ini, env and YAML values."""
+    from pytest_loops.spec import validate_guard_values
+
+    try:
+        value = parse_guard(name, raw, "--flag")
+    except LoopUsageError as exc:
+        assert "--flag" in str(exc) and "\n" not in str(exc)
+    else:
+        if raw is None:  # None is "not set" in every layer
+            assert value is None
+            return
+        assert validate_guard_values(**{name: value}) == []
+        assert isinstance(value, float if name == "budget_seconds" else int) and not isinstance(value, bool)
+
+
+@settings(max_examples=100, **FUZZ)
+@given(raw=RAW)
+def test_parse_signal_on_any_value(raw):
+    try:
+        assert parse_signal(raw, "--flag") in ("state", "failure", "both")
+    except LoopUsageError as exc:
+        assert "--flag" in str(exc)
+
+
+@settings(max_examples=200, **FUZZ)
+@given(env=st.dictionaries(st.sampled_from(sorted(ENV_NAMES.values())), st.text(max_size=6), max_size=5))
+def test_env_layer_on_any_environment(env):
+    try:
+        layer = env_layer(env)
+    except LoopUsageError as exc:
+        assert "environment variable PYTEST_LOOPS_" in str(exc) and "\n" not in str(exc)
+    else:
+        assert set(layer) <= set(ENV_NAMES)
+
+
+@settings(max_examples=200, **FUZZ)
+@given(args=st.lists(RAW, max_size=2),
+       kwargs=st.dictionaries(st.sampled_from([*MARKER_KEYS, "max_iters", "revise_with"]), RAW, max_size=4))
+def test_marker_layer_on_any_arguments(args, kwargs):
+    """`@pytest.mark.loop(...)` is read before anything runs: a usage error or a valid layer."""
+    mark = pytest.mark.loop(*args, **kwargs).mark
+    try:
+        layer = marker_layer(mark, "test_x.py::test_x")
+    except LoopUsageError as exc:
+        assert "test_x.py::test_x" in str(exc) and "\n" not in str(exc)
+    else:
+        assert not args
+        assert set(layer) <= {*GUARD_KEYS, "no_progress_signal", "revise", "state_paths"}
 
 
 # --------------------------------------------------------------------------- the command line

@@ -417,6 +417,47 @@ def test_a_signal_to_pytest_loop_leaves_no_descendant(tmp_path, procs, sig, code
     assert load_runlog(log)["reason"].startswith("SystemExit" if sig == signal.SIGTERM else "KeyboardInterrupt")
 
 
+DAEMON_TEST_BODY = """\
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+PIDS = Path(os.environ["PIDS_DIR"])
+
+
+@pytest.mark.loop(revise="true", max_iter=2, no_progress_k=0)
+def test_starts_a_daemon():
+    if os.environ.get("PYTEST_LOOPS_CHILD"):  # a run the harness started: a check or the localization re-run
+        for how in ("bg", "setsid"):
+            name = PIDS / f"{how}-{uuid.uuid4().hex}"
+            subprocess.Popen(["sh", "-c", f'echo $$ > {name}.tmp && mv {name}.tmp {name}.pid; exec sleep 300'],
+                             start_new_session=how == "setsid")
+        while len(list(PIDS.glob("*.pid"))) % 2:  # both recorded before the test ends
+            pass
+    assert False
+"""
+
+
+def test_no_descendant_of_a_rerun_test_outlives_the_session(tmp_path, procs):
+    """The tests a loop re-runs (its checks and any re-run under coverage) may start
+    daemons of their own; none of them is left when the harness's command ends."""
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    work = project(tmp_path / "proj")
+    (work / "pytest.ini").write_text("[pytest]\n")
+    (work / "test_daemon.py").write_text(DAEMON_TEST_BODY)
+    done = pytest_run("--loop", "-q", "--loop-tine", "off", cwd=work, env={"PIDS_DIR": str(pid_dir)})
+    assert done.returncode == 1, done.stdout + done.stderr
+    pids = {p.stem: int(p.read_text()) for p in pid_dir.glob("*.pid")}
+    assert len(pids) >= 2, done.stdout  # the check of iteration 2 at least
+    for pid in pids.values():
+        procs.seen.setdefault(pid, start_time(pid) or 0)
+    assert procs.wait_gone(pids, 5) == {}, f"survivors: {procs.alive(pids)}"
+
+
 # --------------------------------------------------------------------------- secrets
 
 SECRET = "s3cr3t-" + os.urandom(8).hex()
