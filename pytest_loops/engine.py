@@ -395,6 +395,10 @@ class Engine:
         except BaseException as exc:
             log.aborted(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
             raise
+        finally:
+            close = getattr(fingerprint, "close", None)
+            if close is not None:
+                close()  # release the change journal (an inotify descriptor) now
 
         result = LoopResult(
             spec=spec, verdict=verdict, reason=reason, iterations=records,
