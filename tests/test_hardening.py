@@ -420,6 +420,7 @@ def test_a_signal_to_pytest_loop_leaves_no_descendant(tmp_path, procs, sig, code
 DAEMON_TEST_BODY = """\
 import os
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -431,12 +432,14 @@ PIDS = Path(os.environ["PIDS_DIR"])
 @pytest.mark.loop(revise="true", max_iter=2, no_progress_k=0)
 def test_starts_a_daemon():
     if os.environ.get("PYTEST_LOOPS_CHILD"):  # a run the harness started: a check or the localization re-run
-        for how in ("bg", "setsid"):
-            name = PIDS / f"{how}-{uuid.uuid4().hex}"
+        run = "localize" if os.environ.get("PYTEST_LOOPS_COVCTX") else "check"
+        names = [PIDS / f"{run}-{how}-{uuid.uuid4().hex}" for how in ("bg", "setsid")]
+        for name in names:
             subprocess.Popen(["sh", "-c", f'echo $$ > {name}.tmp && mv {name}.tmp {name}.pid; exec sleep 300'],
-                             start_new_session=how == "setsid")
-        while len(list(PIDS.glob("*.pid"))) % 2:  # both recorded before the test ends
-            pass
+                             start_new_session="setsid" in name.name)
+        end = time.monotonic() + 30
+        while not all(name.with_suffix(".pid").exists() for name in names) and time.monotonic() < end:
+            time.sleep(0.01)  # both recorded before the test ends
     assert False
 """
 
@@ -452,7 +455,8 @@ def test_no_descendant_of_a_rerun_test_outlives_the_session(tmp_path, procs):
     done = pytest_run("--loop", "-q", "--loop-tine", "off", cwd=work, env={"PIDS_DIR": str(pid_dir)})
     assert done.returncode == 1, done.stdout + done.stderr
     pids = {p.stem: int(p.read_text()) for p in pid_dir.glob("*.pid")}
-    assert len(pids) >= 2, done.stdout  # the check of iteration 2 at least
+    # the check of iteration 2 and the localization re-run after iteration 1 started theirs
+    assert {name.split("-")[0] for name in pids} == {"check", "localize"}, sorted(pids)
     for pid in pids.values():
         procs.seen.setdefault(pid, start_time(pid) or 0)
     assert procs.wait_gone(pids, 5) == {}, f"survivors: {procs.alive(pids)}"
