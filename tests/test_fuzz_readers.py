@@ -89,9 +89,9 @@ def assert_clean_exit(code: int, err: str, argv: Sequence[str]) -> None:
 
 
 @contextlib.contextmanager
-def scratch() -> Iterator[Path]:
-    """A fresh working directory for one example, made the current directory."""
-    path = Path(tempfile.mkdtemp(prefix="fuzz-"))
+def scratch(base: Path) -> Iterator[Path]:
+    """A fresh working directory under ``base`` for one example, made the current directory."""
+    path = Path(tempfile.mkdtemp(prefix="fuzz-", dir=base))
     try:
         with contextlib.chdir(path):
             yield path
@@ -287,10 +287,10 @@ def write_mutated(corpus: dict[str, Any], mutations: list[Any], directory: Path,
 
 @settings(max_examples=120, **FUZZ)
 @given(which=st.sampled_from(["finished", "events"]), mutations=MUTATIONS, give_cwd=st.booleans())
-def test_resume_of_a_mutated_log_is_a_verdict_or_one_line(corpus, which, mutations, give_cwd):
+def test_resume_of_a_mutated_log_is_a_verdict_or_one_line(tmp_path, corpus, which, mutations, give_cwd):
     """LoopSpec.from_dict and the iteration records, read back by --resume: a run to a
     verdict or exit 64, never an internal error. --max-iter keeps a fuzzed cap small."""
-    with scratch() as work:
+    with scratch(tmp_path) as work:
         log = write_mutated(corpus, mutations, work, which)
         argv = ["run", "--resume", str(log), "-q", "--no-tine", "--max-iter", "3",
                 "--log", str(work / "resumed.json"), "--artifacts", str(work / "art")]
@@ -305,8 +305,8 @@ def test_resume_of_a_mutated_log_is_a_verdict_or_one_line(corpus, which, mutatio
 
 @settings(max_examples=120, **FUZZ)
 @given(which=st.sampled_from(["finished", "events"]), mutations=MUTATIONS)
-def test_show_diff_and_report_of_a_mutated_log(corpus, which, mutations):
-    with scratch() as work:
+def test_show_diff_and_report_of_a_mutated_log(tmp_path, corpus, which, mutations):
+    with scratch(tmp_path) as work:
         log = write_mutated(corpus, mutations, work, which)
         good = corpus["dir"] / "max.json"
         for argv in (["show", str(log)], ["diff", str(good), str(log)],
@@ -343,8 +343,8 @@ RESUME_CASES = [
 
 
 @pytest.mark.parametrize("path, value, expect", RESUME_CASES, ids=[f"{c[0]}={c[1]!r}" for c in RESUME_CASES])
-def test_resume_of_a_log_with_a_wrong_type_is_one_line(corpus, path, value, expect):
-    with scratch() as work:
+def test_resume_of_a_log_with_a_wrong_type_is_one_line(tmp_path, corpus, path, value, expect):
+    with scratch(tmp_path) as work:
         (work / "dir").mkdir()
         doc = copy.deepcopy(corpus["finished"])
         doc["spec"]["cwd"] = str(work)
@@ -359,8 +359,8 @@ def test_resume_of_a_log_with_a_wrong_type_is_one_line(corpus, path, value, expe
         assert not (work / ".pytest-loops" / "runs").exists()  # refused before the loop started
 
 
-def test_resume_refuses_a_log_path_that_is_a_directory(corpus):
-    with scratch() as work:
+def test_resume_refuses_a_log_path_that_is_a_directory(tmp_path, corpus):
+    with scratch(tmp_path) as work:
         (work / "dir").mkdir()
         log = work / "run.json"
         doc = copy.deepcopy(corpus["finished"])
@@ -375,8 +375,8 @@ SHOW_CASES = [("spec", "a:"), ("spec", 7), ("lessons", 3), ("artifacts", 1), ("a
 
 
 @pytest.mark.parametrize("path, value", SHOW_CASES, ids=[f"{c[0]}={c[1]!r}" for c in SHOW_CASES])
-def test_show_diff_and_report_refuse_a_log_with_a_wrong_type_in_one_line(corpus, path, value):
-    with scratch() as work:
+def test_show_diff_and_report_refuse_a_log_with_a_wrong_type_in_one_line(tmp_path, corpus, path, value):
+    with scratch(tmp_path) as work:
         doc = copy.deepcopy(corpus["finished"])
         _set(doc, path, value)
         (work / "runs").mkdir()
@@ -665,10 +665,10 @@ def argv_files(corpus) -> Corpus:
 @settings(max_examples=150, **FUZZ)
 @given(argv=st.tuples(st.sampled_from(SUBCOMMANDS + ["", "bogus"]),
                       st.lists(st.one_of(st.sampled_from(FLAGS), st.sampled_from(VALUES_CLI)), max_size=10)))
-def test_random_command_lines_exit_with_a_documented_code(argv_files, argv):
+def test_random_command_lines_exit_with_a_documented_code(tmp_path, argv_files, argv):
     command, rest = argv
     args = ([command] if command else []) + rest
-    with scratch() as work:
+    with scratch(tmp_path) as work:
         for name, blob in argv_files.items():
             (work / name).write_bytes(blob)
         (work / "dir").mkdir()
@@ -693,8 +693,8 @@ def test_random_command_lines_exit_with_a_documented_code(argv_files, argv):
     (["bogus"], "invalid choice"),
     ([], "a command is required"),
 ])
-def test_bad_command_lines_name_the_problem_in_one_line(argv_files, argv, expect):
-    with scratch() as work:
+def test_bad_command_lines_name_the_problem_in_one_line(tmp_path, argv_files, argv, expect):
+    with scratch(tmp_path) as work:
         for name, blob in argv_files.items():
             (work / name).write_bytes(blob)
         code, _, err = run_main(argv)
