@@ -48,29 +48,10 @@ from pytest_loops import LoopUsageError, cli  # noqa: E402
 from pytest_loops.artifacts.runlog import RunLogWriter, load_runlog  # noqa: E402
 from pytest_loops.config import read_runner_config  # noqa: E402
 from pytest_loops.inspect import load_run  # noqa: E402
-from pytest_loops.results import CommandResult  # noqa: E402
 from pytest_loops.spec import validate_guard_values  # noqa: E402
+from pytest_loops.testing import InstantRunner  # noqa: E402
 
 ACCEPTED, REFUSED, BAD = "accepted", "refused", "BAD"
-
-
-class InstantRunner:
-    """Runs nothing: `true` passes, any other command fails at once."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def run(self, command: str, *, cwd: Any, env: Any = None, timeout: float | None = None,
-            output_path: Any = None) -> CommandResult:
-        if output_path is not None:
-            Path(output_path).parent.mkdir(parents=True, exist_ok=True)
-            Path(output_path).write_text(f"ran {command}\n", encoding="utf-8")
-        return CommandResult(command=command, exit_code=0 if command == "true" else 1, duration_s=0.0,
-                             tail=f"ran {command}\n", output_file=str(output_path) if output_path else None,
-                             timed_out=timeout is not None and timeout <= 0)
-
-    def terminate_all(self) -> None:
-        pass
 
 
 def run_main(argv: list[str]) -> tuple[int, str]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from .errors import LoopUsageError
+from .errors import LoopUsageError, read_user_text
 from .spec import (
     DEFAULT_BUDGET_SECONDS,
     DEFAULT_ESCALATE_AFTER,
@@ -185,17 +185,8 @@ def _str_list(value: Any, where: str) -> list[str]:
 def load_yaml_file(path: str | os.PathLike) -> Any:
     """Read a YAML file; any problem is one LoopUsageError line with file:line:column."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise LoopUsageError("config file not found", location=str(p),
-                             fix="check the path given to --config") from None
-    except IsADirectoryError:
-        raise LoopUsageError("is a directory, not a config file", location=str(p)) from None
-    except UnicodeDecodeError:
-        raise LoopUsageError("not UTF-8 text", location=str(p)) from None
-    except OSError as exc:
-        raise LoopUsageError(f"cannot read: {exc.strerror}", location=str(p)) from None
+    text = read_user_text(p, "a config file", missing="config file not found",
+                          missing_fix="check the path given to --config")
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -30,7 +30,7 @@ from .verdict import Verdict
 
 hookimpl = pluggy.HookimplMarker("pytest")
 
-__all__ = ["FakeClock", "HarnessResult", "LoopHarness", "format_iterations"]
+__all__ = ["FakeClock", "HarnessResult", "InstantRunner", "LoopHarness", "format_iterations"]
 
 
 class FakeClock:
@@ -139,6 +139,27 @@ class _AdvancingRunner:
         if self.last_check is not None and Path(out).name.startswith(self.last_check):
             self.clock.advance(self.per_iteration)
         return result
+
+
+class InstantRunner:
+    """A command runner that spawns nothing: `true` passes, any other command fails
+    at once. For tests and fuzzing that drive the engine or the CLI in-process
+    (patch it in for :class:`pytest_loops.process.ProcessRunner`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def run(self, command: str, *, cwd: Any, env: Any = None, timeout: float | None = None,
+            output_path: Any = None) -> CommandResult:
+        if output_path is not None:
+            Path(output_path).parent.mkdir(parents=True, exist_ok=True)
+            Path(output_path).write_text(f"ran {command}\n", encoding="utf-8")
+        return CommandResult(command=command, exit_code=0 if command == "true" else 1, duration_s=0.0,
+                             tail=f"ran {command}\n", output_file=str(output_path) if output_path else None,
+                             timed_out=timeout is not None and timeout <= 0)
+
+    def terminate_all(self) -> None:
+        pass
 
 
 class LoopHarness:

@@ -40,7 +40,7 @@ from pytest_loops.config import (
 )
 from pytest_loops.inspect import load_run
 from pytest_loops.plugin import MARKER_KEYS, marker_layer
-from pytest_loops.results import CommandResult
+from pytest_loops.testing import InstantRunner
 
 EXPECTED_EXITS = {0, 2, 3, 4, 5, 64}
 FUZZ = {"deadline": None, "database": None,
@@ -48,26 +48,6 @@ FUZZ = {"deadline": None, "database": None,
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-class InstantRunner:
-    """Stands in for ProcessRunner in in-process runs: `true` passes, anything
-    else fails, nothing is spawned (so a fuzzed spec can never run a command)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def run(self, command: str, *, cwd: Any, env: Any = None, timeout: float | None = None,
-            output_path: Any = None) -> CommandResult:
-        if output_path is not None:
-            Path(output_path).parent.mkdir(parents=True, exist_ok=True)
-            Path(output_path).write_text(f"ran {command}\n", encoding="utf-8")
-        return CommandResult(command=command, exit_code=0 if command == "true" else 1, duration_s=0.0,
-                             tail=f"ran {command}\n", output_file=str(output_path) if output_path else None,
-                             timed_out=timeout is not None and timeout <= 0)
-
-    def terminate_all(self) -> None:
-        pass
 
 
 def run_main(argv: Sequence[str]) -> tuple[int, str, str]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from ..errors import LoopUsageError
+from ..errors import LoopUsageError, read_user_text
 
 SCHEMA = "pytest-loops.runlog/1"
 INDEX_SCHEMA = "pytest-loops.index/1"
@@ -108,16 +108,7 @@ def _from_events(lines: list[str], path: Path) -> dict[str, Any]:
 def load_runlog(path: str | os.PathLike) -> dict[str, Any]:
     """Read a run log, finished or not. Bad input raises LoopUsageError (one line)."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise LoopUsageError("no such run log", location=str(p)) from None
-    except IsADirectoryError:
-        raise LoopUsageError("is a directory, not a run log", location=str(p)) from None
-    except UnicodeDecodeError:
-        raise LoopUsageError("not UTF-8 text: not a pytest-loops run log", location=str(p)) from None
-    except OSError as exc:
-        raise LoopUsageError(f"cannot read: {exc.strerror}", location=str(p)) from None
+    text = read_user_text(p, "a pytest-loops run log", missing="no such run log")
     stripped = text.strip()
     if not stripped:
         raise LoopUsageError("empty file: not a pytest-loops run log", location=str(p))
