@@ -40,7 +40,7 @@ TAG_VARIABLE = "PYTEST_LOOPS_COMMAND_TAG"
 
 _PR_SET_CHILD_SUBREAPER = 36
 _POLL_MAX = 0.01  # seconds between exit checks: keeps deadlines precise to ~10 ms
-_SCAN_FIRST = 0.02  # first /proc walk soon after start: most escapes happen early
+_SCAN_FIRST = 0.05  # first /proc walk: most commands that escape live longer; sooner costs short ones
 _SCAN_MAX = 0.2  # later walks further apart, to stay cheap on long commands
 _REAP_WAIT = 2.0  # how long to wait for SIGKILLed processes to become reapable
 
