@@ -145,6 +145,9 @@ README_BLOCKS: list[tuple[str, dict[str, list[str]]]] = [
                                                  "expect": ["SUCCESS (exit 0)"]}),
     ("@pytest.mark.loop(", {"setup": ["marked-project"], "file": ["tests/test_checkout.py"]}),
     ("pytest --loop --loop-revise", {"expect": ["repaired"]}),
+    ('loop "fix calc":', {"setup": ["buggy-project"], "file": ["fix.loop"]}),
+    ("pytest --loop fix.loop", {"expect": ["1 repaired"]}),
+    ("pytest-loops report .pytest-loops", {"expect": ["loop run(s)"]}),
 ]
 
 
