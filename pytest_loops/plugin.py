@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -24,6 +24,7 @@ from .config import (
     resolve,
 )
 from .errors import LoopUsageError
+from .verdict import EXIT_USAGE
 
 MARKER = (
     "loop(revise=None, max_iter=None, budget_seconds=None, no_progress_k=None, "
@@ -200,6 +201,14 @@ def artifact_options(config: pytest.Config):
     return options
 
 
+def usage_error(config: pytest.Config, message: str) -> NoReturn:
+    """pytest's usage error (exit 4, an `ERROR:` line). Under --loop-exitcode=verdict,
+    where 4 means NO_PROGRESS, the same line exits 64 instead: there, 2-5 are verdicts only."""
+    if (config.getoption("loop_exitcode") or _ini(config, "exitcode")) == "verdict":
+        pytest.exit(f"ERROR: {message}", returncode=EXIT_USAGE)
+    raise pytest.UsageError(message)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
     enabled = bool(config.getoption("loop")) and not os.environ.get(CHILD_ENV)
@@ -211,7 +220,7 @@ def pytest_configure(config: pytest.Config) -> None:
         artifact_options(config)  # validates the signing key now, before any test runs
         _choice(config, "suspects", SUSPECTS_CHOICES)
     except LoopUsageError as exc:
-        raise pytest.UsageError(str(exc)) from None
+        usage_error(config, str(exc))
     from .hooks import register_builtins
     from .session import LoopSession
 

@@ -27,7 +27,7 @@ from .reporting import (
 )
 from .results import CheckResult, LoopResult
 from .spec import Check, CheckKind, Guards, LoopSpec
-from .verdict import Verdict
+from .verdict import EXIT_INTERNAL, EXIT_USAGE, Verdict
 
 # Never part of a test tree's state: virtualenvs and build output change on
 # their own and would fake progress (caches are excluded by the fingerprint).
@@ -59,6 +59,7 @@ class LoopSession:
         self.failed_nodeids: list[str] = []  # failing tests outside any marker loop
         self.passed_nodeids: list[str] = []
         self.ignored_lines: dict[str, list[Any]] = {}  # loop file -> lines not acted on
+        self.collection_errors = 0  # collectors that failed (a bad loop file, an import error)
         self.loop_failures = 0  # marker-loop tests that failed (counted in session.testsfailed)
         self.session_result: LoopResult | None = None
         workerinput = getattr(config, "workerinput", None)
@@ -247,7 +248,7 @@ class LoopSession:
     @pytest.hookimpl
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         """Reject a bad `@pytest.mark.loop(...)` before anything runs."""
-        from .plugin import marker_layer
+        from .plugin import marker_layer, usage_error
 
         for item in items:
             marker = item.get_closest_marker("loop")
@@ -262,14 +263,16 @@ class LoopSession:
                         self.config.workeroutput[USAGE_ERROR_KEY] = str(exc)
                         items[:] = []
                         return
-                    raise pytest.UsageError(str(exc)) from None
+                    usage_error(self.config, str(exc))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         """On the xdist controller: a worker found a bad marker; fail as a usage error."""
         message = (getattr(node, "workeroutput", None) or {}).get(USAGE_ERROR_KEY)
         if message:
-            raise pytest.UsageError(message)
+            from .plugin import usage_error
+
+            usage_error(self.config, message)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]):
@@ -315,6 +318,11 @@ class LoopSession:
         return None
 
     # -- collecting outcomes (on the controller under xdist) -----------------------------------
+
+    @pytest.hookimpl
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.collection_errors += 1
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -398,7 +406,12 @@ class LoopSession:
     def _set_exitstatus(self, session: pytest.Session) -> None:
         failed_loops = [row for row in self.rows if row.get("verdict") != "SUCCESS"]
         status = int(session.exitstatus)
-        if status not in (0, 1):  # interrupted, internal or usage error: leave it alone
+        if status not in (0, 1):  # interrupted, internal or usage error, no tests
+            if self.exitcode == "verdict":  # there, 2-5 must mean verdicts only
+                session.exitstatus = {
+                    2: EXIT_USAGE if self.collection_errors else 130,
+                    3: EXIT_INTERNAL, 4: EXIT_USAGE, 5: EXIT_USAGE,
+                }.get(status, status)
             return
         plain = session.testsfailed - self.loop_failures > 0
         if self.exitcode == "verdict":
