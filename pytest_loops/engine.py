@@ -369,7 +369,7 @@ class Engine:
                     machine_ok = all(c.needs_human for c in failed)
                     # lesson
                     if page is not None and not machine_ok:
-                        from .progress import first_meaningful_line
+                        from .signature import first_meaningful_line
 
                         line = format_lesson(iteration, record.verify_exit,
                                              record.state_changed if fingerprint is not None else "untracked",
@@ -561,7 +561,7 @@ def iteration_signature(failed: list[CheckResult]) -> str | None:
         return None
     import hashlib
 
-    from .progress import failure_signature
+    from .signature import failure_signature
 
     parts = []
     for c in sorted(failed, key=lambda c: c.name):
