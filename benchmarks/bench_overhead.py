@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pytest_loops.engine import Engine  # noqa: E402
 from pytest_loops.process import ProcessRunner  # noqa: E402
-from pytest_loops.results import CommandResult  # noqa: E402
 from pytest_loops.spec import Check, Guards, LoopSpec  # noqa: E402
+from pytest_loops.testing import canned_result  # noqa: E402
 from pytest_loops.verdict import Verdict  # noqa: E402
 
 GOAL = 0.05
@@ -73,12 +73,7 @@ class CannedRunner:
 
     def run(self, command, *, cwd, env=None, timeout=None, output_path=None):
         code, text = (1, "check failed: 1 != 2\n") if command == VERIFY else (0, "revised\n")
-        if output_path is not None:
-            Path(output_path).parent.mkdir(parents=True, exist_ok=True)
-            Path(output_path).write_text(text)
-        return CommandResult(command=command, exit_code=code, duration_s=0.0, tail=text,
-                             output_file=str(output_path) if output_path else None,
-                             output_bytes=len(text))
+        return canned_result(command, code, text, output_path)
 
 
 def bookkeeping(n: int, work: Path, out: Path, round_no: int) -> float:

@@ -33,7 +33,7 @@ from typing import Any
 
 from .results import CommandResult
 
-__all__ = ["ProcessRunner", "TerminationGuard", "TAG_VARIABLE"]
+__all__ = ["ProcessRunner", "TerminationGuard", "TAG_VARIABLE", "pid_alive"]
 
 TAG_VARIABLE = "PYTEST_LOOPS_COMMAND_TAG"
 """Set in every command's environment; lets orphans be traced back to their command."""
@@ -534,6 +534,23 @@ def _own_children() -> set[int] | None:
         return children
     except (OSError, ValueError):
         return None
+
+
+def pid_alive(pid: int) -> bool:
+    """True while the process runs; a zombie (dead, not yet reaped) does not count."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
 
 def _open_pidfd(pid: int) -> int | None:

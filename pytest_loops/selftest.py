@@ -6,7 +6,6 @@ removed afterwards.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
@@ -14,25 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import LoopUsageError
+from .process import pid_alive
 from .spec import Check, Guards, LoopSpec
 from .testing import LoopHarness
 from .verdict import Verdict
 
 TIMEOUT_SLACK_S = 0.5
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is dead for our purposes
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def _expect(harness_result, verdict: str, iterations: int) -> str:
@@ -100,9 +86,9 @@ def _scenario_hang(h: LoopHarness, base: Path, step: str = "verify") -> str:
         raise AssertionError(f"TIMEOUT came {took - budget:.2f}s after the budget (limit {TIMEOUT_SLACK_S}s)")
     child = int((work / "child.pid").read_text().strip())
     deadline = time.monotonic() + 2.0
-    while _pid_alive(child) and time.monotonic() < deadline:
+    while pid_alive(child) and time.monotonic() < deadline:
         time.sleep(0.02)
-    if _pid_alive(child):
+    if pid_alive(child):
         raise AssertionError(f"orphan grandchild {child} survived the kill")
     return f"hanging {step} killed: TIMEOUT {took - budget:+.2f}s from the budget, no orphan left"
 

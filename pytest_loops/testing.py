@@ -30,7 +30,7 @@ from .verdict import Verdict
 
 hookimpl = pluggy.HookimplMarker("pytest")
 
-__all__ = ["FakeClock", "HarnessResult", "InstantRunner", "LoopHarness", "format_iterations"]
+__all__ = ["FakeClock", "HarnessResult", "InstantRunner", "LoopHarness", "canned_result", "format_iterations"]
 
 
 class FakeClock:
@@ -141,6 +141,18 @@ class _AdvancingRunner:
         return result
 
 
+def canned_result(command: str, exit_code: int, text: str, output_path: Any = None, *,
+                  timed_out: bool = False) -> CommandResult:
+    """A finished command's result without running it; writes `text` as its output file,
+    as a real runner would. For fake runners in tests and benchmarks."""
+    if output_path is not None:
+        Path(output_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(output_path).write_text(text, encoding="utf-8")
+    return CommandResult(command=command, exit_code=exit_code, duration_s=0.0, tail=text,
+                         output_file=str(output_path) if output_path else None,
+                         output_bytes=len(text.encode()), timed_out=timed_out)
+
+
 class InstantRunner:
     """A command runner that spawns nothing: `true` passes, any other command fails
     at once. For tests and fuzzing that drive the engine or the CLI in-process
@@ -151,11 +163,7 @@ class InstantRunner:
 
     def run(self, command: str, *, cwd: Any, env: Any = None, timeout: float | None = None,
             output_path: Any = None) -> CommandResult:
-        if output_path is not None:
-            Path(output_path).parent.mkdir(parents=True, exist_ok=True)
-            Path(output_path).write_text(f"ran {command}\n", encoding="utf-8")
-        return CommandResult(command=command, exit_code=0 if command == "true" else 1, duration_s=0.0,
-                             tail=f"ran {command}\n", output_file=str(output_path) if output_path else None,
+        return canned_result(command, 0 if command == "true" else 1, f"ran {command}\n", output_path,
                              timed_out=timeout is not None and timeout <= 0)
 
     def terminate_all(self) -> None:

@@ -20,9 +20,9 @@ from pytest_loops import Check, CheckKind, Guards, LoopSpec, LoopUsageError, Ver
 from pytest_loops.artifacts.runlog import load_runlog
 from pytest_loops.engine import Engine, resolve_paths
 from pytest_loops.hooks import make_plugin_manager
-from pytest_loops.process import ProcessRunner
-from pytest_loops.results import CheckResult, CommandResult
-from pytest_loops.testing import FakeClock, LoopHarness
+from pytest_loops.process import ProcessRunner, pid_alive
+from pytest_loops.results import CheckResult
+from pytest_loops.testing import FakeClock, LoopHarness, canned_result
 
 hookimpl = pluggy.HookimplMarker("pytest")
 
@@ -83,14 +83,7 @@ class FakeRunner:
     def run(self, command, *, cwd, env=None, timeout=None, output_path=None):
         self.calls.append({"command": command, "cwd": str(cwd), "env": dict(env or {}),
                            "timeout": timeout})
-        code = self.codes.get(command, 0)
-        text = f"output of {command}\n"
-        if output_path is not None:
-            Path(output_path).parent.mkdir(parents=True, exist_ok=True)
-            Path(output_path).write_text(text)
-        return CommandResult(command=command, exit_code=code, duration_s=0.0, tail=text,
-                             output_file=str(output_path) if output_path else None,
-                             output_bytes=len(text))
+        return canned_result(command, self.codes.get(command, 0), f"output of {command}\n", output_path)
 
 
 def spec_for(tmp_path: Path, checks, **kw) -> LoopSpec:
@@ -116,21 +109,6 @@ def engine_with(*plugins, clock=None, runner=None) -> Engine:
 
 def touch_each_iteration(workspace: Path, iteration: int) -> None:
     (workspace / f"revised-{iteration}").write_text(str(iteration))
-
-
-def pid_alive(pid: int) -> bool:
-    """True while the process runs; a zombie (dead, not yet reaped) does not count."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-    except OSError:  # pragma: no cover - no /proc: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
 
 
 # -- SUCCESS and MAX_ITER -------------------------------------------------------------
