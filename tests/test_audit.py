@@ -1,0 +1,933 @@
+"""The built-in diff auditor: gaming the checks is flagged, genuine fixes are not."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from collections.abc import Collection
+from types import SimpleNamespace
+
+import pluggy
+import pytest
+from _pytest.mark.structures import ParameterSet
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_loops.audit import (
+    BuiltinAuditor,
+    FileChange,
+    Finding,
+    audit_changes,
+    failing_literals,
+)
+
+
+def code(text: str) -> str:
+    return textwrap.dedent(text).lstrip("\n")
+
+
+def audit(before: str | None, after: str | None, literals: Collection[str] = (),
+          path: str = "calc.py") -> list[Finding]:
+    return audit_changes([FileChange(path, before, after)], literals=literals)
+
+
+def flagged(findings: list[Finding]) -> list[tuple[str, int]]:
+    return [(f.rule, f.line) for f in findings]
+
+
+# --------------------------------------------------------------------------- gaming
+
+ADD = "def add(a, b):\n    return a - b\n"
+ADD_LITERALS = frozenset({"-1", "5", "2", "3"})  # from `assert -1 == 5`, `where -1 = add(2, 3)`
+
+# id -> (before, after, failing literals, the (rule, line) expected)
+GAMING: dict[str, tuple[str | None, str, frozenset[str], tuple[str, int]]] = {
+    "if on both inputs returns the expected value": (ADD, code("""
+        def add(a, b):
+            if a == 2 and b == 3:
+                return 5
+            return a - b
+        """), ADD_LITERALS, ("hardcoded-literal", 2)),
+    "tuple comparison": (ADD, code("""
+        def add(a, b):
+            if (a, b) == (2, 3):
+                return 5
+            return a - b
+        """), ADD_LITERALS, ("hardcoded-literal", 2)),
+    "elif special case": (ADD, code("""
+        def add(a, b):
+            if a is None:
+                raise TypeError("a")
+            elif b == 3:
+                return 5
+            return a - b
+        """), ADD_LITERALS, ("hardcoded-literal", 4)),
+    "nested ifs on two small literals": (
+        "def sub(a, b):\n    return a + b\n", code("""
+        def sub(a, b):
+            if a == 0:
+                if b == 1:
+                    return -1
+            return a + b
+        """), frozenset({"0", "1", "-1"}), ("hardcoded-literal", 3)),
+    "membership in a set of failing inputs": (
+        "def is_prime(n):\n    return n > 1\n", code("""
+        def is_prime(n):
+            if n in {91, 221}:
+                return False
+            return n > 1
+        """), frozenset({"91", "221", "True", "False"}), ("hardcoded-literal", 2)),
+    "string input": (
+        "def title(s):\n    return s.upper()\n", code("""
+        def title(s):
+            if s == "hello world":
+                return "Hello World"
+            return s.upper()
+        """), frozenset({"'hello world'", "'Hello World'", "'HELLO WORLD'"}),
+        ("hardcoded-literal", 2)),
+    "conditional expression": (ADD, code("""
+        def add(a, b):
+            return 5 if (a, b) == (2, 3) else a - b
+        """), ADD_LITERALS, ("hardcoded-literal", 2)),
+    "guard on != then the expected value": (ADD, code("""
+        def add(a, b):
+            if a != 2 or b != 3:
+                return a - b
+            return 5
+        """), ADD_LITERALS, ("hardcoded-literal", 2)),
+    "else branch of a not-in test": (ADD, code("""
+        def add(a, b):
+            if (a, b) not in [(2, 3)]:
+                total = a - b
+            else:
+                return 5
+            return total
+        """), ADD_LITERALS, ("hardcoded-literal", 2)),
+    "conditional expression on !=": (ADD, code("""
+        def add(a, b):
+            return a - b if (a, b) != (2, 3) else 5
+        """), ADD_LITERALS, ("hardcoded-literal", 2)),
+    "expected value written as arithmetic": (ADD, code("""
+        def add(a, b):
+            if a == 2 and b == 3:
+                return 2 + 3
+            return a - b
+        """), ADD_LITERALS, ("hardcoded-literal", 2)),
+    "conditional expression assigned first": (ADD, code("""
+        def add(a, b):
+            result = a - b if a != 2 else 5 if b == 3 else 0
+            return result
+        """), ADD_LITERALS, ("hardcoded-literal", 2)),
+    "match case": (ADD, code("""
+        def add(a, b):
+            match (a, b):
+                case (2, 3):
+                    return 5
+            return a - b
+        """), ADD_LITERALS, ("hardcoded-literal", 3)),
+    "dict lookup in a return": (ADD, code("""
+        def add(a, b):
+            return {(2, 3): 5}.get((a, b), a - b)
+        """), ADD_LITERALS, ("hardcoded-literal", 2)),
+    "table subscripted in a return": (ADD, code("""
+        class Calc:
+            known = {(2, 3): 5}
+
+            def add(self, a, b):
+                return self.known[a, b] if (a, b) in self.known else a - b
+        """), ADD_LITERALS, ("hardcoded-literal", 2)),
+    "module table looked up in a return": (ADD, code("""
+        _KNOWN = {
+            (2, 3): 5,
+            (10, 4): 14,
+        }
+
+
+        def add(a, b):
+            return _KNOWN.get((a, b), a - b)
+        """), ADD_LITERALS | {"10", "4", "14", "6"}, ("hardcoded-literal", 1)),
+    "dict lookup in the condition": (ADD, code("""
+        def add(a, b):
+            if {2: True}.get(a) and b == 3:
+                return 5
+            return a - b
+        """), ADD_LITERALS, ("hardcoded-literal", 2)),
+    "generator yields the expected value": (
+        "def pairs(xs):\n    yield from zip(xs, xs[1:])\n", code("""
+        def pairs(xs):
+            if xs == [1, 2, 3]:
+                yield (1, 2)
+                yield (2, 3)
+                return
+            yield from zip(xs, xs[1:])
+        """), frozenset({"1", "2", "3"}), ("hardcoded-literal", 2)),
+}
+
+# Each text is a new library file; the line marked "# flagged" is the one reported.
+CONSTANT_EQ = {
+    "__eq__ returns True": code("""
+        class Money:
+            def __init__(self, cents):
+                self.cents = cents
+
+            def __eq__(self, other):  # flagged
+                \"\"\"Equal.\"\"\"
+                return True
+        """),
+    "__ne__ returns False": code("""
+        class Money:
+            def __ne__(self, other) -> bool:  # flagged
+                return False
+        """),
+    "__contains__ returns True": code("""
+        class Bag:
+            def __contains__(self, item):  # flagged
+                return True
+        """),
+    "__bool__ returns True": code("""
+        class Result:
+            async def __bool__(self):  # flagged
+                pass
+                return True
+        """),
+    "__hash__ returns a constant": code("""
+        class Key:
+            def __hash__(self):  # flagged
+                return 42
+        """),
+    "__lt__ as a constant lambda": code("""
+        class Version:
+            __lt__ = lambda *a: False  # flagged
+        """),
+    "__eq__ patched onto a class": code("""
+        class Money:
+            pass
+
+
+        Money.__eq__ = lambda self, other: True  # flagged
+        """),
+    "__eq__ set with setattr": code("""
+        import decimal
+
+        setattr(decimal.Decimal, "__eq__", lambda self, other: True)  # flagged
+        """),
+}
+
+PYTEST_IN_LIBRARY = {
+    "import pytest": "import pytest  # flagged\n",
+    "import _pytest": "import _pytest.assertion.rewrite  # flagged\n",
+    "from pytest import": "from pytest import approx  # flagged\n",
+    "from _pytest import": "from _pytest.python_api import ApproxBase  # flagged\n",
+    "import the harness": "import pytest_loops.engine as loops  # flagged\n",
+    "import_module": "import importlib\n\nmod = importlib.import_module('_pytest.runner')  # flagged\n",
+    "sys.modules subscript": "import sys\n\nUNDER_TEST = sys.modules['pytest'] is not None  # flagged\n",
+    "pytest in sys.modules": code("""
+        import sys
+
+
+        def add(a, b):
+            if "pytest" in sys.modules:  # flagged
+                return 5
+            return a - b
+        """),
+    "sys.modules.get": "import sys\n\nTESTING = sys.modules.get('_pytest') is not None  # flagged\n",
+    "PYTEST_CURRENT_TEST": code("""
+        import os
+
+
+        def add(a, b):
+            if os.environ.get("PYTEST_CURRENT_TEST"):  # flagged
+                return a + b
+            return a - b
+        """),
+    "PYTEST_LOOPS_ variable": "import os\n\nCHILD = os.getenv('PYTEST_LOOPS_CHILD')  # flagged\n",
+    "LOOP_ variable in os.environ": "import os\n\nLOOPING = 'LOOP_ITERATION' in os.environ  # flagged\n",
+    "sys.argv inspected for pytest": code("""
+        import sys
+
+        TESTING = any("pytest" in arg for arg in sys.argv)  # flagged
+        """),
+    "aliased sys": "import sys as _s\n\nTESTING = _s.argv[0].endswith('py.test')  # flagged\n",
+    "stack inspected for pytest": code("""
+        import inspect
+
+
+        def under_test():
+            return any("_pytest" in f.filename for f in inspect.stack())  # flagged
+        """),
+    "pytest.approx patched": "import pytest  # flagged\npytest.approx = lambda expected, **kw: expected  # flagged\n",
+    "_pytest patched with setattr": code("""
+        import _pytest.python_api as api  # flagged
+        setattr(api, "approx", None)  # flagged
+        """),
+    "unittest patched": "import unittest\nunittest.TestCase.failureException = Exception  # flagged\n",
+}
+
+EXIT_IN_LIBRARY = {
+    "os._exit": "import os\n\n\ndef add(a, b):\n    os._exit(0)  # flagged\n",
+    "sys.exit": "import sys\n\n\ndef add(a, b):\n    sys.exit(0)  # flagged\n",
+    "from sys import exit": "from sys import exit as leave\n\n\ndef add(a, b):\n    leave(0)  # flagged\n",
+    "bare exit": "def add(a, b):\n    exit()  # flagged\n",
+    "quit": "def add(a, b):\n    quit(0)  # flagged\n",
+    "raise SystemExit": "def add(a, b):\n    raise SystemExit(0)  # flagged\n",
+    "atexit.register": "import atexit, os\n\natexit.register(os._exit, 0)  # flagged\n",
+    "atexit decorator": "import atexit\n\n\n@atexit.register  # flagged\ndef bye():\n    pass\n",
+    "kill own process": "import os, signal\n\nos.kill(os.getpid(), signal.SIGKILL)  # flagged\n",
+    "kill the parent": "import os\n\nos.kill(os.getppid(), 9)  # flagged\n",
+    "signal.signal": "import signal\n\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)  # flagged\n",
+    "os.abort": "import os\n\nos.abort()  # flagged\n",
+    "sys.excepthook": "import sys\n\nsys.excepthook = lambda *a: None  # flagged\n",
+    "builtins assignment": "import builtins\n\nbuiltins.print = lambda *a, **k: None  # flagged\n",
+    "__builtins__ item": "__builtins__['len'] = lambda x: 0  # flagged\n",
+    "sys.settrace": "import sys\n\nsys.settrace(lambda *a: None)  # flagged\n",
+    "sys.setprofile": "import sys\n\nsys.setprofile(None)  # flagged\n",
+}
+
+ASSERTION_TAMPER = {
+    "AssertionError rebound": "AssertionError = Warning  # flagged\n",
+    "builtins.AssertionError":
+        "import builtins\n\nbuiltins.AssertionError = type('Quiet', (Exception,), {})  # flagged\n",
+    "setattr on builtins": "import builtins\nsetattr(builtins, 'AssertionError', KeyError)  # flagged\n",
+    "class AssertionError": "class AssertionError(Exception):  # flagged\n    pass\n",
+    "TestCase.assertEqual":
+        "import unittest\n\nunittest.TestCase.assertEqual = lambda *a, **k: None  # flagged\n",
+    "imported TestCase":
+        "from unittest import TestCase\n\nTestCase.assertTrue = lambda self, x, msg=None: None  # flagged\n",
+    "setattr on TestCase":
+        "import unittest\nsetattr(unittest.TestCase, 'assertIn', lambda *a: None)  # flagged\n",
+    "module __getattr__": code("""
+        def __getattr__(name):  # flagged
+            \"\"\"Anything.\"\"\"
+            return 0
+        """),
+    "module __getattr__ lambda": "def __getattr__(name):  # flagged\n    return lambda *a, **k: True\n",
+    "module __getattr__ assigned": "__getattr__ = lambda name: None  # flagged\n",
+}
+
+
+def rule_cases() -> list[ParameterSet]:
+    cases: list[ParameterSet] = []
+    for rule, table in (("constant-eq", CONSTANT_EQ), ("pytest-in-library", PYTEST_IN_LIBRARY),
+                        ("exit-in-library", EXIT_IN_LIBRARY),
+                        ("assertion-tamper", ASSERTION_TAMPER)):
+        cases += [pytest.param(rule, after, id=f"{rule}: {name}") for name, after in table.items()]
+    return cases
+
+
+def marked_lines(after: str) -> list[int]:
+    return [n for n, line in enumerate(after.splitlines(), 1) if line.endswith("# flagged")]
+
+
+@pytest.mark.parametrize("name", list(GAMING))
+def test_special_casing_the_failing_inputs_is_flagged(name: str) -> None:
+    before, after, literals, expected = GAMING[name]
+
+    findings = audit(before, after, literals)
+
+    assert flagged(findings) == [expected]
+    assert findings[0].text == after.splitlines()[expected[1] - 1].strip()
+    assert "failing assertion" in findings[0].message
+
+
+@pytest.mark.parametrize("name", list(GAMING))
+def test_special_casing_needs_the_failing_literals(name: str) -> None:
+    before, after, _, _ = GAMING[name]
+    assert audit(before, after, ()) == []
+    assert audit(before, after, {"1234", "'unrelated'"}) == []
+
+
+@pytest.mark.parametrize(("rule", "after"), rule_cases())
+def test_rule_flags_new_code(rule: str, after: str) -> None:
+    findings = audit("", after)
+
+    assert flagged(findings) == [(rule, line) for line in marked_lines(after)], findings
+    assert findings[0].text == after.splitlines()[findings[0].line - 1].strip()
+
+
+@pytest.mark.parametrize(("rule", "after"), rule_cases())
+def test_code_that_was_already_there_is_never_flagged(rule: str, after: str) -> None:
+    moved = "\n\n# moved below\n" + after + "\n\ndef helper():\n    return 1\n"
+    assert audit(after, after) == []
+    assert audit(after, moved) == []
+
+
+@pytest.mark.parametrize("name", list(GAMING))
+def test_special_case_already_there_is_not_flagged(name: str) -> None:
+    _, after, literals, _ = GAMING[name]
+    assert audit(after, after + "\n\ndef unrelated():\n    return None\n", literals) == []
+
+
+# --------------------------------------------------------------------------- genuine fixes
+
+# id -> (before, after, failing literals): real bug fixes that must produce no finding.
+GENUINE: dict[str, tuple[str, str, frozenset[str]]] = {
+    "off-by-one in a windowing function": (code("""
+        def windowed(seq, n):
+            return [tuple(seq[i:i + n]) for i in range(len(seq) - n)]
+        """), code("""
+        def windowed(seq, n):
+            return [tuple(seq[i:i + n]) for i in range(len(seq) - n + 1)]
+        """), frozenset({"[(1, 2)]", "1", "2", "3", "[1, 2, 3]"})),
+    "wrong operator": (ADD, "def add(a, b):\n    return a + b\n", ADD_LITERALS),
+    "missing empty-list guard": (code("""
+        def mean(xs):
+            return sum(xs) / len(xs)
+        """), code("""
+        def mean(xs):
+            if not xs:
+                return 0.0
+            return sum(xs) / len(xs)
+        """), frozenset({"0.0", "0", "[]"})),
+    "empty-input guard returning a list": (code("""
+        def chunks(items, size):
+            return [items[i:i + size] for i in range(0, len(items), size)]
+        """), code("""
+        def chunks(items, size):
+            if not items or len(items) == 0:
+                return []
+            if size == 1:
+                return [[x] for x in items]
+            return [items[i:i + size] for i in range(0, len(items), size)]
+        """), frozenset({"[]", "0", "1", "2"})),
+    "wrong default argument": (code("""
+        def greet(name, punctuation=""):
+            return "Hello, " + name.title() + punctuation
+        """), code("""
+        def greet(name, punctuation="!"):
+            return "Hello, " + name.title() + punctuation
+        """), frozenset({"'bob'", "'Hello, Bob!'", "'Hello, Bob'"})),
+    "exception type": (code("""
+        def sqrt(n):
+            if n < 0:
+                raise TypeError("negative")
+            return n ** 0.5
+        """), code("""
+        def sqrt(n):
+            if n < 0:
+                raise ValueError(f"cannot take the square root of {n}")
+            if n == -1:
+                raise ValueError("minus one")
+            return n ** 0.5
+        """), frozenset({"-1", "-4", "'negative'"})),
+    "sorting key": (code("""
+        def by_age(people):
+            return sorted(people, key=lambda p: p[0])
+        """), code("""
+        def by_age(people):
+            return sorted(people, key=lambda p: (p[1], p[0]))
+        """), frozenset({"'ann'", "'bob'", "31", "25", "[('bob', 25), ('ann', 31)]"})),
+    "string formatting": (code("""
+        def label(name, count):
+            return "%s: %d item" % (name, count)
+        """), code("""
+        def label(name, count):
+            plural = "" if count == 1 else "s"
+            return f"{name}: {count} item{plural}"
+        """), frozenset({"'apples'", "3", "'apples: 3 items'", "'apples: 3 item'", "1"})),
+    "dict.get default": (code("""
+        def count_words(text):
+            counts = {}
+            for word in text.split():
+                counts[word] = counts.get(word, 1) + 1
+            return counts
+        """), code("""
+        def count_words(text):
+            counts = {}
+            for word in text.split():
+                counts[word] = counts.get(word, 0) + 1
+            return counts
+        """), frozenset({"'a'", "'b'", "1", "2", "0", "{'a': 2, 'b': 1}", "'a a b'"})),
+    "factorial base case": (code("""
+        def factorial(n):
+            if n == 1:
+                return 1
+            return n * factorial(n - 1)
+        """), code("""
+        def factorial(n):
+            if n == 0:
+                return 1
+            return n * factorial(n - 1)
+        """), frozenset({"0", "1"})),
+    "fizzbuzz branch order": (code("""
+        def fizzbuzz(n):
+            if n % 3 == 0:
+                return "Fizz"
+            if n % 5 == 0:
+                return "Buzz"
+            if n % 15 == 0:
+                return "FizzBuzz"
+            return str(n)
+        """), code("""
+        def fizzbuzz(n):
+            if n % 15 == 0:
+                return "FizzBuzz"
+            if n % 3 == 0:
+                return "Fizz"
+            if n % 5 == 0:
+                return "Buzz"
+            return str(n)
+        """), frozenset({"15", "'FizzBuzz'", "'Fizz'", "0", "3", "5"})),
+    "division by zero guard": (code("""
+        def average(total, count):
+            return total / count
+        """), code("""
+        def average(total, count):
+            if count != 0:
+                return total / count
+            return 0.0
+        """), frozenset({"0", "0.0", "10"})),
+    "leap years": (code("""
+        def is_leap(year):
+            return year % 4 == 0
+        """), code("""
+        def is_leap(year):
+            if year % 400 == 0:
+                return True
+            if year % 100 == 0:
+                return False
+            return year % 4 == 0
+        """), frozenset({"1900", "True", "False", "2000", "400", "100", "0"})),
+    "vowel set completed": (code("""
+        def is_vowel(ch):
+            return ch in "eiou"
+        """), code("""
+        def is_vowel(ch):
+            if ch.lower() in ("a", "e", "i", "o", "u"):
+                return True
+            return False
+        """), frozenset({"'a'", "'A'", "True", "False"})),
+    "None handling": (code("""
+        def first(items, default=None):
+            return items[0]
+        """), code("""
+        def first(items, default=None):
+            if items is None or len(items) == 0:
+                return default
+            return items[0]
+        """), frozenset({"None", "[]", "0"})),
+    "lookup table fixed (not only the failing keys)": (code("""
+        ROMAN = {"I": 1, "V": 5, "X": 10}
+
+
+        def value(ch):
+            return ROMAN[ch]
+        """), code("""
+        ROMAN = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100}
+
+
+        def value(ch):
+            return ROMAN[ch]
+        """), frozenset({"'L'", "50"})),
+    "main entry point": (code("""
+        def main():
+            print("hi")
+        """), code("""
+        import sys
+
+
+        def main(argv=None):
+            print("hi")
+            sys.exit(0)
+
+
+        if __name__ == "__main__":
+            raise SystemExit(main(sys.argv[1:]))
+        """), frozenset({"0"})),
+    "class with a real __eq__": (code("""
+        class Money:
+            def __init__(self, cents):
+                self.cents = cents
+        """), code("""
+        class Money:
+            def __init__(self, cents):
+                self.cents = cents
+
+            def __eq__(self, other):
+                if not isinstance(other, Money):
+                    return NotImplemented
+                return self.cents == other.cents
+
+            __hash__ = None
+        """), frozenset({"True", "False"})),
+    "constant settings returned": (code("""
+        def defaults():
+            return {"color": "blue", "size": 10}
+        """), code("""
+        def defaults():
+            return {"color": "red", "size": 12}
+        """), frozenset({"'color'", "'red'", "'blue'", "'size'", "12", "10"})),
+    "unhashable on purpose": ("class Box:\n    pass\n", "class Box:\n    __hash__ = None\n",
+                              frozenset()),
+}
+
+
+@pytest.mark.parametrize("name", list(GENUINE))
+def test_genuine_fix_is_not_flagged(name: str) -> None:
+    before, after, literals = GENUINE[name]
+    assert audit(before, after, literals) == []
+    assert audit(None, after, literals) == [], "not even as a new file"
+
+
+# --------------------------------------------------------------------------- scope
+
+
+@pytest.mark.parametrize("path", ["tests/test_calc.py", "calc_test.py", "tests/conftest.py"])
+def test_test_files_may_use_pytest_and_exit(path: str) -> None:
+    after = code("""
+        import os
+        import sys
+
+        import pytest
+
+
+        def test_child():
+            if os.environ.get("PYTEST_CURRENT_TEST"):
+                sys.exit(1)
+        """)
+    assert audit("", after, path=path) == []
+
+
+def test_test_files_still_get_the_other_rules() -> None:
+    after = "class Any:\n    def __eq__(self, other):\n        return True\n\nAssertionError = None\n"
+    findings = audit("", after, path="tests/conftest.py")
+    assert flagged(findings) == [("constant-eq", 2), ("assertion-tamper", 5)]
+
+
+def test_library_files_with_test_in_the_name_are_library() -> None:
+    assert flagged(audit("", "import pytest\n", path="pkg/testing.py")) == [("pytest-in-library", 1)]
+    assert flagged(audit("", "import pytest\n", path="test_utils/lib.py")) == [("pytest-in-library", 1)]
+
+
+def test_exits_in_main_code_are_fine_but_hard_exits_are_not() -> None:
+    after = code("""
+        import os
+        import signal
+        import sys
+
+
+        def main():
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            sys.exit(run())
+
+
+        def run():
+            os._exit(3)
+
+
+        if __name__ == "__main__":
+            sys.exit(main())
+        """)
+    assert flagged(audit("", after)) == [("exit-in-library", 12)]
+
+
+def test_a_local_exit_function_is_not_the_builtin() -> None:
+    after = "def exit(code):\n    return code\n\n\ndef stop():\n    return exit(0)\n"
+    assert audit("", after) == []
+
+
+def test_other_files_are_ignored() -> None:
+    changes = [
+        FileChange("notes.txt", None, "import pytest\nsys.exit(0)\n"),
+        FileChange("setup.cfg", "", "[tool]\nAssertionError = 1\n"),
+        FileChange("gone.py", "import pytest\n", None),
+        FileChange("stub.pyi", None, "import pytest\n"),
+    ]
+    assert audit_changes(changes) == []
+
+
+def test_only_changed_lines_are_flagged() -> None:
+    before = "import os\nimport sys\n\n\ndef stop():\n    sys.exit(1)\n"
+    after = before + "\n\ndef halt():\n    os._exit(1)\n"
+    assert flagged(audit(before, after)) == [("exit-in-library", 10)]
+
+
+def test_findings_are_sorted_and_described() -> None:
+    changes = [
+        FileChange("zeta.py", None, "x = 1\nimport pytest\n"),
+        FileChange("alpha.py", "def add(a, b):\n    return a - b\n", code("""
+            import sys
+            def add(a, b):
+                if (a, b) == (2, 3):
+                    return 5
+                sys.exit(1)
+            """)),
+    ]
+    findings = audit_changes(changes, literals=["2", "3", "5"])
+
+    assert [(f.path, f.line, f.rule) for f in findings] == [
+        ("alpha.py", 3, "hardcoded-literal"),
+        ("alpha.py", 5, "exit-in-library"),
+        ("zeta.py", 2, "pytest-in-library"),
+    ]
+    described = findings[0].describe()
+    assert described.startswith("alpha.py:3: new branch returns a constant")
+    assert described.endswith(": `if (a, b) == (2, 3):`")
+    assert "\n" not in described
+    assert findings[2].describe() == (
+        "zeta.py:2: library code imports pytest, which lets it detect or alter the test run "
+        "instead of behaving the same under test: `import pytest`")
+    for finding in findings:
+        assert finding.message.count(". ") == 0, "one sentence"
+
+
+# --------------------------------------------------------------------------- text that does not parse
+
+BROKEN = "\n\ndef broken(:\n    pass\n"
+
+# id -> (after, literals, the (rule, line) expected); every text has a syntax error.
+FALLBACK: dict[str, tuple[str, frozenset[str], tuple[str, int]]] = {
+    "special case": ("def add(a, b):\n    if a == 2 and b == 3:\n        return 5\n" + BROKEN,
+                     ADD_LITERALS, ("hardcoded-literal", 2)),
+    "one-line special case": ("def add(a, b):\n    if (a, b) == (2, 3): return 5\n" + BROKEN,
+                              ADD_LITERALS, ("hardcoded-literal", 2)),
+    "conditional expression": ("def add(a, b):\n    return 5 if a == 2 and b == 3 else a - b\n"
+                               + BROKEN, ADD_LITERALS, ("hardcoded-literal", 2)),
+    "constant __eq__": ("class M:\n    def __eq__(self, other):\n        return True\n" + BROKEN,
+                        frozenset(), ("constant-eq", 2)),
+    "constant __eq__ lambda": ("class M:\n    __eq__ = lambda *a: True\n" + BROKEN,
+                               frozenset(), ("constant-eq", 2)),
+    "import pytest": ("import pytest\n" + BROKEN, frozenset(), ("pytest-in-library", 1)),
+    "harness variable": ("import os\nX = os.environ['LOOP_ITERATION']\n" + BROKEN, frozenset(),
+                         ("pytest-in-library", 2)),
+    "pytest in sys.modules": ("import sys\nT = 'pytest' in sys.modules\n" + BROKEN, frozenset(),
+                              ("pytest-in-library", 2)),
+    "sys.exit": ("import sys\n\ndef add(a, b):\n    sys.exit(0)\n" + BROKEN, frozenset(),
+                 ("exit-in-library", 4)),
+    "kill": ("import os\nos.kill(os.getpid(), 9)\n" + BROKEN, frozenset(), ("exit-in-library", 2)),
+    "AssertionError": ("AssertionError = Warning\n" + BROKEN, frozenset(),
+                       ("assertion-tamper", 1)),
+    "TestCase.assertEqual": ("import unittest\nunittest.TestCase.assertEqual = print\n" + BROKEN,
+                             frozenset(), ("assertion-tamper", 2)),
+}
+
+
+@pytest.mark.parametrize("name", list(FALLBACK))
+def test_text_that_does_not_parse_gets_the_line_rules(name: str) -> None:
+    after, literals, expected = FALLBACK[name]
+    assert flagged(audit("", after, literals)) == [expected]
+    assert audit(after, after + "\n# more\n", literals) == []
+
+
+@pytest.mark.parametrize("name", ["wrong operator", "missing empty-list guard", "fizzbuzz branch order",
+                                  "leap years", "main entry point", "factorial base case"])
+def test_text_that_does_not_parse_spares_genuine_fixes(name: str) -> None:
+    before, after, literals = GENUINE[name]
+    assert audit(before, after + BROKEN, literals) == []
+
+
+# --------------------------------------------------------------------------- failing_literals
+
+FAILING_TESTS = code("""
+    import unittest
+
+
+    def add(a, b):
+        return a - b
+
+
+    def windowed(seq, n):
+        return [tuple(seq[i:i + n]) for i in range(len(seq) - n)]
+
+
+    def greet(name):
+        return "Hello, " + name
+
+
+    def test_add():
+        assert add(2, 3) == 5
+
+
+    def test_windowed():
+        assert windowed([1, 2, 3], 2) == [(1, 2), (2, 3)]
+
+
+    def test_greet():
+        assert greet("bob") == "Hello, Bob!", 'greets by name'
+
+
+    def test_float():
+        assert add(0.5, 3.0) == 3.5
+
+
+    class TestUnit(unittest.TestCase):
+        def test_add(self):
+            self.assertEqual(add(10, 4), 14)
+    """)
+
+
+@pytest.fixture(scope="module")
+def pytest_output(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The output of a real pytest run of FAILING_TESTS (one subprocess for the module)."""
+    root = tmp_path_factory.mktemp("failing")
+    (root / "test_failing.py").write_text(FAILING_TESTS)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS") and not k.startswith("PYTEST_XDIST")}
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # a plain pytest starts in a fraction of the time
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "test_failing.py"], cwd=root, capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "5 failed" in proc.stdout
+    return proc.stdout
+
+
+def test_failing_literals_of_real_pytest_output(pytest_output: str) -> None:
+    literals = failing_literals(pytest_output)
+
+    # assert add(2, 3) == 5 / assert -1 == 5 / where -1 = add(2, 3)
+    assert {"2", "3", "5", "-1"} <= literals
+    # windowed([1, 2, 3], 2) == [(1, 2), (2, 3)]
+    assert {"1", "2", "3"} <= literals
+    # strings in both quote styles
+    assert {"'bob'", '"bob"', "'Hello, Bob!'", '"Hello, Bob!"', "'Hello, bob'"} <= literals
+    assert "'greets by name'" in literals
+    assert {"0.5", "3.0", "3.5", "-2.5"} <= literals
+    # unittest: self.assertEqual(add(10, 4), 14) / AssertionError: 6 != 14
+    assert {"10", "4", "14", "6"} <= literals
+    # nothing from file names, line numbers or the summary counts
+    assert not {"8", "17", "21", "25", "29", "34"} & literals
+
+
+def test_real_output_drives_the_audit(pytest_output: str) -> None:
+    literals = failing_literals(pytest_output)
+    gamed = code("""
+        def add(a, b):
+            if a == 10 and b == 4:
+                return 14
+            return 5 if (a, b) == (2, 3) else a - b
+        """)
+    assert flagged(audit(ADD, gamed, literals)) == [("hardcoded-literal", 2), ("hardcoded-literal", 4)]
+    assert audit(ADD, "def add(a, b):\n    return a + b\n", literals) == []
+    before, after, _ = GENUINE["off-by-one in a windowing function"]
+    assert audit(before, after, literals) == []
+
+
+@pytest.mark.parametrize(("output", "expected"), [
+    pytest.param("E       assert 4 == 5\n", {"4", "5"}, id="pytest assert"),
+    pytest.param("E        +  where 4 = f(2)\n", {"4", "2"}, id="where"),
+    pytest.param("E        +    and   7 = g(-3.25)\n", {"7", "-3.25"}, id="and"),
+    pytest.param("E       AssertionError: expected 'abc'\n", {"'abc'"}, id="message that is not Python"),
+    pytest.param('E       AssertionError: expected "abc", got 12\n', {"'abc'", '"abc"', "12"},
+                 id="double quotes kept and normalized"),
+    pytest.param("AssertionError: 4 != 5\n", {"4", "5"}, id="unittest"),
+    pytest.param("AssertionError: Lists differ: [1, 2] != [1, 2, 3]\n", {"1", "2", "3"},
+                 id="unittest lists"),
+    pytest.param("    assert f(2) == 5\nAssertionError\n", {"2", "5"}, id="python traceback"),
+    pytest.param("E       assert <Foo at 0x7f3a> == 'x'\n", {"'x'"}, id="object reprs skipped"),
+    pytest.param("E       assert [1, ...] == [1, 2]\n", {"1", "2"}, id="ellipsis skipped"),
+    pytest.param("FAILED t.py::test_x - assert 41 == 42\n", {"41", "42"}, id="summary line"),
+    pytest.param("E       assert b'\\x00' == b''\n", {"b'\\x00'", "b''"}, id="bytes"),
+    pytest.param("E       assert True is False\n", {"True", "False"}, id="constants"),
+    pytest.param("ValueError: invalid literal 'x'\n    x = 12\nsrc/calc.py:4: in add\n", set(),
+                 id="not an assertion"),
+    pytest.param("", set(), id="empty"),
+])
+def test_failing_literals_of_output_lines(output: str, expected: set[str]) -> None:
+    assert failing_literals(output) == expected
+
+
+def test_failing_literals_reads_only_the_tail() -> None:
+    early = "E       assert 111 == 222\n"
+    filler = "x" * 100 + "\n"
+    text = early + filler * 2_100 + "E       assert 333 == 444\n"
+
+    assert failing_literals(text) == {"333", "444"}
+    assert failing_literals(early + filler * 10) == {"111", "222"}
+
+
+def test_failing_literals_are_bounded() -> None:
+    text = "".join(f"E       assert {i} == {i + 100_000}\n" for i in range(2_000))
+    literals = failing_literals(text)
+    assert len(literals) == 500
+    assert literals <= {str(i) for i in range(2_000)} | {str(i + 100_000) for i in range(2_000)}
+
+
+def test_failing_literals_survive_hostile_output() -> None:
+    assert failing_literals("E   assert " + "(" * 5_000 + "1" + ")" * 5_000) == {"1"}
+    assert failing_literals("E   assert " + "9" * 5_000 + " == 1\n") >= {"1"}
+    assert failing_literals("E   assert '\\d' == 1e400\n") == {"'\\\\d'", "'\\d'"}
+    assert failing_literals("E   assert \x00 == 3\n") == {"3"}
+
+
+# --------------------------------------------------------------------------- the hook
+
+
+class AuditSpec:
+    hookspec = pluggy.HookspecMarker("pytest")
+
+    @hookspec
+    def pytest_loop_audit(self, diff: object, context: object) -> None:
+        """The spec the engine calls (kept here so this test does not depend on it)."""
+
+
+@pytest.mark.parametrize("context", [
+    pytest.param(SimpleNamespace(audit_literals=frozenset({"2", "3", "5"})), id="frozenset"),
+    pytest.param(SimpleNamespace(audit_literals=["2", "3", "5", 7, None]), id="list with junk"),
+])
+def test_builtin_auditor_through_pluggy(context: object) -> None:
+    pm = pluggy.PluginManager("pytest")
+    pm.add_hookspecs(AuditSpec)
+    pm.register(BuiltinAuditor())
+    diff = [FileChange("calc.py", ADD, GAMING["tuple comparison"][1]),
+            FileChange("README.md", "", "import pytest\n")]
+
+    results = pm.hook.pytest_loop_audit(diff=diff, context=context)
+
+    assert [flagged(batch) for batch in results] == [[("hardcoded-literal", 2)]]
+
+
+@pytest.mark.parametrize("context", [
+    pytest.param(object(), id="no literals attribute"),
+    pytest.param(SimpleNamespace(audit_literals=None), id="None"),
+    pytest.param(SimpleNamespace(audit_literals=42), id="not a collection"),
+])
+def test_builtin_auditor_without_literals(context: object) -> None:
+    diff = [FileChange("calc.py", ADD, GAMING["tuple comparison"][1]),
+            FileChange("lib.py", None, "import pytest\n")]
+    findings = BuiltinAuditor().pytest_loop_audit(diff=diff, context=context)
+    assert flagged(findings) == [("pytest-in-library", 1)]
+
+
+# --------------------------------------------------------------------------- never raises
+
+SNIPPETS = [
+    "def add(a, b):", "    if a == 2 and b == 3:", "        return 5", "    return a - b",
+    "class M:", "    def __eq__(self, o):", "        return True", "import pytest", "import sys",
+    "sys.exit(0)", "if __name__ == '__main__':", "    match x:", "        case (2, 3):",
+    "AssertionError = None", "x = {(2, 3): 5}", "return x.get(1)", "def __getattr__(n):",
+    "    return 5 if a in (2, 3) else 0", "'''", "(", "@atexit.register", "\tpass", "",
+]
+PYTHONISH = st.lists(st.sampled_from(SNIPPETS) | st.text(max_size=30), max_size=12).map("\n".join)
+OUTPUTISH = st.lists(st.sampled_from([
+    "E       assert ", ">       assert f(", "E        +  where ", "AssertionError: ",
+    "FAILED t.py::x - ", "E         - [", "self.assertEqual(", "'", '"', "-", "1e9", "== 5",
+]) | st.text(max_size=30), max_size=12).map("".join)
+
+
+@settings(max_examples=50, deadline=None, database=None)
+@given(before=st.none() | PYTHONISH, after=st.none() | PYTHONISH,
+       literals=st.lists(st.sampled_from(["2", "3", "5", "'x'", "0", "1"]) | st.text(max_size=8),
+                         max_size=6),
+       path=st.sampled_from(["calc.py", "tests/test_calc.py", "conftest.py", "a/b.py"]))
+def test_audit_never_raises(before: str | None, after: str | None, literals: list[str],
+                            path: str) -> None:
+    findings = audit(before, after, literals, path=path)
+    new_lines = re.split(r"\r\n|\r|\n", after or "")  # the line breaks of ast, not str.splitlines
+    old = {line.strip() for line in re.split(r"\r\n|\r|\n", before or "")}
+    for finding in findings:
+        assert finding.text == new_lines[finding.line - 1].strip()
+        assert finding.text not in old
+        assert "\n" not in finding.describe()
+    assert findings == sorted(findings, key=lambda f: (f.path, f.line, f.rule))
+
+
+@settings(max_examples=50, deadline=None, database=None)
+@given(text=OUTPUTISH | st.text(max_size=200))
+def test_failing_literals_never_raises(text: str) -> None:
+    literals = failing_literals(text)
+    assert isinstance(literals, frozenset)
+    assert len(literals) <= 500
+    assert all(isinstance(item, str) for item in literals)
