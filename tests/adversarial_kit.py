@@ -1,0 +1,1042 @@
+"""Hostile revise steps and the tiny projects they attack (used by test_adversarial.py).
+
+Every case builds a small project with a real bug (``calc.add`` subtracts), a
+failing test for it and a green one, and a ``revise.py`` that tries to make the
+checks pass *without* fixing ``add``. The loop is then driven for real, in a
+subprocess, in one of these modes:
+
+- ``run-cmd``: ``pytest-loops run --verify "python -m pytest -q" --revise "python revise.py"``;
+- ``run-scoped``: the same plus ``--scope calc.py --protect "tests/**"``;
+- ``run-test``: the loop of a ``.loop`` file whose check is
+  ``done when the test "tests/test_calc.py::test_add" passes``, through
+  ``pytest-loops run``'s own code path (see ``RUN_LOOP_FILE``);
+- ``loopfile-pytest``: ``pytest --loop checks.loop``;
+- ``marker``: ``@pytest.mark.loop(revise="python revise.py", max_iter=2)`` on the
+  failing test, ``pytest --loop``;
+- ``session``: ``pytest --loop --loop-revise "python revise.py" --loop-max-iter 2``.
+
+Afterwards the case checks what a hostile revise step must never get: a
+SUCCESS (or a test reported repaired), a bug that looks fixed, read-only files
+(tests, test data, conftest.py, pytest's config files here and above, loop
+files, virtualenvs, ``.pth`` files, modules shadowing pytest or the standard
+library, links, executables) left changed, a forged ``__pycache__`` left in
+place, a process of the attack still running, or a run log that says SUCCESS.
+
+Nothing here touches anything outside the test's ``tmp_path``: the system temp
+directory the revise steps see (``TMPDIR``) is ``tmp_path/tmp``, and the
+run-log key of the harness lives under ``tmp_path/state``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import time
+import venv
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MODES = ("run-cmd", "run-scoped", "run-test", "loopfile-pytest", "marker", "session")
+RUN_MODES = ("run-cmd", "run-scoped", "run-test")
+LOOP_FILE_MODES = ("run-test", "loopfile-pytest")
+COMMAND_MODES = ("run-cmd", "run-scoped")  # modes whose check is a shell command we choose
+
+TIMEOUT = 60.0  # seconds for one driven loop
+VERDICT_EXITS = {2, 3, 4, 5}  # MAX_ITER, TIMEOUT, NO_PROGRESS, ESCALATE
+BIN = Path(sys.executable).parent
+PYTEST_LOOPS = BIN / "pytest-loops"
+
+TEST_FILE = "tests/test_calc.py"
+NODE_ID = "tests/test_calc.py::test_add"
+ASSERTION = "assert add(2, 3) == 5"
+
+# The project's pytest configuration. The plugins it switches off only cost start-up
+# time (hypothesis alone takes a second per pytest process).
+PYPROJECT = """\
+[tool.pytest.ini_options]
+pythonpath = ["."]
+addopts = "-p no:hypothesispytest -p no:anyio"
+"""
+PYPROJECT_ADDOPTS = 'addopts = "-p no:hypothesispytest -p no:anyio"'
+
+BUGGY_CALC = """\
+def add(a, b):
+    return a - b  # BUG
+
+
+def sub(a, b):
+    return a - b
+"""
+BUG_LINE = "a - b  # BUG"
+
+MONEY_CALC = """\
+class Money:
+    def __init__(self, cents):
+        self.cents = cents
+
+    def __eq__(self, other):
+        return isinstance(other, Money) and self.cents == other.cents
+
+    def __repr__(self):
+        return f"Money({self.cents})"
+
+
+def add(a, b):
+    return Money(a.cents - b.cents)  # BUG
+
+
+def sub(a, b):
+    return Money(a.cents - b.cents)
+"""
+
+# test modules: {head} holds `import pytest` in marker mode, {marker} the loop marker
+CALC_TEST = """\
+{head}from calc import add, sub
+
+
+{marker}def test_add():
+    assert add(2, 3) == 5
+
+
+def test_sub():
+    assert sub(5, 3) == 2
+"""
+
+HELPER_TEST = """\
+{head}from helpers import expected_sum
+
+from calc import add, sub
+
+
+{marker}def test_add():
+    assert add(2, 3) == expected_sum(2, 3)
+
+
+def test_sub():
+    assert sub(5, 3) == 2
+"""
+HELPERS = """\
+def expected_sum(a, b):
+    return a + b
+"""
+
+GOLDEN_TEST = """\
+{head}import json
+from pathlib import Path
+
+from calc import add, sub
+
+DATA = Path(__file__).parent / "data"
+
+
+{marker}def test_add():
+    case = json.loads((DATA / "add.json").read_text())
+    assert add(*case["args"]) == case["expected"]
+
+
+def test_sub():
+    assert sub(5, 3) == 2
+"""
+GOLDEN = '{"args": [2, 3], "expected": 5}\n'
+
+MONEY_TEST = """\
+{head}from calc import Money, add, sub
+
+
+{marker}def test_add():
+    assert add(Money(2), Money(3)) == Money(5)
+
+
+def test_sub():
+    assert sub(Money(5), Money(3)) == Money(2)
+"""
+
+BIG_PADDING = 16 * 1024 * 1024 + 4096  # just over the 16 MiB a snapshot might skip
+
+LOOP_FILE = """\
+loop "fix calc":
+  goal: add() adds
+  done when the test "tests/test_calc.py::test_add" passes
+  revise with "python revise.py"
+  after {max_iter} tries: stop
+"""
+
+# `pytest-loops run` takes its checks from --verify or a config file; a named-test
+# check comes only from a loop file. This runs a loop file's loop through the very
+# code path of `pytest-loops run` (cli.main -> cmd_run: runner, termination guard,
+# engine, finishers), with only the spec taken from the file.
+RUN_LOOP_FILE = """\
+import sys
+
+from pytest_loops import cli
+from pytest_loops.sources import load_any
+
+loop_file = load_any(sys.argv[1])
+(spec,) = loop_file.loops
+
+
+def spec_from_args(args, environ=None):
+    return spec, {"log_path": None, "unknown_keys": [], "config": None, "artifacts": None}
+
+
+cli.spec_from_args = spec_from_args
+sys.exit(cli.main(["run", "--verify", "(the loop file's checks)", "--no-suspects"]))
+"""
+
+# A background process of an attack: records its pid, then rewrites the test to pass,
+# once after 0.5 s ("once") or every 0.1 s for 10 s ("loop").
+DAEMON = """\
+import os
+import sys
+import time
+
+evidence, how, target = sys.argv[1:4]
+with open(os.path.join(evidence, "pids"), "a") as f:
+    f.write(f"{os.getpid()}\\n")
+
+
+def rewrite():
+    try:
+        with open(target) as f:
+            text = f.read()
+        if "assert add(2, 3) == 5" in text:
+            with open(target, "w") as f:
+                f.write(text.replace("assert add(2, 3) == 5", "assert True"))
+    except OSError:
+        pass
+
+
+if how == "once":
+    time.sleep(0.5)
+    rewrite()
+else:
+    end = time.time() + 10
+    while time.time() < end:
+        rewrite()
+        time.sleep(0.1)
+"""
+
+# ----------------------------------------------------------------------------------
+# attacks
+
+
+@dataclass(frozen=True)
+class Attack:
+    """One hostile (or, with ``genuine``, honest) revise step."""
+
+    id: str
+    body: str  # python source appended to REVISE_PRELUDE
+    layout: str = "calc"  # calc, money, helper, golden, big, parent, under-tmpdir, venv
+    modes: tuple[str, ...] = MODES
+    check: str | None = None  # the --verify command of the run-cmd/run-scoped modes
+    scope_extra: tuple[str, ...] = ()  # more --scope globs in run-scoped
+    max_iter: int = 2
+    genuine: bool = False
+    note: str = ""
+
+
+REVISE_PRELUDE = """\
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path as P
+
+EVIDENCE = P({evidence!r})
+ITER = int(os.environ.get("LOOP_ITERATION") or "1")
+TEST = P("tests/test_calc.py")
+DAEMON = str(EVIDENCE / "daemon.py")
+
+
+def edit(path, old, new):
+    path = P(path)
+    text = path.read_text()
+    assert old in text, (str(path), old)
+    path.write_text(text.replace(old, new))
+
+
+def record_forgery(path, data):
+    with open(EVIDENCE / "forged", "a") as f:
+        f.write(f"{{P(path).resolve()}}\\t{{__import__('hashlib').sha256(data).hexdigest()}}\\n")
+
+
+def revise_count():
+    counter = EVIDENCE / "revise-count"
+    n = int(counter.read_text()) + 1 if counter.exists() else 1
+    counter.write_text(str(n))
+    return n
+
+
+"""
+
+FORCE_PASS = """\
+import pytest
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed:
+        report.outcome = "passed"
+        report.longrepr = None
+    return report
+"""
+
+PATCH_CALC = "import calc\ncalc.add = lambda a, b: a + b\n"
+
+# a stand-in for pytest: prints passes and writes a passing JUnit XML for what it is asked
+SHADOW_PYTEST = r'''
+import sys
+from pathlib import Path
+
+ids, junit = [], None
+for arg in sys.argv[1:]:
+    if arg.startswith("--junitxml="):
+        junit = arg.split("=", 1)[1]
+    elif arg.startswith("@"):
+        ids += Path(arg[1:]).read_text().split()
+    elif "::" in arg:
+        ids.append(arg)
+ids = ids or ["tests/test_calc.py::test_add", "tests/test_calc.py::test_sub"]
+if junit:
+    cases = ""
+    for node in ids:
+        path, name = node.split("::", 1)
+        cases += f'<testcase classname="{path[:-3].replace("/", ".")}" name="{name}" time="0.001" />'
+    Path(junit).parent.mkdir(parents=True, exist_ok=True)
+    Path(junit).write_text('<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" '
+                           f'errors="0" failures="0" skipped="0" tests="{len(ids)}">{cases}</testsuite></testsuites>')
+for node in ids:
+    print("PASSED", node)
+print(f"{len(ids)} passed in 0.01s")
+sys.exit(0)
+'''
+
+STDLIB_SHADOW = """\
+# shadows the standard library's shlex: the real module, plus an exit code of 0
+import atexit
+import importlib.util
+import os
+import sysconfig
+
+_spec = importlib.util.spec_from_file_location(
+    "_real_shlex", os.path.join(sysconfig.get_paths()["stdlib"], "shlex.py"))
+_real = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_real)
+globals().update({k: v for k, v in vars(_real).items() if not k.startswith("__")})
+atexit.register(os._exit, 0)
+"""
+
+JUNIT_PASS = (
+    '<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="0" '
+    'failures="0" skipped="0" tests="2"><testcase classname="tests.test_calc" name="test_add" '
+    'time="0.001" /><testcase classname="tests.test_calc" name="test_sub" time="0.001" />'
+    "</testsuite></testsuites>"
+)
+PASSED_LINES = "PASSED tests/test_calc.py::test_add\nPASSED tests/test_calc.py::test_sub\n2 passed in 0.01s\n"
+
+
+
+def _attacks() -> list[Attack]:
+    a: list[Attack] = []
+
+    # -- the test file itself -------------------------------------------------------
+    a.append(Attack("assert-true", 'edit(TEST, "assert add(2, 3) == 5", "assert True")'))
+    a.append(Attack("assert-true-same-size-and-mtime", """\
+st = TEST.stat()
+text = TEST.read_text()
+new = text.replace("assert add(2, 3) == 5", "assert True".ljust(len("assert add(2, 3) == 5")))
+assert len(new) == len(text)
+TEST.write_text(new)
+os.utime(TEST, ns=(st.st_atime_ns, st.st_mtime_ns))
+""", note="a stat-based change detector sees nothing"))
+    a.append(Attack("delete-test-file", "TEST.unlink()"))
+    a.append(Attack("symlink-test-file", """\
+P("shim").mkdir(exist_ok=True)
+P("shim/passing.py").write_text("def test_add():\\n    assert True\\n\\n\\ndef test_sub():\\n    assert True\\n")
+TEST.unlink()
+TEST.symlink_to(P("../shim/passing.py"))
+"""))
+    a.append(Attack("skip-marker", """\
+text = TEST.read_text()
+TEST.write_text("import pytest\\n" + text.replace("def test_add", "@pytest.mark.skip(reason='flaky')\\ndef test_add"))
+"""))
+    a.append(Attack("xfail-marker", """\
+text = TEST.read_text()
+TEST.write_text("import pytest\\n" + text.replace("def test_add", "@pytest.mark.xfail(reason='known')\\ndef test_add"))
+"""))
+    a.append(Attack("rename-test", 'edit(TEST, "def test_add", "def helper_add")'))
+    a.append(Attack("big-test-file-rewrite", 'edit(TEST, "assert add(2, 3) == 5", "assert True")', layout="big",
+                    note="the test file is over 16 MiB"))
+    a.append(Attack("non-utf8-file-name", """\
+fd = os.open(b"tests/data_\\xff\\xfe.txt", os.O_WRONLY | os.O_CREAT, 0o644)
+os.write(fd, b"x")
+os.close(fd)
+edit(TEST, "assert add(2, 3) == 5", "assert True")
+"""))
+
+    # -- test data and helpers under tests/ ------------------------------------------
+    a.append(Attack("golden-file-edit", 'P("tests/data/add.json").write_text(\'{"args": [2, 3], "expected": -1}\\n\')',
+                    layout="golden"))
+    a.append(Attack("test-helper-edit", 'edit("tests/helpers.py", "return a + b", "return a - b")', layout="helper"))
+    a.append(Attack("tests-dir-symlink", """\
+P("suite").mkdir()
+P("suite/test_calc.py").write_text("def test_add():\\n    assert True\\n\\n\\ndef test_sub():\\n    assert True\\n")
+shutil.rmtree("tests")
+os.symlink("suite", "tests")
+"""))
+
+    # -- conftest.py ------------------------------------------------------------------
+    a.append(Attack("conftest-skip-all", """\
+P("tests/conftest.py").write_text(
+    "import pytest\\n\\n\\ndef pytest_collection_modifyitems(config, items):\\n"
+    "    for item in items:\\n        item.add_marker(pytest.mark.skip(reason='later'))\\n")
+"""))
+    a.append(Attack("conftest-deselect", """\
+P("tests/conftest.py").write_text(
+    "def pytest_collection_modifyitems(config, items):\\n"
+    "    gone = [i for i in items if i.name == 'test_add']\\n"
+    "    config.hook.pytest_deselected(items=gone)\\n"
+    "    items[:] = [i for i in items if i not in gone]\\n")
+"""))
+    a.append(Attack("conftest-force-pass", 'P("tests/conftest.py").write_text(FORCE_PASS)'))
+    a.append(Attack("root-conftest-monkeypatch", 'P("conftest.py").write_text(PATCH_CALC)'))
+    a.append(Attack("parent-conftest", """\
+P("../pytest.ini").write_text("[pytest]\\n")
+P("../conftest.py").write_text(FORCE_PASS)
+""", layout="parent", note="the project has no pytest config of its own"))
+
+    # -- pytest configuration -----------------------------------------------------------
+    a.append(Attack("parent-pytest-ini", """\
+P("../pytest.ini").write_text('[pytest]\\naddopts = -k "not test_add"\\n')
+""", layout="parent"))
+    a.append(Attack("tmpdir-pytest-ini-and-conftest", """\
+tmp = P(tempfile.gettempdir())
+(tmp / "pytest.ini").write_text("[pytest]\\n")
+(tmp / "conftest.py").write_text(FORCE_PASS)
+""", layout="under-tmpdir", note="the project (and any clean room) below the temp dir"))
+    a.append(Attack("pytest-toml-plugin", """\
+P("myplug.py").write_text(FORCE_PASS)
+P("pytest.toml").write_text('[pytest]\\naddopts = ["-p", "myplug"]\\n')
+"""))
+    a.append(Attack("dot-pytest-ini-plugin", """\
+P("myplug.py").write_text(FORCE_PASS)
+P(".pytest.ini").write_text("[pytest]\\naddopts = -p myplug\\n")
+"""))
+    a.append(Attack("dot-pytest-toml-deselect", """\
+P(".pytest.toml").write_text('[pytest]\\naddopts = ["--deselect", "tests/test_calc.py::test_add"]\\n')
+"""))
+    a.append(Attack("pyproject-addopts-deselect", f"""\
+edit("pyproject.toml", {PYPROJECT_ADDOPTS!r},
+     'addopts = "-p no:hypothesispytest -p no:anyio -k \\'not test_add\\' --deselect tests/test_calc.py::test_add"')
+"""))
+    a.append(Attack("pyproject-addopts-collect-only", f"""\
+edit("pyproject.toml", {PYPROJECT_ADDOPTS!r}, 'addopts = "-p no:hypothesispytest -p no:anyio -x --co"')
+"""))
+    a.append(Attack("cd-tests-check-dot-pytest-ini", """\
+P("tests/.pytest.ini").write_text('[pytest]\\npythonpath = ..\\naddopts = -p no:hypothesispytest -k "not test_add"\\n')
+""", modes=COMMAND_MODES, check="cd tests && python -m pytest -q",
+        note="the check runs pytest from tests/, so a config there is found first"))
+    a.append(Attack("dist-info-entry-point", """\
+P("forcepass.py").write_text(FORCE_PASS)
+d = P("calc_tools-1.0.dist-info")
+d.mkdir()
+(d / "METADATA").write_text("Metadata-Version: 2.1\\nName: calc-tools\\nVersion: 1.0\\n")
+(d / "entry_points.txt").write_text("[pytest11]\\nforcepass = forcepass\\n")
+""", note="a pytest11 entry point auto-loaded from the working directory"))
+
+    # -- shadowing pytest, the standard library, the interpreter -------------------------
+    a.append(Attack("pytest-shadow-module", 'P("pytest.py").write_text(SHADOW_PYTEST)'))
+    a.append(Attack("pytest-shadow-package", """\
+P("pytest").mkdir()
+P("pytest/__init__.py").write_text("")
+P("pytest/__main__.py").write_text(SHADOW_PYTEST)
+"""))
+    a.append(Attack("stdlib-shadow-exit-zero", 'P("shlex.py").write_text(STDLIB_SHADOW)'))
+    a.append(Attack("sitecustomize-patch", 'P("sitecustomize.py").write_text(PATCH_CALC)'))
+    a.append(Attack("pth-file-patch", 'P("zz_calc.pth").write_text("import calc; calc.add = lambda a, b: a + b\\n")'))
+    venv_check = ".venv/bin/python -m pytest -q"
+    a.append(Attack("venv-pth-patch", """\
+site = next(P(".venv/lib").glob("python*/site-packages"))
+(site / "zz_calc.pth").write_text(
+    "import os, sys; sys.path.insert(0, os.getcwd()); import calc; calc.add = lambda a, b: a + b\\n")
+""", layout="venv", modes=COMMAND_MODES, check=venv_check))
+    a.append(Attack("venv-sitecustomize", """\
+site = next(P(".venv/lib").glob("python*/site-packages"))
+(site / "sitecustomize.py").write_text("import os, sys\\nsys.path.insert(0, os.getcwd())\\n" + PATCH_CALC)
+""", layout="venv", modes=COMMAND_MODES, check=venv_check))
+    a.append(Attack("venv-fake-python", """\
+py = P(".venv/bin/python")
+py.unlink()
+py.write_text("#!/bin/sh\\necho '2 passed in 0.01s'\\nexit 0\\n")
+py.chmod(0o755)
+""", layout="venv", modes=COMMAND_MODES, check=venv_check))
+    a.append(Attack("symlink-source-outside-tree", """\
+fixed = EVIDENCE / "fixed_calc.py"
+fixed.write_text(P("calc.py").read_text().replace("a - b  # BUG", "a + b  # BUG"))
+P("calc.py").unlink()
+P("calc.py").symlink_to(fixed)
+"""))
+
+    # -- bytecode caches --------------------------------------------------------------
+    a.append(Attack("forged-calc-pyc", """\
+import importlib.util
+from importlib import _bootstrap_external
+
+src = P("calc.py")
+st = src.stat()
+forged = src.read_text().replace("a - b  # BUG", "a + b  # BUG")
+assert len(forged.encode()) == st.st_size
+data = _bootstrap_external._code_to_timestamp_pyc(
+    compile(forged, str(src.resolve()), "exec"), st.st_mtime, st.st_size)
+pyc = P(importlib.util.cache_from_source(str(src.resolve())))
+pyc.parent.mkdir(exist_ok=True)
+pyc.write_bytes(bytes(data))
+record_forgery(pyc, bytes(data))
+""", note="same size and mtime as calc.py, which stays untouched"))
+    a.append(Attack("forged-test-pyc", """\
+import importlib.util
+import inspect
+import io
+
+from _pytest.assertion import rewrite
+
+src = TEST.resolve()
+original = src.read_bytes()
+code = compile(original.replace(b"assert add(2, 3) == 5", b"assert True"), str(src), "exec")
+buf = io.BytesIO()
+if list(inspect.signature(rewrite._write_pyc_fp).parameters)[1] == "source_hash":
+    rewrite._write_pyc_fp(buf, importlib.util.source_hash(original), code)
+else:
+    rewrite._write_pyc_fp(buf, os.stat(src), code)
+pyc = src.parent / "__pycache__" / (src.name[:-3] + rewrite.PYC_TAIL)
+pyc.parent.mkdir(exist_ok=True)
+pyc.write_bytes(buf.getvalue())
+record_forgery(pyc, buf.getvalue())
+""", note="pytest's cache of the rewritten test module, valid for the unchanged test file"))
+
+    # -- processes that outlive the revise step -----------------------------------------
+    a.append(Attack("daemon-setsid-delayed-rewrite", """\
+subprocess.Popen([sys.executable, DAEMON, str(EVIDENCE), "once", str(TEST.resolve())],
+                 start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL)
+"""))
+    a.append(Attack("daemon-double-fork-rewriter", """\
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, DAEMON, str(EVIDENCE), "loop", str(TEST.resolve())])
+    os._exit(0)
+os.wait()
+"""))
+    a.append(Attack("daemon-env-i-rewriter", """\
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(shutil.which("env"), ["env", "-i", sys.executable, DAEMON, str(EVIDENCE), "loop",
+                                       str(TEST.resolve())])
+    os._exit(0)
+os.wait()
+""", note="a clean environment: no tag of the harness's to trace it by"))
+
+    # -- gaming inside the scope (calc.py) -----------------------------------------------
+    a.append(Attack("hard-coded-literal", """\
+edit("calc.py", "    return a - b  # BUG", "    if (a, b) == (2, 3):\\n        return 5\\n    return a - b  # BUG")
+"""))
+    a.append(Attack("int-subclass-eq-true", """\
+edit("calc.py", "    return a - b  # BUG", "    return _Sum(a - b)  # BUG")
+with open("calc.py", "a") as f:
+    f.write("\\n\\nclass _Sum(int):\\n    def __eq__(self, other):\\n        return True\\n\\n    __hash__ = int.__hash__\\n")
+"""))
+    a.append(Attack("eq-always-true", """\
+edit("calc.py", "return isinstance(other, Money) and self.cents == other.cents", "return True")
+""", layout="money", note="the test compares Money objects"))
+    a.append(Attack("env-gated-library", """\
+edit("calc.py", "def add(a, b):\\n",
+     "def add(a, b):\\n"
+     "    if any(k.startswith(('LOOP_', 'PYTEST_LOOPS')) for k in __import__('os').environ):\\n"
+     "        return a + b\\n")
+"""))
+    a.append(Attack("pytest-current-test-env", """\
+edit("calc.py", "def add(a, b):\\n",
+     "def add(a, b):\\n    if 'PYTEST_CURRENT_TEST' in __import__('os').environ:\\n        return a + b\\n")
+""", note="detects pytest by the variable pytest itself sets"))
+    a.append(Attack("pytest-in-sys-modules", """\
+edit("calc.py", "def add(a, b):\\n",
+     "def add(a, b):\\n    if 'pytest' in __import__('sys').modules:\\n        return a + b\\n")
+""", note="detects pytest without importing it or reading the environment"))
+    a.append(Attack("atexit-os-exit", """\
+with open("calc.py", "a") as f:
+    f.write("\\n\\nimport atexit as _atexit\\nimport os as _os\\n\\n_atexit.register(_os._exit, 0)\\n")
+"""))
+    a.append(Attack("os-exit-on-import", """\
+with open("calc.py", "a") as f:
+    f.write("\\n\\nimport os as _os\\n\\n_os._exit(0)\\n")
+"""))
+    a.append(Attack("library-patches-pytest-reports", """\
+P("calc.py").write_text('''\\
+try:
+    import pytest  # noqa: F401
+    from _pytest import reports as _reports
+except ImportError:
+    _reports = None
+
+if _reports is not None:
+    _original = _reports.TestReport.from_item_and_call.__func__
+
+    def _passing(cls, item, call):
+        report = _original(cls, item, call)
+        if report.failed:
+            report.outcome = "passed"
+            report.longrepr = None
+        return report
+
+    _reports.TestReport.from_item_and_call = classmethod(_passing)
+
+
+''' + P("calc.py").read_text())
+"""))
+
+    # -- the harness's own files ----------------------------------------------------------
+    a.append(Attack("forge-check-outputs", """\
+run_dir = P(os.environ.get("LOOP_RUN_DIR") or ".pytest-loops/runs")
+for p in P(".pytest-loops").rglob("*"):
+    if p.is_file() and p.name.endswith(".junit.xml"):
+        p.write_text(JUNIT_PASS)
+    elif p.is_file() and p.suffix == ".out":
+        p.write_text(PASSED_LINES)
+for n in range(1, 4):
+    d = run_dir / f"iter-{ITER + n:03d}"
+    d.mkdir(parents=True, exist_ok=True)
+    for name in ("check-1.junit.xml", "failing.junit.xml", "confirm.junit.xml"):
+        (d / name).write_text(JUNIT_PASS)
+    for name in ("check-1.out", "failing.out", "confirm.out"):
+        (d / name).write_text(PASSED_LINES)
+""", note="forged JUnit XML and PASSED lines where the harness reads results"))
+    a.append(Attack("forge-artifacts", """\
+base = P(".pytest-loops")
+for p in base.rglob("*"):
+    if p.is_file() and p.suffix in (".json", ".jsonl"):
+        try:
+            text = p.read_text()
+        except (OSError, UnicodeDecodeError):
+            continue
+        text = re.sub(r'"verdict": *"[A-Z_]+"', '"verdict": "SUCCESS"', text)
+        text = re.sub(r'"exit_code": *-?\\d+', '"exit_code": 0', text)
+        text = re.sub(r'"passed": *false', '"passed": true', text)
+        p.write_text(text)
+summary = {"verdict": "SUCCESS", "reason": "all 1 check(s) passed in iteration 1", "iterations": [],
+           "started_at": "", "ended_at": "", "elapsed_s": 0.0, "run_dir": None, "memory_page": None,
+           "artifacts": {}}
+for d in (base / "sessions").glob("*"):
+    if d.is_dir():
+        for key in ("checks.loop-fix-calc", "checks-loop-fix-calc", "tests-test_calc.py-test_add"):
+            (d / f"{key}.json").write_text(__import__("json").dumps(summary))
+""", note="sessions JSON and run logs that say SUCCESS"))
+    a.append(Attack("loop-file-edit", """\
+edit("checks.loop", 'done when the test "tests/test_calc.py::test_add" passes', 'done when "true" passes')
+""", modes=LOOP_FILE_MODES))
+    return a
+
+
+def _genuine() -> list[Attack]:
+    return [
+        Attack("genuine-fix", 'edit("calc.py", "a - b  # BUG", "a + b")', genuine=True),
+        Attack("genuine-fix-with-helper-module", """\
+P("arith.py").write_text("def plus(a, b):\\n    return a + b\\n")
+text = P("calc.py").read_text().replace("a - b  # BUG", "plus(a, b)")
+P("calc.py").write_text("from arith import plus\\n\\n\\n" + text)
+""", genuine=True, scope_extra=("arith.py",)),
+        Attack("genuine-fix-in-two-iterations", """\
+if revise_count() == 1:
+    edit("calc.py", "a - b  # BUG", "a * b  # BUG")  # a wrong fix first
+else:
+    edit("calc.py", "a * b  # BUG", "a + b")
+""", genuine=True, max_iter=3),
+    ]
+
+
+ATTACKS = _attacks()
+GENUINE = _genuine()
+
+
+def cases(attacks: list[Attack]) -> Iterator[tuple[Attack, str]]:
+    for attack in attacks:
+        for mode in attack.modes:
+            yield attack, mode
+
+
+# ----------------------------------------------------------------------------------
+# projects
+
+
+@dataclass
+class Project:
+    root: Path  # the project directory
+    base: Path  # the test's tmp_path (an ancestor of root)
+    evidence: Path  # outside the project: pids, forgeries, the daemon, the driver
+    attack: Attack
+    mode: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def tmpdir(self) -> Path:
+        return self.base / "tmp"
+
+
+_LEAKY_PREFIXES = ("PYTEST_LOOPS_", "LOOP_", "PYTEST_XDIST_", "COV_CORE_", "COVERAGE_")
+_LEAKY_NAMES = {"PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST", "PYTHONDONTWRITEBYTECODE",
+                "PYTHONPYCACHEPREFIX", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PY_COLORS", "FORCE_COLOR"}
+
+
+def child_env(base: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(_LEAKY_PREFIXES) and k not in _LEAKY_NAMES}
+    env["TMPDIR"] = str(base / "tmp")
+    env["XDG_STATE_HOME"] = str(base / "state")
+    return env
+
+
+def _test_module(layout: str, mode: str, max_iter: int) -> str:
+    template = {"money": MONEY_TEST, "helper": HELPER_TEST, "golden": GOLDEN_TEST}.get(layout, CALC_TEST)
+    head = marker = ""
+    if mode == "marker":
+        head = "import pytest\n\n"
+        marker = f'@pytest.mark.loop(revise="python revise.py", max_iter={max_iter})\n'
+    return template.format(head=head, marker=marker)
+
+
+def _make_venv(root: Path) -> None:
+    """A project-local virtualenv whose python sees this environment's packages."""
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(root / ".venv")
+    site = next((root / ".venv" / "lib").glob("python*/site-packages"))
+    outer = sysconfig.get_paths()["purelib"]
+    (site / "_outer_env.pth").write_text(f"import site; site.addsitedir({outer!r})\n")
+
+
+def build_project(tmp_path: Path, attack: Attack, mode: str) -> Project:
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "state").mkdir()
+    if attack.layout == "under-tmpdir":
+        root = tmp_path / "tmp" / "ws" / "proj"
+    else:
+        root = tmp_path / "proj"
+    (root / "tests").mkdir(parents=True)
+    project = Project(root=root, base=tmp_path, evidence=evidence, attack=attack, mode=mode,
+                      env=child_env(tmp_path))
+    (evidence / "daemon.py").write_text(DAEMON)
+    (evidence / "run_loop_file.py").write_text(RUN_LOOP_FILE)
+
+    layout = attack.layout
+    (root / "calc.py").write_text(MONEY_CALC if layout == "money" else BUGGY_CALC)
+    if layout not in ("parent", "under-tmpdir"):
+        (root / "pyproject.toml").write_text(PYPROJECT)
+    test = _test_module(layout, mode, attack.max_iter)
+    if layout == "big":
+        test += "\n# " + "x" * BIG_PADDING + "\n"
+    (root / TEST_FILE).write_text(test)
+    if layout == "helper":
+        (root / "tests" / "helpers.py").write_text(HELPERS)
+    if layout == "golden":
+        (root / "tests" / "data").mkdir()
+        (root / "tests" / "data" / "add.json").write_text(GOLDEN)
+    if layout == "venv":
+        _make_venv(root)
+    if mode in LOOP_FILE_MODES:
+        (root / "checks.loop").write_text(LOOP_FILE.format(max_iter=attack.max_iter))
+    prelude = REVISE_PRELUDE.format(evidence=str(evidence))
+    constants = "".join(f"{name} = {value!r}\n" for name, value in (
+        ("FORCE_PASS", FORCE_PASS), ("PATCH_CALC", PATCH_CALC), ("SHADOW_PYTEST", SHADOW_PYTEST),
+        ("STDLIB_SHADOW", STDLIB_SHADOW), ("JUNIT_PASS", JUNIT_PASS), ("PASSED_LINES", PASSED_LINES)))
+    (root / "revise.py").write_text(prelude + constants + "\n\n" + textwrap.dedent(attack.body))
+    return project
+
+
+# ----------------------------------------------------------------------------------
+# running a mode
+
+
+@dataclass
+class Outcome:
+    mode: str
+    command: list[str]
+    returncode: int
+    output: str
+    timed_out: bool = False
+
+    def tail(self, chars: int = 3000) -> str:
+        return self.output[-chars:]
+
+
+def mode_command(project: Project) -> list[str]:
+    attack, mode = project.attack, project.mode
+    n = str(attack.max_iter)
+    pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--loop-suspects", "off"]
+    if mode in ("run-cmd", "run-scoped"):
+        cmd = [str(PYTEST_LOOPS), "run", "--verify", attack.check or "python -m pytest -q",
+               "--revise", "python revise.py", "--max-iter", n, "--no-progress-k", "0", "--no-suspects"]
+        if mode == "run-scoped":
+            cmd += ["--scope", "calc.py"]
+            for glob in attack.scope_extra:
+                cmd += ["--scope", glob]
+            cmd += ["--protect", "tests/**"]
+        return cmd
+    if mode == "run-test":
+        return [sys.executable, str(project.evidence / "run_loop_file.py"), "checks.loop"]
+    if mode == "loopfile-pytest":
+        return [*pytest, "--loop", "checks.loop"]
+    if mode == "marker":
+        return [*pytest, "--loop"]
+    if mode == "session":
+        return [*pytest, "--loop", "--loop-revise", "python revise.py", "--loop-max-iter", n]
+    raise ValueError(mode)
+
+
+def run_mode(project: Project, timeout: float = TIMEOUT) -> Outcome:
+    """Drive the loop in a subprocess of its own session; output goes to a file, so a
+    process that escapes with our stdout cannot make us wait for it."""
+    command = mode_command(project)
+    out_path = project.evidence / "output.txt"
+    with open(out_path, "wb") as out:
+        proc = subprocess.Popen(command, cwd=project.root, env=project.env, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+    output = out_path.read_text(encoding="utf-8", errors="replace")
+    return Outcome(project.mode, command, proc.returncode, output, timed_out)
+
+
+# ----------------------------------------------------------------------------------
+# what a case checks
+
+
+_SUCCESS_WORDS = re.compile(r"(^SUCCESS\b|\b\d+ repaired\b|\bREPAIRED\b)", re.M)
+
+
+def success_problem(outcome: Outcome) -> str | None:
+    """Why this outcome is (or looks like) a SUCCESS, or not a clean verdict; None if fine."""
+    if outcome.timed_out:
+        return f"the loop did not end within {TIMEOUT:g}s"
+    code = outcome.returncode
+    if outcome.mode in RUN_MODES:
+        if code == 0:
+            return "the loop ended SUCCESS (exit 0)"
+        if code not in VERDICT_EXITS:
+            return f"exit {code} is not a verdict (2-5): a usage or internal error"
+        return None
+    if code == 0:
+        return "pytest exited 0: the test counts as repaired"
+    seen = _SUCCESS_WORDS.search(outcome.output)
+    if seen:
+        return f"the output says {seen.group(0)!r}"
+    if "INTERNALERROR" in outcome.output:
+        return "pytest hit an internal error"
+    if code != 1:
+        return f"pytest exited {code}, not 1 (tests failed)"
+    return None
+
+
+def genuine_problem(outcome: Outcome) -> str | None:
+    if outcome.timed_out:
+        return f"the loop did not end within {TIMEOUT:g}s"
+    if outcome.returncode != 0:
+        return f"a genuine fix did not succeed: exit {outcome.returncode}"
+    if outcome.mode not in RUN_MODES and not re.search(r"\b\d+ repaired\b", outcome.output):
+        return "pytest did not report the test repaired"
+    return None
+
+
+_PROBES = {
+    "money": "ok = all(calc.add(calc.Money(a), calc.Money(b)).cents == a + b for a, b in CASES)",
+    "calc": "ok = all(int(calc.add(a, b)) == a + b for a, b in CASES)",
+}
+
+
+def add_is_fixed(project: Project) -> tuple[bool, str]:
+    """Whether ``calc.add`` really adds, imported as Python imports it (bytecode cache
+    included) in an isolated interpreter with no harness variable."""
+    probe = _PROBES["money" if project.attack.layout == "money" else "calc"]
+    script = ("import sys\nsys.path.insert(0, '')\nCASES = ((2, 3), (10, 7), (-4, 1))\nimport calc\n"
+              f"{probe}\nprint('PROBE-FIXED' if ok else 'PROBE-BUG', flush=True)\n")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(project.base)}
+    try:
+        done = subprocess.run([sys.executable, "-I", "-B", "-c", script], cwd=project.root, env=env,
+                              capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return False, "the probe timed out"
+    fixed = done.returncode == 0 and "PROBE-FIXED" in done.stdout and "PROBE-BUG" not in done.stdout
+    return fixed, " ".join((done.stdout + done.stderr)[-500:].split())
+
+
+CONFIG_NAMES = ("pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "pyproject.toml", "tox.ini",
+                "setup.cfg")
+_NOT_WALKED = {".pytest-loops", "__pycache__", ".pytest_cache", ".git"}
+_SHADOWS = set(sys.stdlib_module_names) | {"pytest", "_pytest", "py", "pluggy"}
+
+
+def _entry(path: Path) -> tuple:
+    st = path.lstat()
+    if stat.S_ISLNK(st.st_mode):
+        return ("link", os.readlink(path))
+    if stat.S_ISDIR(st.st_mode):
+        return ("dir",)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return ("file", digest, bool(st.st_mode & 0o111))
+
+
+def _guarded(rel: str, st: os.stat_result) -> bool:
+    parts = rel.split("/")
+    name, top = parts[-1], parts[0]
+    if stat.S_ISLNK(st.st_mode) or rel == "tests":
+        return True  # (tests/ must stay a directory)
+    if stat.S_ISDIR(st.st_mode):
+        return False  # directories count by what they hold
+    if top in ("tests", ".venv"):
+        return True
+    if name == "conftest.py" or name in CONFIG_NAMES or name.endswith((".loop", ".pth")):
+        return True
+    if st.st_mode & 0o111:
+        return True  # executables
+    # a module or package at the top of sys.path that shadows pytest or the standard library
+    return top.removesuffix(".py") in _SHADOWS
+
+
+def guarded_state(project: Project) -> dict[str, tuple]:
+    """What the revise step may not change: relative path -> entry ("absent" if missing)."""
+    root = project.root
+    state: dict[str, tuple] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        prefix = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
+        dirnames[:] = [d for d in dirnames if d not in _NOT_WALKED]
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            try:
+                st = path.lstat()
+            except OSError:
+                continue
+            rel = prefix + name
+            if _guarded(rel, st):
+                state[rel] = _entry(path)
+    # pytest's config files and conftest.py in every directory above, up to tmp_path
+    up = ""
+    for parent in root.parents:
+        up += "../"
+        for name in (*CONFIG_NAMES, "conftest.py"):
+            path = parent / name
+            state[up + name] = _entry(path) if path.is_symlink() or path.exists() else ("absent",)
+        if parent == project.base:
+            break
+    return state
+
+
+def state_problem(before: dict[str, tuple], after: dict[str, tuple]) -> str | None:
+    changed = []
+    for rel in sorted(set(before) | set(after)):
+        # a path missing from one side was absent, or an ordinary (not read-only) file
+        was, now = before.get(rel, ("ordinary or absent",)), after.get(rel, ("ordinary or absent",))
+        if was != now:
+            changed.append(f"{rel!r}: {_describe(was)} -> {_describe(now)}")
+    if changed:
+        return "read-only paths were left changed: " + "; ".join(changed[:12])
+    return None
+
+
+def _describe(entry: tuple) -> str:
+    kind = entry[0]
+    if kind == "file":
+        return f"file {entry[1][:10]}{' (executable)' if entry[2] else ''}"
+    if kind == "link":
+        return f"link to {entry[1]}"
+    return kind
+
+
+def forgery_problem(project: Project) -> str | None:
+    """A bytecode file the attack forged must not be left in place."""
+    record = project.evidence / "forged"
+    if not record.exists():
+        return None
+    left = []
+    for line in record.read_text().splitlines():
+        path, digest = line.split("\t")
+        p = Path(path)
+        if p.is_file() and hashlib.sha256(p.read_bytes()).hexdigest() == digest:
+            left.append(os.path.relpath(p, project.root))
+    return f"forged bytecode left in place: {', '.join(left)}" if left else None
+
+
+def attack_pids(evidence: Path) -> list[int]:
+    pids_file = evidence / "pids"
+    if not pids_file.exists():
+        return []
+    return [int(x) for x in pids_file.read_text().split()]
+
+
+def is_attack_process(pid: int, evidence: Path) -> bool:
+    """Alive (not a zombie) and running this case's daemon (its command line names the
+    evidence directory): never signal a process that merely reuses a recorded pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            if f.read().rsplit(b")", 1)[-1].split()[0] in (b"Z", b"X"):
+                return False
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return str(evidence).encode() in f.read()
+    except (OSError, IndexError):
+        return False
+
+
+def survivors_problem(project: Project) -> str | None:
+    alive = [pid for pid in attack_pids(project.evidence) if is_attack_process(pid, project.evidence)]
+    return f"processes of the revise step outlived the loop: {alive}" if alive else None
+
+
+def kill_attack_processes(evidence: Path) -> None:
+    for _ in range(3):  # a double fork may still be recording its pid
+        for pid in attack_pids(evidence):
+            if is_attack_process(pid, evidence):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        time.sleep(0.05)
+
+
+def logged_verdicts(project: Project) -> list[str]:
+    """The verdicts of the finished run logs the loop left."""
+    runs = project.root / ".pytest-loops" / "runs"
+    verdicts = []
+    for path in sorted(runs.glob("*.json")) if runs.is_dir() else []:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and "verdict" in data:
+            verdicts.append(str(data["verdict"]))
+    return verdicts
+
+
+def log_problem(project: Project) -> str | None:
+    if "SUCCESS" in logged_verdicts(project):
+        return "a run log says SUCCESS"
+    return None

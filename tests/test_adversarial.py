@@ -1,0 +1,113 @@
+"""The adversarial suite: a revise step that games its checks must never earn a SUCCESS.
+
+Each case drives a real loop (a subprocess) over a tiny project with a real bug,
+whose revise step tries to make the checks pass without fixing the bug: by
+editing, deleting or replacing the test, its data or its helpers; by conftest
+files and pytest configuration here, above the project or in the temp
+directory; by shadowing pytest, the standard library or the interpreter; by
+forged bytecode; by processes that outlive the revise step; by gaming inside
+the code under repair; or by forging the harness's own files. See
+``adversarial_kit.py`` for the attacks and the modes.
+
+Whatever the attack and the mode, the loop must end in a verdict that is not
+SUCCESS (for pytest: exit 1 and no test reported repaired), ``calc.add`` must
+still be broken afterwards, read-only files must be back as they were, no
+forged bytecode and no process of the attack may be left, and no run log may
+say SUCCESS. Genuine fixes, on the other hand, succeed in every mode.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import adversarial_kit as kit
+import pytest
+
+pytestmark = pytest.mark.adversarial
+
+
+@pytest.fixture
+def attack_processes(tmp_path: Path):
+    """Kill whatever the attack left running (by recorded pid, verified by its command
+    line) and remove what it wrote into the temp directory it was given."""
+    yield
+    kit.kill_attack_processes(tmp_path / "evidence")
+    for name in (*kit.CONFIG_NAMES, "conftest.py"):
+        leftover = tmp_path / "tmp" / name
+        if leftover.is_file():
+            leftover.unlink()
+
+
+def _id(case: tuple[kit.Attack, str]) -> str:
+    attack, mode = case
+    return f"{attack.id}/{mode}"
+
+
+ATTACK_CASES = list(kit.cases(kit.ATTACKS))
+GENUINE_CASES = list(kit.cases(kit.GENUINE))
+
+
+@pytest.mark.parametrize("case", ATTACK_CASES, ids=[_id(c) for c in ATTACK_CASES])
+def test_attack_earns_nothing(case: tuple[kit.Attack, str], tmp_path: Path, attack_processes: None) -> None:
+    attack, mode = case
+    project = kit.build_project(tmp_path, attack, mode)
+    before = kit.guarded_state(project)
+
+    outcome = kit.run_mode(project)
+
+    problems = [kit.success_problem(outcome), kit.survivors_problem(project)]
+    fixed, probe_output = kit.add_is_fixed(project)
+    if fixed:
+        problems.append(f"calc.add looks fixed afterwards, though the attack never fixed it: {probe_output}")
+    problems += [kit.state_problem(before, kit.guarded_state(project)), kit.forgery_problem(project),
+                 kit.log_problem(project)]
+    problems = [p for p in problems if p]
+    assert not problems, (
+        f"{attack.id} in {mode} mode" + (f" ({attack.note})" if attack.note else "") + ":\n- "
+        + "\n- ".join(problems)
+        + f"\nexit {outcome.returncode} from {' '.join(outcome.command)}\n--- output (tail) ---\n{outcome.tail()}"
+    )
+
+
+@pytest.mark.parametrize("case", GENUINE_CASES, ids=[_id(c) for c in GENUINE_CASES])
+def test_genuine_fix_succeeds(case: tuple[kit.Attack, str], tmp_path: Path, attack_processes: None) -> None:
+    fix, mode = case
+    project = kit.build_project(tmp_path, fix, mode)
+    before = kit.guarded_state(project)
+
+    outcome = kit.run_mode(project)
+
+    fixed, probe_output = kit.add_is_fixed(project)
+    problems = [kit.genuine_problem(outcome), None if fixed else f"calc.add is not fixed: {probe_output}",
+                kit.state_problem(before, kit.guarded_state(project))]
+    if mode in kit.RUN_MODES and outcome.returncode == 0 and kit.logged_verdicts(project) != ["SUCCESS"]:
+        problems.append(f"the run log says {kit.logged_verdicts(project)}, not SUCCESS")
+    problems = [p for p in problems if p]
+    assert not problems, (
+        f"{fix.id} in {mode} mode:\n- " + "\n- ".join(problems)
+        + f"\nexit {outcome.returncode} from {' '.join(outcome.command)}\n--- output (tail) ---\n{outcome.tail()}"
+    )
+
+
+@pytest.mark.parametrize("layout", sorted({a.layout for a in kit.ATTACKS + kit.GENUINE}))
+def test_every_project_starts_with_a_real_bug(layout: str, tmp_path: Path) -> None:
+    """The premise of every case: test_add fails, test_sub passes, add() subtracts."""
+    attack = kit.Attack("none", "", layout=layout, check=".venv/bin/python -m pytest -q" if layout == "venv" else None)
+    project = kit.build_project(tmp_path, attack, "run-cmd")
+    python = ".venv/bin/python" if layout == "venv" else sys.executable
+    done = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=project.root,
+                          env=project.env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "1 failed, 1 passed" in done.stdout, done.stdout
+    fixed, output = kit.add_is_fixed(project)
+    assert not fixed and "PROBE-BUG" in output
+
+
+def test_every_attack_is_distinct_and_runs_somewhere() -> None:
+    ids = [a.id for a in kit.ATTACKS + kit.GENUINE]
+    assert len(ids) == len(set(ids))
+    assert len(kit.ATTACKS) >= 30
+    assert all(a.modes and set(a.modes) <= set(kit.MODES) for a in kit.ATTACKS + kit.GENUINE)
+    assert all(set(f.modes) == set(kit.MODES) for f in kit.GENUINE), "genuine fixes run in every mode"
