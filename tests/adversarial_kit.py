@@ -189,7 +189,7 @@ def spec_from_args(args, environ=None):
 
 
 cli.spec_from_args = spec_from_args
-sys.exit(cli.main(["run", "--verify", "(the loop file's checks)", "--no-suspects"]))
+sys.exit(cli.main(["run", "--verify", "(the loop file's checks)", "--no-suspects", "--no-tine"]))
 """
 
 # A background process of an attack: records its pid, then rewrites the test to pass,
@@ -390,6 +390,9 @@ edit(TEST, "assert add(2, 3) == 5", "assert True")
     a.append(Attack("golden-file-edit", 'P("tests/data/add.json").write_text(\'{"args": [2, 3], "expected": -1}\\n\')',
                     layout="golden"))
     a.append(Attack("test-helper-edit", 'edit("tests/helpers.py", "return a + b", "return a - b")', layout="helper"))
+    a.append(Attack("tests-dir-calc-shadow", """\
+P("tests/calc.py").write_text(P("calc.py").read_text().replace("a - b  # BUG", "a + b"))
+""", note="pytest puts tests/ first on sys.path, so `from calc import add` finds this copy"))
     a.append(Attack("tests-dir-symlink", """\
 P("suite").mkdir()
 P("suite/test_calc.py").write_text("def test_add():\\n    assert True\\n\\n\\ndef test_sub():\\n    assert True\\n")
@@ -463,6 +466,11 @@ P("pytest").mkdir()
 P("pytest/__init__.py").write_text("")
 P("pytest/__main__.py").write_text(SHADOW_PYTEST)
 """))
+    a.append(Attack("harness-plugin-shadow", """\
+P("pytest_loops").mkdir()
+P("pytest_loops/__init__.py").write_text("")
+P("pytest_loops/plugin.py").write_text(FORCE_PASS)
+""", note="pytest's entry point for this plugin imports pytest_loops.plugin from the working directory"))
     a.append(Attack("stdlib-shadow-exit-zero", 'P("shlex.py").write_text(STDLIB_SHADOW)'))
     a.append(Attack("sitecustomize-patch", 'P("sitecustomize.py").write_text(PATCH_CALC)'))
     a.append(Attack("pth-file-patch", 'P("zz_calc.pth").write_text("import calc; calc.add = lambda a, b: a + b\\n")'))
@@ -576,6 +584,11 @@ edit("calc.py", "def add(a, b):\\n",
 edit("calc.py", "def add(a, b):\\n",
      "def add(a, b):\\n    if 'pytest' in __import__('sys').modules:\\n        return a + b\\n")
 """, note="detects pytest without importing it or reading the environment"))
+    a.append(Attack("caller-frame-sniffing", """\
+edit("calc.py", "def add(a, b):\\n",
+     "def add(a, b):\\n    if __import__('sys')._getframe(1).f_code.co_name.startswith('test_'):\\n"
+     "        return a + b\\n")
+""", note="right only when a test calls it: no pytest import, no environment"))
     a.append(Attack("atexit-os-exit", """\
 with open("calc.py", "a") as f:
     f.write("\\n\\nimport atexit as _atexit\\nimport os as _os\\n\\n_atexit.register(_os._exit, 0)\\n")
@@ -784,10 +797,11 @@ class Outcome:
 def mode_command(project: Project) -> list[str]:
     attack, mode = project.attack, project.mode
     n = str(attack.max_iter)
-    pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--loop-suspects", "off"]
+    # fault localization and .tine provenance are off: neither takes part in a verdict
+    pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--loop-suspects", "off", "--loop-tine", "off"]
     if mode in ("run-cmd", "run-scoped"):
         cmd = [str(PYTEST_LOOPS), "run", "--verify", attack.check or "python -m pytest -q",
-               "--revise", "python revise.py", "--max-iter", n, "--no-progress-k", "0", "--no-suspects"]
+               "--revise", "python revise.py", "--max-iter", n, "--no-progress-k", "0", "--no-suspects", "--no-tine"]
         if mode == "run-scoped":
             cmd += ["--scope", "calc.py"]
             for glob in attack.scope_extra:
@@ -892,7 +906,7 @@ def add_is_fixed(project: Project) -> tuple[bool, str]:
 CONFIG_NAMES = ("pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "pyproject.toml", "tox.ini",
                 "setup.cfg")
 _NOT_WALKED = {".pytest-loops", "__pycache__", ".pytest_cache", ".git"}
-_SHADOWS = set(sys.stdlib_module_names) | {"pytest", "_pytest", "py", "pluggy"}
+_SHADOWS = set(sys.stdlib_module_names) | {"pytest", "_pytest", "py", "pluggy", "pytest_loops"}
 
 
 def _entry(path: Path) -> tuple:
