@@ -178,6 +178,9 @@ class _Running:
         self.not_ours: set[tuple[int, int]] = set()  # children of ours without the tag
         self.group_gone = False
         self.terminated = False  # terminate_all() asked for it: stop waiting, clean up
+        self.children_before: set[int] = set()  # our children when it started: never its own
+        self.main_start: int | None = None  # the main process's start time (clock ticks)
+        self.sole: Callable[[], bool] = lambda: False  # is it the only command running?
 
     def members(self, table: dict[int, _Proc] | None) -> dict[int, _Proc]:
         """The processes in ``table`` that belong to this command (and remember them)."""
@@ -199,6 +202,7 @@ class _Running:
                 found.update(group)
             elif self.proc.returncode is not None:
                 self.group_gone = True
+        sole = self.sole()
         for entry in table.values():  # orphans re-parented to us (we are a subreaper)
             if entry.ppid != me or entry.pid in found or entry.zombie:
                 continue
@@ -206,6 +210,11 @@ class _Running:
             if key in self.not_ours:
                 continue
             if _environ_has(entry.pid, self.needle):
+                found.add(entry.pid)
+            elif sole and entry.pid not in self.children_before and self.main_start is not None \
+                    and entry.start >= self.main_start:
+                # the only command running: a new child of ours started after it can only
+                # be its escaped descendant, whatever it did to its environment
                 found.add(entry.pid)
             else:
                 self.not_ours.add(key)
@@ -318,6 +327,8 @@ class ProcessRunner:
             return failed(f"cannot write the output file {output_path}: {exc.strerror or exc}")
 
         running: _Running | None = None
+        children_before = _own_children() or set()
+        ticks_before = _ticks_now()
         terminations = self._terminations
         thread = threading.get_ident()
         try:
@@ -344,6 +355,9 @@ class ProcessRunner:
                 os.close(out_fd)  # the child has its own copy
             # registered at once, so terminate_all() from a signal handler sees it
             running = _Running(proc, tag)
+            running.children_before = children_before
+            running.main_start = ticks_before
+            running.sole = lambda: len(self._active) == 1
             self._active[id(running)] = running
             self._starting.discard(thread)
             self._resume_deferred()
@@ -521,6 +535,17 @@ class ProcessRunner:
                 self._strays.pop(pid, None)
             elif not entry.zombie:
                 _kill(pid, signal.SIGKILL)
+
+
+def _ticks_now() -> int | None:
+    """Clock ticks since boot, the unit of a process's start time in /proc (rounded
+    down by one tick, so a process started right after this is never older)."""
+    try:
+        with open("/proc/uptime", "rb") as f:
+            uptime = float(f.read().split()[0])
+        return max(0, int(uptime * os.sysconf("SC_CLK_TCK")) - 1)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _own_children() -> set[int] | None:

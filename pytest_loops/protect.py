@@ -1,37 +1,73 @@
-"""Protected paths and the scope jail: a revise step must not game its checks.
+"""What a revise step may change: an allow-list, enforced around every revise.
 
-Protected files (the tests the checks name, every ``conftest.py``, pytest's
-configuration files, and ``protect:`` globs) are snapshotted before the first
-revise. A revise that modifies, deletes or adds one is undone from the snapshot
-(git is not needed) and the loop ends ESCALATE. With ``scope:`` globs, edits
-outside the scope are reverted after each revise and recorded; the loop goes on.
+A loop has a *scope*: the paths its revise step may change. By default that is
+every file under the loop's working directory except the ones that judge the
+code: test files and everything under test directories, ``conftest.py``
+anywhere, every configuration file pytest reads (of any name pytest knows, also
+in the ancestor directories it searches), loop files and the harness config,
+virtual environments, ``.pth`` and ``sitecustomize`` files, new modules that
+would shadow pytest or the standard library, symbolic links and executables.
+``scope`` globs narrow the scope; ``protect`` globs add read-only paths.
+
+:class:`TreeGuard` copies the read-only files (and the in-scope Python files,
+for the diff audit) into a private store when the loop starts. Around each
+revise it learns what changed from the change journal (inotify; a stat walk
+where the journal cannot vouch), so the cost is proportional to what changed,
+not to the tree. A change to a read-only path is undone from the store, never
+through a symbolic link (a link is replaced, not followed), and ends the loop
+ESCALATE. The clean room (:mod:`pytest_loops.cleanroom`) is built from the same
+store: loop-start read-only files plus the in-scope files as they are now.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shlex
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import shutil
+import stat
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 from .spec import CheckKind, LoopSpec
 
-DEFAULT_PROTECTED = (
-    "**/conftest.py",
-    "**/pytest.ini",
-    "**/tox.ini",
-    "**/setup.cfg",
-    "**/pyproject.toml",
-)
-# Directories never walked: caches, virtualenvs, VCS data, our own artifacts.
-SKIP_DIRS = frozenset({
-    ".git", ".hg", ".svn", "__pycache__", ".pytest_cache", ".pytest-loops", ".hypothesis",
-    ".mypy_cache", ".ruff_cache", ".tox", ".nox", ".venv", "venv", "node_modules",
+# Configuration files pytest (and the tools around it) read, at any depth and in
+# every ancestor directory: present and future names.
+CONFIG_NAMES = frozenset({
+    "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml",
+    "pyproject.toml", "tox.ini", "setup.cfg", "setup.py", "noxfile.py", ".coveragerc",
+    "Makefile", "makefile", "GNUmakefile", "justfile", "Justfile", "Taskfile.yml",
 })
-MAX_SNAPSHOT_FILE_BYTES = 16 * 1024 * 1024
+ANCESTOR_NAMES = frozenset({
+    "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml",
+    "pyproject.toml", "tox.ini", "setup.cfg",
+})
+# Files the interpreter runs on its own at start-up.
+STARTUP_NAMES = frozenset({"sitecustomize.py", "usercustomize.py"})
+# A new module under one of these names shadows what the judge imports.
+SHADOW_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py", "pytest_loops", "opentine",
+                            "coverage", "xdist", "iniconfig", "packaging"}) | frozenset(
+    getattr(sys, "stdlib_module_names", ()))
+# Directory names that hold tests and what they read (data, golden files, helpers).
+TEST_DIR = re.compile(r"^(tests?|testing|test[_-].*|.*[_-]tests?|testdata|fixtures|golden)$", re.I)
+DEFAULT_TEST_FILES = ("**/test_*.py", "**/*_test.py")
+# Never tracked, never copied: caches (the checks run with a bytecode cache of
+# their own, so a forged __pycache__ is never read), VCS data, build trees.
+IGNORED_DIRS = frozenset({
+    ".git", ".hg", ".svn", "__pycache__", ".pytest_cache", ".pytest-loops", ".hypothesis",
+    ".mypy_cache", ".ruff_cache", ".tox", ".nox", "node_modules",
+})
+IGNORED_SUFFIXES = (".pyc", ".pyo")
+# Kept for callers that only need a walk of a tree's own files.
+SKIP_DIRS = IGNORED_DIRS | {".venv", "venv"}
+AUDIT_MAX_BYTES = 1 << 20  # in-scope Python files up to this size are kept for the diff audit
+COPY_BLOCK = 1 << 20
 
 
 @lru_cache(maxsize=512)
@@ -68,7 +104,9 @@ def matches(relpath: str, patterns: Iterable[str]) -> bool:
     for pattern in patterns:
         if _glob_regex(pattern).match(relpath):
             return True
-        bare = pattern.rstrip("/")
+        bare = pattern.strip().rstrip("/")
+        while bare.startswith("./"):
+            bare = bare[2:]
         if bare and not any(c in bare for c in "*?[") and relpath.startswith(bare + "/"):
             return True
     return False
@@ -84,14 +122,9 @@ def walk(root: Path) -> Iterable[str]:
             yield prefix + name
 
 
-# pytest's default test file names: what a bare `pytest` command runs.
-DEFAULT_TEST_FILES = ("**/test_*.py", "**/*_test.py")
-
-
 def named_test_files(spec: LoopSpec) -> list[str]:
     """Test files the loop's checks name: node ids' files and `.py` paths in pytest
-    commands; a pytest command that names no file runs every test file, so all of
-    pytest's default test file names are protected then."""
+    commands (read-only whatever their names)."""
     files: list[str] = []
     for check in spec.checks:
         if check.kind is CheckKind.PYTEST and check.node_id:
@@ -100,83 +133,69 @@ def named_test_files(spec: LoopSpec) -> list[str]:
             try:
                 words = shlex.split(check.command)
             except ValueError:
-                files.extend(DEFAULT_TEST_FILES)
                 continue
-            after = words[next(i for i, w in enumerate(words) if "pytest" in w) + 1:]
-            named = [w.split("::", 1)[0] for w in after if not w.startswith("-")]
-            paths = [p for p in named if p.endswith(".py")]
-            dirs = [p.rstrip("/") + "/**/*.py" for p in named
-                    if not p.endswith(".py") and (Path(spec.cwd) / p).is_dir()]
-            files.extend(paths + dirs or DEFAULT_TEST_FILES)
-    return list(dict.fromkeys(files))
+            files += [w.split("::", 1)[0] for w in words if w.split("::", 1)[0].endswith(".py")]
+    return list(dict.fromkeys(f.lstrip("./") if f.startswith("./") else f for f in files))
 
 
-@dataclass
-class Snapshot:
-    """The bytes of the files matching ``include`` (and not ``exclude``) under ``root``."""
+_INTERPRETERS = re.compile(r"^(sh|bash|zsh|dash|ksh|python[0-9.]*|pypy[0-9.]*|node|ruby|perl|tclsh|make)$")
+_CONFIG_FLAGS = frozenset({"-c", "--config-file", "--config", "--rcfile", "-f", "--file", "--makefile"})
 
-    root: Path
-    include: Sequence[str]
-    exclude: Sequence[str] = ()
-    invert: bool = False  # True: snapshot everything NOT matching include (scope jail)
 
-    def __post_init__(self) -> None:
-        self.root = Path(self.root)
-        self.files: dict[str, bytes | None] = {}
+def check_files(spec: LoopSpec, root: str) -> list[str]:
+    """Files under ``root`` that judge: the scripts the checks run (``bash run_tests.sh``,
+    ``python check.py``, ``./verify``), the configuration they name (``-c ci.ini``),
+    the node ids' files and the loop's own file. Read-only, whatever their names;
+    files a check only reads as data (``grep fixed a.txt``) are not."""
+    found = list(named_test_files(spec))
 
-    def _selected(self, relpath: str) -> bool:
-        if self.exclude and matches(relpath, self.exclude):
-            return False
-        hit = matches(relpath, self.include)
-        return not hit if self.invert else hit
+    def add(word: str) -> None:
+        path = os.path.normpath(os.path.join(root, word.split("::", 1)[0]))
+        if os.path.isfile(path):
+            rel = os.path.relpath(path, root).replace(os.sep, "/")
+            if not rel.startswith("../"):
+                found.append(rel)
 
-    def _current(self) -> dict[str, Path]:
-        return {rel: self.root / rel for rel in walk(self.root) if self._selected(rel)}
+    for check in spec.checks:
+        try:
+            lexer = shlex.shlex(check.command or "", posix=True, punctuation_chars=True)
+            lexer.whitespace_split = True
+            words = list(lexer)
+        except ValueError:
+            words = (check.command or "").split()
+        segment: list[str] = []
+        for word in [*words, ";"]:
+            if word and set(word) <= set(";&|()"):
+                _segment_files(segment, add)
+                segment = []
+            else:
+                segment.append(word)
+    if spec.source and os.path.isfile(spec.source):
+        add(os.path.realpath(spec.source))
+    return list(dict.fromkeys(found))
 
-    def take(self) -> None:
-        self.files = {}
-        for rel, path in self._current().items():
-            try:
-                size = path.stat().st_size
-                self.files[rel] = path.read_bytes() if size <= MAX_SNAPSHOT_FILE_BYTES else None
-            except OSError:
-                self.files[rel] = None
 
-    def changes(self) -> list[tuple[str, str]]:
-        """(path, "modified" | "deleted" | "added") since :meth:`take`, sorted."""
-        now = self._current()
-        found: list[tuple[str, str]] = []
-        for rel, data in self.files.items():
-            path = self.root / rel
-            if rel not in now:
-                found.append((rel, "deleted"))
-            elif data is not None:
-                try:
-                    if path.read_bytes() != data:
-                        found.append((rel, "modified"))
-                except OSError:
-                    found.append((rel, "modified"))
-        found += [(rel, "added") for rel in now if rel not in self.files]
-        return sorted(found)
-
-    def restore(self, changes: Sequence[tuple[str, str]]) -> list[str]:
-        """Undo the given changes; returns what could not be undone."""
-        failed: list[str] = []
-        for rel, how in changes:
-            path = self.root / rel
-            try:
-                if how == "added":
-                    path.unlink()
-                else:
-                    data = self.files.get(rel)
-                    if data is None:
-                        failed.append(rel)
-                        continue
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_bytes(data)
-            except OSError:
-                failed.append(rel)
-        return failed
+def _segment_files(words: list[str], add: Callable[[str], None]) -> None:
+    """The script one simple command runs, and the config files it names."""
+    while words and "=" in words[0] and not words[0].startswith(("-", "/", ".")):
+        words = words[1:]  # VAR=value prefixes
+    if not words:
+        return
+    add(words[0])
+    if _INTERPRETERS.match(os.path.basename(words[0])):
+        rest = words[1:]
+        while rest and rest[0].startswith("-"):
+            if rest[0] in ("-m", "-c"):
+                rest = []
+                break
+            rest = rest[1:]
+        if rest:
+            add(rest[0])
+    for i, word in enumerate(words):
+        if word in _CONFIG_FLAGS and i + 1 < len(words):
+            add(words[i + 1])
+        elif word.startswith(("--config-file=", "--rootdir=", "--config=", "--rcfile=")):
+            add(word.split("=", 1)[1])
 
 
 def describe(changes: Sequence[tuple[str, str]], limit: int = 8) -> str:
@@ -184,33 +203,705 @@ def describe(changes: Sequence[tuple[str, str]], limit: int = 8) -> str:
     return text + (f" and {len(changes) - limit} more" if len(changes) > limit else "")
 
 
-class ReviseWatch:
-    """Snapshots around the revise step of one loop (protected paths and scope)."""
+# --- the state of a tree ------------------------------------------------------------
 
-    def __init__(self, spec: LoopSpec, workdir: Path, *, defaults: bool = True,
-                 exclude: Sequence[str] = ()) -> None:
-        patterns = list(spec.protect) + named_test_files(spec)
-        if defaults:
-            patterns += DEFAULT_PROTECTED
-        self.protected = Snapshot(workdir, patterns, exclude) if patterns else None
-        self.scope = Snapshot(workdir, list(spec.scope), exclude, invert=True) if spec.scope else None
-        self._protected_taken = False
+
+class Entry(NamedTuple):
+    """One path's identity as lstat sees it. Any field changing means "look again"."""
+
+    kind: str  # "f" file, "l" symbolic link, "d" directory (only where listed: venv tops)
+    mode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int  # cannot be set back by the writer: a rewrite that restores mtime shows here
+    ino: int
+    target: str = ""  # a link's target
+
+
+def _entry(path: str) -> Entry | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return Entry("l", st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, target)
+    if stat.S_ISREG(st.st_mode):
+        return Entry("f", st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    if stat.S_ISDIR(st.st_mode):
+        return Entry("d", st.st_mode, 0, 0, 0, st.st_ino)
+    return Entry("o", st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def _executable(entry: Entry) -> bool:
+    return entry.kind == "f" and bool(entry.mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH))
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A loop-start copy of one file in the private store."""
+
+    path: str  # in the store
+    digest: str
+    size: int
+    mode: int
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A change to a read-only path: what, how, why it is read-only, and whether it was undone."""
+
+    path: str
+    how: str  # "modified" | "deleted" | "added" | "became a link" ...
+    why: str
+    restored: bool = True
+
+    def describe(self) -> str:
+        undone = "" if self.restored else ", could not be undone"
+        return f"{self.path} ({self.how}: {self.why}{undone})"
+
+
+@dataclass
+class RevisePass:
+    """What one revise step changed."""
+
+    violations: list[Violation] = field(default_factory=list)
+    in_scope: list[tuple[str, str]] = field(default_factory=list)  # (path, how)
+    walked: bool = False  # the journal could not vouch: the tree was walked
+
+
+def _hash_copy(src: str, dst: str | None) -> tuple[str, int]:
+    """sha256 of ``src`` (and a copy of it at ``dst``), read once."""
+    h = hashlib.sha256()
+    size = 0
+    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        out = None
+        if dst is not None:
+            out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            while True:
+                block = os.read(fd, COPY_BLOCK)
+                if not block:
+                    break
+                h.update(block)
+                size += len(block)
+                if out is not None:
+                    view = memoryview(block)
+                    while view:
+                        view = view[os.write(out, view):]
+        finally:
+            if out is not None:
+                os.close(out)
+    finally:
+        os.close(fd)
+    return "sha256:" + h.hexdigest(), size
+
+
+def file_digest(path: str) -> str | None:
+    """sha256 of a regular file, never through a link; None if unreadable."""
+    try:
+        return _hash_copy(path, None)[0]
+    except OSError:
+        return None
+
+
+class TreeGuard:
+    """The allow-list of one loop's working tree; see the module docstring.
+
+    :param root: the loop's working directory.
+    :param scope: globs of the paths the revise step may change (empty: every
+        path that is not read-only by the rules above).
+    :param protect: extra read-only globs.
+    :param own: the harness's own paths under root (run log, run dir, lessons
+        page, artifacts dir): never tracked.
+    :param test_files: extra test-file globs (pytest's ``python_files``) and the
+        files the checks name.
+    :param extra_ancestors: more directories whose configuration files are
+        watched (where the clean room will be built).
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, scope: Sequence[str] = (),
+                 protect: Sequence[str] = (), own: Sequence[str] = (),
+                 test_files: Sequence[str] = (), readonly_files: Sequence[str] = (),
+                 extra_ancestors: Sequence[str] = (), journal: bool = True) -> None:
+        self.root = os.path.realpath(os.fspath(root))
+        self.scope = tuple(scope)
+        self.protect = tuple(protect)
+        self.own = tuple(p.strip("/") for p in own if p and p.strip("/"))
+        self.test_files = tuple(DEFAULT_TEST_FILES) + tuple(test_files)
+        self.readonly_files = frozenset(readonly_files)
+        self.start_dirs: frozenset[str] = frozenset()
+        self.use_journal = journal
+        self.state: dict[str, Entry] = {}  # rel -> entry, as last seen
+        self.start: dict[str, Entry] = {}  # rel -> entry at loop start
+        self.store: dict[str, Stored] = {}
+        self.venvs: set[str] = set()
+        self.ancestors: dict[str, Entry | None] = {}
+        self.ancestor_store: dict[str, Stored] = {}
+        self._ancestor_dirs = _ancestor_dirs(self.root, extra_ancestors)
+        self._store_dir: str | None = None
+        self._journal = None
+        self._journal_reason: str | None = None
+        self.started = False
+        self.walks = 0
+        self.dirs: set[str] = set()  # directories listed (so a new one is walked whole)
+
+    # -- classification -------------------------------------------------------------
+
+    def _own(self, rel: str) -> bool:
+        return any(rel == o or rel.startswith(o + "/") for o in self.own)
+
+    def ignored(self, rel: str) -> bool:
+        """Paths never tracked: caches, VCS data, the harness's own files."""
+        parts = rel.split("/")
+        if any(p in IGNORED_DIRS or p.endswith(".egg-info") for p in parts[:-1]):
+            return True
+        if parts[-1] in IGNORED_DIRS or rel.endswith(IGNORED_SUFFIXES):
+            return True
+        return self._own(rel)
+
+    def _in_venv(self, rel: str) -> str | None:
+        for venv in self.venvs:
+            if rel == venv or rel.startswith(venv + "/"):
+                return venv
+        return None
+
+    def readonly_reason(self, rel: str, entry: Entry | None, *, new: bool) -> str | None:
+        """Why the revise step may not change ``rel`` (None: it may)."""
+        if self._in_venv(rel):
+            return "a virtual environment"
+        name = rel.rsplit("/", 1)[-1]
+        if entry is not None and entry.kind == "l":
+            return "a symbolic link"
+        if self.protect and matches(rel, self.protect):
+            return "protected by the loop's protect setting"
+        if name in CONFIG_NAMES:
+            return "configuration pytest reads"
+        if name in STARTUP_NAMES or name.endswith(".pth"):
+            return "run by the interpreter at start-up"
+        if name.endswith((".loop", ".loop.yaml", ".loop.yml")) or rel in self.readonly_files:
+            return "a loop definition, or a file a check runs"
+        parts = rel.split("/")
+        if any(TEST_DIR.match(p) for p in parts[:-1]):
+            return "under a test directory"
+        if matches(rel, self.test_files):
+            return "a test file"
+        if entry is not None and _executable(entry):
+            return "an executable"
+        if new:
+            for i, part in enumerate(parts):
+                last = i == len(parts) - 1
+                stem = part[:-3] if last and part.endswith(".py") else part
+                if stem not in SHADOW_MODULES or (last and not part.endswith(".py")):
+                    continue
+                parent = "/".join(parts[:i])
+                if os.path.exists(os.path.join(self.root, parent, "__init__.py")):
+                    continue  # inside a package: shadows nothing
+                if not last and "/".join(parts[: i + 1]) in self.start_dirs:
+                    continue  # the package was there when the loop started
+                return f"would shadow the module {stem!r}"
+        if self.scope and not matches(rel, self.scope):
+            return "outside the loop's scope"
+        return None
+
+    # -- walking ---------------------------------------------------------------------
+
+    def _journal_watch(self, path: str) -> None:
+        if self._journal is None:
+            return
+        from .fswatch import JournalLost
+
+        try:
+            self._journal.watch(path)
+        except JournalLost as exc:
+            self._drop_journal(exc.reason)
+
+    def _drop_journal(self, reason: str) -> None:
+        if self._journal is not None:
+            self._journal.close()
+        self._journal = None
+        self._journal_reason = reason
+
+    def _list(self, rel: str, out: dict[str, Entry], dirs: set[str]) -> list[str]:
+        """One directory's files into ``out``; returns its subdirectories (not yet walked)."""
+        path = os.path.join(self.root, rel) if rel else self.root
+        self._journal_watch(path)  # before listing: nothing changes unseen
+        try:
+            with os.scandir(path) as it:
+                names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+        except OSError:
+            return []
+        if rel and any(n == "pyvenv.cfg" for n, _ in names):
+            self._scan_venv(rel, out)
+            return []
+        dirs.add(rel)
+        subdirs = []
+        for name, is_dir in names:
+            child = f"{rel}/{name}" if rel else name
+            if self.ignored(child) or (is_dir and self._own(child)):
+                continue
+            if is_dir:
+                subdirs.append(child)
+                continue
+            entry = _entry(os.path.join(self.root, child))
+            if entry is not None:
+                out[child] = entry
+        return subdirs
+
+    def _scan_dir(self, rel_dir: str, out: dict[str, Entry], dirs: set[str]) -> None:
+        """Entries of a directory and everything below it into ``out``."""
+        stack = [rel_dir]
+        while stack:
+            stack.extend(self._list(stack.pop(), out, dirs))
+
+    def _scan_venv(self, rel: str, out: dict[str, Entry]) -> None:
+        """A virtual environment: its interpreter and scripts, and the top of its
+        site-packages (where .pth files and shadowing packages would go)."""
+        self.venvs.add(rel)
+        base = os.path.join(self.root, rel)
+        tops = [os.path.join(base, "bin"), os.path.join(base, "Scripts")]
+        tops += [str(p) for p in Path(base).glob("lib/python*/site-packages")]
+        tops += [str(p) for p in Path(base).glob("Lib/site-packages")]
+        for top in tops:
+            if not os.path.isdir(top) or os.path.islink(top):
+                continue
+            self._journal_watch(top)
+            try:
+                names = os.listdir(top)
+            except OSError:
+                continue
+            for name in names:
+                if name == "__pycache__":
+                    continue
+                child = os.path.relpath(os.path.join(top, name), self.root).replace(os.sep, "/")
+                entry = _entry(os.path.join(top, name))
+                if entry is not None:
+                    out[child] = entry
+
+    def _walk(self) -> dict[str, Entry]:
+        self.walks += 1
+        out: dict[str, Entry] = {}
+        self.dirs = set()
+        self._scan_dir("", out, self.dirs)
+        return out
+
+    def _ancestor_state(self) -> dict[str, Entry | None]:
+        return {os.path.join(d, n): _entry(os.path.join(d, n))
+                for d in self._ancestor_dirs for n in ANCESTOR_NAMES}
+
+    # -- the loop's life ---------------------------------------------------------------
+
+    def begin(self) -> None:
+        """At loop start: record the tree, copy read-only (and audited) files to the store."""
+        if self.started:
+            return
+        self.started = True
+        if self.use_journal:
+            from .fswatch import DirectoryJournal, JournalLost
+
+            try:
+                self._journal = DirectoryJournal(self.root)
+            except JournalLost as exc:
+                self._journal_reason = exc.reason
+        self.state = self._walk()
+        self.start = dict(self.state)
+        self.start_dirs = frozenset(self.dirs)
+        self._store_dir = tempfile.mkdtemp(prefix="pytest-loops-store-")
+        for rel, entry in self.state.items():
+            if entry.kind != "f":
+                continue
+            reason = self.readonly_reason(rel, entry, new=False)
+            keep = reason is not None or (rel.endswith(".py") and entry.size <= AUDIT_MAX_BYTES)
+            if keep:
+                self._store(rel, os.path.join(self.root, rel))
+        self.ancestors = self._ancestor_state()
+        for path, entry in self.ancestors.items():
+            if entry is not None and entry.kind == "f" and self._store_dir:
+                dst = os.path.join(self._store_dir, "@ancestors", path.lstrip("/"))
+                stored = self._copy_in(path, dst, entry)
+                if stored is not None:
+                    self.ancestor_store[path] = stored
+
+    def _copy_in(self, src: str, dst: str, entry: Entry) -> Stored | None:
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        try:
+            digest, size = _hash_copy(src, dst)
+        except OSError:
+            return None
+        return Stored(dst, digest, size, stat.S_IMODE(entry.mode))
+
+    def _store(self, rel: str, src: str) -> None:
+        assert self._store_dir is not None
+        entry = self.state.get(rel)
+        if entry is None:
+            return
+        stored = self._copy_in(src, os.path.join(self._store_dir, "tree", rel), entry)
+        if stored is not None:
+            self.store[rel] = stored
+
+    def _refresh(self) -> tuple[dict[str, Entry], bool]:
+        """The tree as it is now: from the journal's events where it can vouch for
+        them (only the directories they name are listed again), else from a walk.
+        Returns (state, walked)."""
+        if self._journal is None:
+            return self._walk(), True
+        from .fswatch import JournalLost
+
+        try:
+            changes = self._journal.drain(ignore=_noise)
+        except JournalLost as exc:
+            self._drop_journal(exc.reason)
+            return self._walk(), True
+        dirty = {os.path.dirname(p) for p in changes.touched} | changes.relisted
+        dirty |= {os.path.dirname(p) for p in changes.gone}
+        if not dirty:
+            return self.state, False
+        state = dict(self.state)
+        for directory in sorted(dirty):
+            rel_dir = os.path.relpath(directory, self.root).replace(os.sep, "/")
+            rel_dir = "" if rel_dir == "." else rel_dir
+            if rel_dir.startswith("../") or rel_dir == "..":
+                continue
+            if rel_dir and self.ignored(rel_dir + "/x"):
+                continue
+            venv = self._in_venv(rel_dir) if rel_dir else None
+            if venv is not None:
+                fresh: dict[str, Entry] = {}
+                self._scan_venv(venv, fresh)
+                for rel in [r for r in state if r.startswith(venv + "/")]:
+                    del state[rel]
+                state.update(fresh)
+                continue
+            prefix = rel_dir + "/" if rel_dir else ""
+            for rel in [r for r in state if r.startswith(prefix) and "/" not in r[len(prefix):]]:
+                del state[rel]  # this directory's own files: listed again below
+            fresh = {}
+            known = self.dirs
+            was_known = rel_dir in known
+            exists = os.path.isdir(directory) and not os.path.islink(directory)
+            subdirs = self._list(rel_dir, fresh, known) if exists else []
+            if not was_known:
+                for sub in subdirs:
+                    self._scan_dir(sub, fresh, known)
+                state.update(fresh)
+                continue
+            present = set(subdirs)
+            # subdirectories that vanished (or became links): forget everything beneath
+            for gone in [d for d in known if d != rel_dir and d.startswith(prefix)
+                         and "/" not in d[len(prefix):] and d not in present]:
+                self._forget_dir(gone, state)
+            for sub in subdirs:
+                if sub not in known:
+                    self._scan_dir(sub, fresh, known)  # a new directory: everything in it
+            state.update(fresh)
+        return state, False
+
+    def _forget_dir(self, rel_dir: str, state: dict[str, Entry]) -> None:
+        prefix = rel_dir + "/"
+        for rel in [r for r in state if r.startswith(prefix)]:
+            del state[rel]
+        self.dirs -= {d for d in self.dirs if d == rel_dir or d.startswith(prefix)}
+        self.venvs -= {v for v in self.venvs if v == rel_dir or v.startswith(prefix)}
 
     def before_revise(self) -> None:
-        if self.protected is not None and not self._protected_taken:
-            self.protected.take()  # once, before the first revise
-            self._protected_taken = True
-        if self.scope is not None:
-            self.scope.take()  # checks may write files; only the revise's edits count
+        """Take the tree as the checks left it: only the revise step's changes count."""
+        if not self.started:
+            self.begin()
+            return
+        self.state, _ = self._refresh()
 
-    def after_revise(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-        """Undo violations. Returns (protected changes, out-of-scope changes), both undone."""
-        protected: list[tuple[str, str]] = []
-        if self.protected is not None:
-            protected = self.protected.changes()
-            self.protected.restore(protected)
-        outside: list[tuple[str, str]] = []
-        if self.scope is not None:
-            outside = [c for c in self.scope.changes() if c[0] not in {p for p, _ in protected}]
-            self.scope.restore(outside)
-        return protected, outside
+    def _in_scope_diff(self, before: dict[str, Entry], after: dict[str, Entry]) -> list[tuple[str, str]]:
+        """(path, how) of the in-scope files that differ between two states."""
+        changed: list[tuple[str, str]] = []
+        for rel in before.keys() | after.keys():
+            old, new = before.get(rel), after.get(rel)
+            if old == new or (new or old).kind == "d":  # type: ignore[union-attr]
+                continue
+            if self._violation(rel, old, new) is None:
+                changed.append((rel, _how(old, new)))
+        return sorted(changed)
+
+    def changes_since_start(self) -> list[tuple[str, str]]:
+        """The in-scope files changed since the loop started (by stat; see :meth:`after_revise`)."""
+        return self._in_scope_diff(self.start, self.state)
+
+    def after_revise(self) -> RevisePass:
+        """Compare with the tree before the revise; undo and report every change to a
+        read-only path."""
+        result = RevisePass()
+        before = self.state
+        now, result.walked = self._refresh()
+        violations: list[Violation] = []
+        for rel in sorted(before.keys() | now.keys()):
+            old, new = before.get(rel), now.get(rel)
+            if old == new:
+                continue
+            how = _how(old, new)
+            reason = self._violation(rel, old, new)
+            if reason is None:
+                continue
+            if how == "modified" and new is not None and new.kind == "f" and rel in self.store \
+                    and old is not None and old.kind == "f" and _same_mode(old, new) \
+                    and file_digest(os.path.join(self.root, rel)) == self.store[rel].digest:
+                continue  # touched, same bytes as at loop start: harmless
+            violations.append(Violation(rel, how, reason, restored=False))
+        violations += self._ancestor_violations()
+        restored = [self._undo(v) for v in violations]
+        result.violations = restored
+        if restored:
+            self.state = now
+            now, _ = self._refresh()
+            if result.walked or any(not v.restored for v in restored):
+                now = self._walk()
+        result.in_scope = self._in_scope_diff(before, now)
+        self.state = now
+        return result
+
+    def _violation(self, rel: str, old: Entry | None, new: Entry | None) -> str | None:
+        """Why this change is not the revise step's to make (None: it is)."""
+        if new is not None and new.kind == "l":
+            return "a symbolic link"
+        if new is not None and new.kind not in ("f", "l", "d"):
+            return "not a regular file"
+        if new is not None and _executable(new) and (old is None or not _executable(old)):
+            return "made executable"
+        was_new = old is None and rel not in self.start
+        return self.readonly_reason(rel, old if new is None else new, new=was_new) or (
+            self.readonly_reason(rel, old, new=False) if old is not None else None)
+
+    def ancestor_changes(self) -> list[str]:
+        """Configuration files in ancestor directories changed since the loop started."""
+        return [v.describe() for v in self._ancestor_violations()]
+
+    def _ancestor_violations(self) -> list[Violation]:
+        found = []
+        now = self._ancestor_state()
+        for path, old in self.ancestors.items():
+            new = now.get(path)
+            if old != new:
+                found.append(Violation(path, _how(old, new), "configuration pytest reads "
+                                       "from an ancestor directory", restored=False))
+        return found
+
+    # -- undoing -------------------------------------------------------------------------
+
+    def _undo(self, v: Violation) -> Violation:
+        if v.path.startswith("/"):
+            ok = _restore_path(v.path, self.ancestor_store.get(v.path), None)
+        else:
+            ok = self._restore_rel(v.path)
+        return Violation(v.path, v.how, v.why, restored=ok)
+
+    def _restore_rel(self, rel: str) -> bool:
+        stored = self.store.get(rel)
+        if not _real_parents(self.root, rel, create=stored is not None):
+            return False
+        return _restore_path(os.path.join(self.root, rel), stored, self.start.get(rel))
+
+    # -- the clean room -------------------------------------------------------------------
+
+    def verify_store(self) -> list[str]:
+        """Store files whose bytes no longer match their loop-start digest."""
+        return sorted(rel for rel, s in self.store.items() if file_digest(s.path) != s.digest)
+
+    def build_clean_room(self, dest: str) -> None:
+        """``dest`` as the tree was at loop start with only the in-scope changes applied:
+        read-only files from the store, in-scope files from the working tree."""
+        now, _ = self._refresh()
+        self.state = now
+        os.makedirs(dest, exist_ok=True)
+        readonly = {rel for rel in self.start if self.start[rel].kind == "f"
+                    and self.readonly_reason(rel, self.start[rel], new=False) is not None}
+        for rel, entry in now.items():
+            if self._in_venv(rel) or rel in readonly or entry.kind != "f":
+                continue
+            if self._violation(rel, self.start.get(rel), entry) is not None:
+                continue  # never a read-only path from the working tree
+            _copy_file(os.path.join(self.root, rel), os.path.join(dest, rel), entry.mode)
+        for rel in readonly:
+            stored = self.store.get(rel)
+            if stored is not None and not self._in_venv(rel):
+                _copy_file(stored.path, os.path.join(dest, rel), stored.mode)
+        for rel, entry in self.start.items():  # links present at loop start, as they were
+            if entry.kind == "l" and not self._in_venv(rel):
+                target = os.path.join(dest, rel)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                try:
+                    os.symlink(entry.target, target)
+                except OSError:
+                    pass
+
+    def readonly_digests(self, room: str) -> list[str]:
+        """Read-only files in the clean room that differ from the store (the code under
+        test changed them while it was being judged)."""
+        changed = []
+        for rel, stored in self.store.items():
+            if self._in_venv(rel) or self.readonly_reason(rel, self.start.get(rel), new=False) is None:
+                continue
+            if file_digest(os.path.join(room, rel)) != stored.digest:
+                changed.append(rel)
+        return sorted(changed)
+
+    def start_text(self, rel: str) -> str | None:
+        """A file's text at loop start (from the store), None if not kept or not text."""
+        stored = self.store.get(rel)
+        if stored is None:
+            return None
+        try:
+            with open(stored.path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return None
+
+    @property
+    def journal_reason(self) -> str | None:
+        """Why the change journal is not used (None: it is)."""
+        return self._journal_reason if self._journal is None else None
+
+    def close(self) -> None:
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
+        if self._store_dir is not None:
+            shutil.rmtree(self._store_dir, ignore_errors=True)
+            self._store_dir = None
+
+    def __enter__(self) -> TreeGuard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _noise(path: str, name: str) -> bool:
+    """Journal events never worth a look: caches and bytecode."""
+    return name in IGNORED_DIRS or name.endswith(IGNORED_SUFFIXES)
+
+
+def _same_mode(a: Entry, b: Entry) -> bool:
+    return stat.S_IMODE(a.mode) == stat.S_IMODE(b.mode)
+
+
+def _how(old: Entry | None, new: Entry | None) -> str:
+    if old is None:
+        return "added"
+    if new is None:
+        return "deleted"
+    if new.kind == "l" and old.kind != "l":
+        return "replaced by a link"
+    if old.kind == "l" and new.kind == "l":
+        return "link retargeted"
+    return "modified"
+
+
+def _ancestor_dirs(root: str, extra: Sequence[str]) -> list[str]:
+    dirs: list[str] = []
+    for start in [os.path.dirname(root), *[os.path.realpath(e) for e in extra]]:
+        path = start
+        while True:
+            if path not in dirs and path != root:
+                dirs.append(path)
+            parent = os.path.dirname(path)
+            if parent == path:
+                break
+            path = parent
+    return dirs
+
+
+def _real_parents(root: str, rel: str, *, create: bool) -> bool:
+    """Make every directory between root and rel a real directory (a link put in
+    their place is removed, never followed). False if that cannot be done."""
+    path = root
+    for part in rel.split("/")[:-1]:
+        path = os.path.join(path, part)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            if not create:
+                return True
+            try:
+                os.mkdir(path, 0o755)
+            except OSError:
+                return False
+            continue
+        except OSError:
+            return False
+        if stat.S_ISDIR(st.st_mode):
+            continue
+        try:
+            os.unlink(path)  # a link or a file where a directory was: remove it, do not follow
+            if create:
+                os.mkdir(path, 0o755)
+        except OSError:
+            return False
+    return True
+
+
+def _remove(path: str) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+def _restore_path(path: str, stored: Stored | None, entry: Entry | None) -> bool:
+    """Put a file back as the store has it (or remove it when it did not exist):
+    written beside it and renamed over it, so a link in its place is replaced."""
+    try:
+        if stored is None:
+            if entry is not None and entry.kind == "l":
+                _remove(path)
+                os.symlink(entry.target, path)
+                return True
+            if entry is not None:
+                return False  # existed, but no copy was kept (a venv's package directory)
+            _remove(path)
+            return True
+        tmp = f"{path}.pytest-loops-restore-{os.getpid()}"
+        _remove(tmp)
+        _copy_file(stored.path, tmp, stored.mode)
+        try:
+            st = os.lstat(path)
+            if stat.S_ISDIR(st.st_mode):
+                shutil.rmtree(path)
+        except FileNotFoundError:
+            pass
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        return False
+
+
+def _copy_file(src: str, dst: str, mode: int) -> None:
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            while True:
+                block = os.read(fd, COPY_BLOCK)
+                if not block:
+                    break
+                view = memoryview(block)
+                while view:
+                    view = view[os.write(out, view):]
+            os.fchmod(out, stat.S_IMODE(mode))
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
+
+
+def iter_rel(paths: Iterable[str], root: str) -> Iterator[str]:
+    for p in paths:
+        rel = os.path.relpath(p, root).replace(os.sep, "/")
+        if not rel.startswith("../"):
+            yield rel

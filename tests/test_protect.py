@@ -1,15 +1,17 @@
-"""Protected paths and the scope jail: no revise step may earn an unearned SUCCESS."""
+"""The allow-list: a revise step may change its scope and nothing else, and any change
+to a read-only path is undone (never through a link) and ends the loop ESCALATE."""
 
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from pytest_loops.engine import Engine
-from pytest_loops.protect import DEFAULT_PROTECTED, ReviseWatch, Snapshot, matches, named_test_files
+from pytest_loops.protect import TreeGuard, check_files, matches, named_test_files
 from pytest_loops.spec import Check, Guards, LoopSpec
 from pytest_loops.verdict import Verdict
 
@@ -38,6 +40,12 @@ def run(root: Path, revise: str, check: Check | None = None, **spec_kw) -> objec
     return Engine(write_index=False).run(spec)
 
 
+def tree(root: Path) -> dict[str, bytes]:
+    skip = {".pytest-loops", "__pycache__", ".pytest_cache"}
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*")
+            if p.is_file() and not p.is_symlink() and not skip & set(p.relative_to(root).parts)}
+
+
 # Each script tries to make the check pass without fixing calc.add.
 ADVERSARIES = {
     "rewrite the test body to assert True":
@@ -58,45 +66,64 @@ ADVERSARIES = {
         "'def test_add', '@pytest.mark.xfail\\ndef test_add'))",
     "add a pytest.ini that deselects everything":
         "pathlib.Path('pytest.ini').write_text('[pytest]\\naddopts = -k nothing\\n')",
+    "add a pytest.toml (pytest 9's format)":
+        "pathlib.Path('pytest.toml').write_text('[pytest]\\naddopts = [\"-k\", \"nothing\"]\\n')",
+    "add a .pytest.ini":
+        "pathlib.Path('.pytest.ini').write_text('[pytest]\\naddopts = -k nothing\\n')",
+    "replace the test file with a link":
+        "pathlib.Path('ok.py').write_text('def test_add():\\n    pass\\n'); "
+        "pathlib.Path('tests/test_calc.py').unlink(); "
+        "pathlib.Path('tests/test_calc.py').symlink_to(pathlib.Path('ok.py').resolve())",
+    "shadow pytest with pytest.py":
+        "pathlib.Path('pytest.py').write_text('print(\"1 passed\")\\n')",
+    "a .pth file":
+        "pathlib.Path('fix.pth').write_text('import calc\\n')",
+    "a sitecustomize":
+        "pathlib.Path('sitecustomize.py').write_text('import calc\\ncalc.add = lambda a, b: a + b\\n')",
+    "an executable script":
+        "p = pathlib.Path('run.sh'); p.write_text('#!/bin/sh\\nexit 0\\n'); p.chmod(0o755)",
 }
 
 
 @pytest.mark.parametrize("name", sorted(ADVERSARIES))
 def test_adversarial_revise_never_succeeds(tmp_path: Path, name: str) -> None:
     make_project(tmp_path)
-    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     script = tmp_path / "cheat.py"
     script.write_text("import pathlib\n" + ADVERSARIES[name] + "\n")
-    before[script] = script.read_bytes()
+    before = tree(tmp_path)
 
     result = run(tmp_path, "python cheat.py")
 
     assert result.verdict is Verdict.ESCALATE, (result.verdict, result.reason)
-    assert result.reason.startswith("revise step modified protected files: ")
+    assert result.reason.startswith("revise step changed read-only paths: "), result.reason
+    assert result.reason.endswith("they were restored")
     assert result.iterations[-1].protected_changes, "the violation is recorded in the run log"
-    # the snapshot restored every protected file and removed the added ones
-    after = {p: p.read_bytes() for p in tmp_path.rglob("*")
-             if p.is_file() and ".pytest-loops" not in p.parts and "__pycache__" not in p.parts
-             and ".pytest_cache" not in p.parts}
-    assert after == before
+    after = tree(tmp_path)
+    after.pop("ok.py", None)  # an in-scope file the attack added: allowed
+    assert after == before  # every read-only path restored, every added read-only one removed
+    assert not any(p.is_symlink() for p in tmp_path.rglob("*"))
 
 
-def test_honest_fix_is_not_a_violation(tmp_path: Path) -> None:
+def test_honest_fix_is_not_a_violation_and_is_confirmed_in_the_clean_room(tmp_path: Path) -> None:
     make_project(tmp_path)
     (tmp_path / "fix.py").write_text(
-        "import pathlib\np = pathlib.Path('calc.py')\np.write_text(p.read_text().replace('a - b', 'a + b'))\n")
+        "import pathlib\np = pathlib.Path('calc.py')\np.write_text(p.read_text().replace('a - b', 'a + b'))\n"
+        "pathlib.Path('helpers.py').write_text('X = 1\\n')\n")
     result = run(tmp_path, "python fix.py")
     assert result.verdict is Verdict.SUCCESS, result.reason
     assert all(not r.protected_changes for r in result.iterations)
+    last = result.iterations[-1]
+    assert [c.passed for c in last.clean_room] == [True]
+    assert "witnessed" in last.clean_room[0].reason
 
 
-def test_command_check_protects_the_test_files_it_names(tmp_path: Path) -> None:
+def test_a_check_that_names_no_test_file_still_protects_the_tests(tmp_path: Path) -> None:
+    """`cd tests && pytest`: the test directory is read-only whatever the command says."""
     make_project(tmp_path)
     (tmp_path / "cheat.py").write_text("import pathlib\n" + ADVERSARIES["rewrite the test body to assert True"] + "\n")
-    check = Check.command_passes("python -m pytest -q tests/test_calc.py")
-    result = run(tmp_path, "python cheat.py", check=check, )
+    result = run(tmp_path, "python cheat.py", check=Check.command_passes("cd tests && python -m pytest -q"))
     assert result.verdict is Verdict.ESCALATE
-    assert "tests/test_calc.py (modified)" in result.reason
+    assert "tests/test_calc.py (modified: under a test directory)" in result.reason
 
 
 def test_protect_globs_from_the_spec(tmp_path: Path) -> None:
@@ -106,11 +133,11 @@ def test_protect_globs_from_the_spec(tmp_path: Path) -> None:
     (tmp_path / "cheat.py").write_text("import pathlib\npathlib.Path('data/golden.txt').write_text('x')\n")
     result = run(tmp_path, "python cheat.py", protect=("data/*.txt",))
     assert result.verdict is Verdict.ESCALATE
-    assert "data/golden.txt (modified)" in result.reason
+    assert "data/golden.txt (modified: protected by the loop's protect setting)" in result.reason
     assert (tmp_path / "data" / "golden.txt").read_text() == "expected\n"
 
 
-def test_scope_jail_reverts_edits_outside_scope_and_goes_on(tmp_path: Path) -> None:
+def test_a_change_outside_the_scope_is_undone_and_ends_escalate(tmp_path: Path) -> None:
     make_project(tmp_path)
     (tmp_path / "README.txt").write_text("docs\n")
     (tmp_path / "fix.py").write_text(textwrap.dedent("""
@@ -121,19 +148,183 @@ def test_scope_jail_reverts_edits_outside_scope_and_goes_on(tmp_path: Path) -> N
         p.write_text(p.read_text().replace('a - b', 'a + b'))
     """))
     result = run(tmp_path, "python fix.py", scope=("calc.py",))
-    assert result.verdict is Verdict.SUCCESS, result.reason
-    reverted = result.iterations[0].scope_reverted
-    assert "README.txt (modified)" in reverted and "notes.txt (added)" in reverted
+    assert result.verdict is Verdict.ESCALATE, result.reason
+    changes = result.iterations[0].protected_changes
+    assert "README.txt (modified: outside the loop's scope)" in changes
+    assert "notes.txt (added: outside the loop's scope)" in changes
     assert (tmp_path / "README.txt").read_text() == "docs\n"
     assert not (tmp_path / "notes.txt").exists()
-    assert "a + b" in (tmp_path / "calc.py").read_text()
+    assert "a + b" in (tmp_path / "calc.py").read_text()  # the in-scope change stays
+
+
+def test_restoring_never_writes_through_a_link(tmp_path: Path) -> None:
+    """A read-only file replaced by a link to a file outside the project: the link is
+    replaced by the original file; the outside file is never written."""
+    project = tmp_path / "project"
+    project.mkdir()
+    make_project(project)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious\n")
+    (project / "cheat.py").write_text(textwrap.dedent(f"""
+        import pathlib
+        p = pathlib.Path('tests/test_calc.py')
+        p.unlink()
+        p.symlink_to({str(outside)!r})
+    """))
+    result = run(project, "python cheat.py")
+    assert result.verdict is Verdict.ESCALATE
+    assert outside.read_text() == "precious\n"
+    assert not (project / "tests" / "test_calc.py").is_symlink()
+    assert (project / "tests" / "test_calc.py").read_text() == TEST
+
+
+def test_a_test_directory_replaced_by_a_link_is_restored(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    make_project(project)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "test_calc.py").write_text("def test_add():\n    pass\n")
+    (project / "cheat.py").write_text(textwrap.dedent(f"""
+        import pathlib, shutil
+        shutil.rmtree('tests')
+        pathlib.Path('tests').symlink_to({str(elsewhere)!r})
+    """))
+    result = run(project, "python cheat.py")
+    assert result.verdict is Verdict.ESCALATE
+    assert not (project / "tests").is_symlink()
+    assert (project / "tests" / "test_calc.py").read_text() == TEST
+    assert (elsewhere / "test_calc.py").read_text() == "def test_add():\n    pass\n"
+
+
+def test_configuration_in_an_ancestor_directory_is_read_only(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    make_project(project)
+    (project / "cheat.py").write_text(
+        "import pathlib\npathlib.Path('../conftest.py').write_text('import pytest\\n')\n")
+    result = run(project, "python cheat.py")
+    assert result.verdict is Verdict.ESCALATE
+    assert "conftest.py (added: configuration pytest reads from an ancestor directory)" in result.reason
+    assert not (tmp_path / "conftest.py").exists()
+
+
+@pytest.mark.parametrize(("rel", "reason"), [
+    ("calc.py", None),
+    ("src/pkg/mod.py", None),
+    ("README.md", None),
+    ("tests/test_x.py", "under a test directory"),
+    ("tests/data/golden.json", "under a test directory"),
+    ("tests/helpers.py", "under a test directory"),
+    ("pkg/test_x.py", "a test file"),
+    ("pkg/x_test.py", "a test file"),
+    ("testing/util.py", "under a test directory"),
+    ("conftest.py", "configuration pytest reads"),
+    ("src/conftest.py", "configuration pytest reads"),
+    ("pytest.toml", "configuration pytest reads"),
+    (".pytest.toml", "configuration pytest reads"),
+    ("pyproject.toml", "configuration pytest reads"),
+    ("Makefile", "configuration pytest reads"),
+    ("checks.loop", "a loop definition, or a file a check runs"),
+    ("x.pth", "run by the interpreter at start-up"),
+    ("usercustomize.py", "run by the interpreter at start-up"),
+])
+def test_what_is_read_only(tmp_path: Path, rel: str, reason: str | None) -> None:
+    guard = TreeGuard(tmp_path, journal=False)
+    assert guard.readonly_reason(rel, None, new=False) == reason
+
+
+def test_new_modules_that_shadow_the_judge_are_read_only(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    guard = TreeGuard(tmp_path, journal=False)
+    guard.begin()
+    assert guard.readonly_reason("pytest.py", None, new=True) == "would shadow the module 'pytest'"
+    assert guard.readonly_reason("json.py", None, new=True) == "would shadow the module 'json'"
+    assert guard.readonly_reason("_pytest/__init__.py", None, new=True) == "would shadow the module '_pytest'"
+    assert guard.readonly_reason("pkg/json.py", None, new=True) is None  # inside a package
+    guard.close()
+
+
+def test_scope_narrows_and_protect_widens(tmp_path: Path) -> None:
+    guard = TreeGuard(tmp_path, scope=("src/**",), protect=("src/vendored/**",), journal=False)
+    assert guard.readonly_reason("src/a.py", None, new=False) is None
+    assert guard.readonly_reason("docs/a.md", None, new=False) == "outside the loop's scope"
+    assert guard.readonly_reason("src/vendored/x.py", None, new=False) == \
+        "protected by the loop's protect setting"
+    assert guard.readonly_reason("src/tests/test_a.py", None, new=False) == "under a test directory"
+
+
+@pytest.mark.parametrize("journal", [True, False], ids=["journal", "walk"])
+def test_journal_and_walk_see_the_same_changes(tmp_path: Path, journal: bool) -> None:
+    make_project(tmp_path)
+    (tmp_path / "pkg" / "deep").mkdir(parents=True)
+    (tmp_path / "pkg" / "deep" / "m.py").write_text("x = 1\n")
+    guard = TreeGuard(tmp_path, journal=journal)
+    guard.begin()
+    guard.before_revise()
+    (tmp_path / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (tmp_path / "pkg" / "deep" / "m.py").unlink()
+    (tmp_path / "new" / "sub").mkdir(parents=True)
+    (tmp_path / "new" / "sub" / "n.py").write_text("y = 2\n")
+    (tmp_path / "tests" / "test_calc.py").write_text("def test_add():\n    pass\n")
+    result = guard.after_revise()
+    assert result.walked is not journal
+    assert [v.describe() for v in result.violations] == [
+        "tests/test_calc.py (modified: under a test directory)"]
+    assert result.in_scope == [("calc.py", "modified"), ("new/sub/n.py", "added"),
+                               ("pkg/deep/m.py", "deleted")]
+    assert guard.changes_since_start() == result.in_scope
+    guard.close()
+
+
+def test_checks_writing_files_are_not_blamed_on_the_revise(tmp_path: Path) -> None:
+    make_project(tmp_path)
+    guard = TreeGuard(tmp_path)
+    guard.begin()
+    (tmp_path / "tests" / "output.json").write_text("{}")  # a check wrote it
+    guard.before_revise()
+    assert guard.after_revise().violations == []
+    guard.close()
+
+
+def test_the_clean_room_holds_loop_start_read_only_files_and_in_scope_changes(tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    make_project(project)
+    guard = TreeGuard(project)
+    guard.begin()
+    guard.before_revise()
+    (project / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    guard.after_revise()
+    # the code under test rewrote a test file during a check: the clean room still
+    # takes every read-only file from the loop-start store
+    room = tmp_path / "room"
+    (project / "tests" / "test_calc.py").write_bytes(b"def test_add():\n    pass\n")
+    guard.build_clean_room(str(room))
+    assert (room / "tests" / "test_calc.py").read_text() == TEST
+    assert (room / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+    assert guard.verify_store() == []
+    guard.close()
+
+
+def test_check_files_names_what_the_checks_run(tmp_path: Path) -> None:
+    for name in ("run_tests.sh", "ci.ini", "verify", "check.py", "a.txt", "calc.py"):
+        (tmp_path / name).write_text("x\n")
+    spec = LoopSpec(name="x", cwd=str(tmp_path), checks=(
+        Check.command_passes("bash run_tests.sh && grep -q fixed a.txt"),
+        Check.command_passes("FOO=1 pytest -c ci.ini -q"),
+        Check.command_passes("cd . && ./verify; python -u check.py calc.py"),
+        Check.command_passes("python -m mypy calc.py"),
+        Check.test_passes("checks/verify_add.py::test_add"),
+    ))
+    assert sorted(check_files(spec, str(tmp_path))) == [
+        "check.py", "checks/verify_add.py", "ci.ini", "run_tests.sh", "verify"]
+    guard = TreeGuard(tmp_path, readonly_files=check_files(spec, str(tmp_path)), journal=False)
+    assert guard.readonly_reason("run_tests.sh", None, new=False) == "a loop definition, or a file a check runs"
 
 
 @pytest.mark.parametrize(("path", "patterns", "expected"), [
-    ("conftest.py", DEFAULT_PROTECTED, True),
-    ("a/b/conftest.py", DEFAULT_PROTECTED, True),
-    ("pyproject.toml", DEFAULT_PROTECTED, True),
-    ("src/pyproject.toml.bak", DEFAULT_PROTECTED, False),
     ("src/calc.py", ["src/**/*.py"], True),
     ("src/a/b.py", ["src/**/*.py"], True),
     ("src/a/b.py", ["src/*.py"], False),
@@ -148,41 +339,12 @@ def test_glob_matching(path: str, patterns, expected: bool) -> None:
 
 
 def test_named_test_files_names_node_ids_and_pytest_paths(tmp_path: Path) -> None:
-    (tmp_path / "unit").mkdir()
     spec = LoopSpec(name="x", cwd=str(tmp_path), checks=(
         Check.test_passes("tests/test_a.py::test_one"),
         Check.command_passes("python -m pytest -q tests/test_b.py::TestX -x"),
-        Check.command_passes("pytest -q unit -k add"),
         Check.command_passes("make lint"),
     ))
-    assert named_test_files(spec) == ["tests/test_a.py", "tests/test_b.py", "unit/**/*.py"]
-
-
-@pytest.mark.parametrize("command", ["python -m pytest -q", "pytest 'unterminated", "pytest -x -p no:foo"])
-def test_a_pytest_command_naming_no_file_protects_every_test_file(command: str) -> None:
-    spec = LoopSpec(name="x", checks=(Check.command_passes(command),))
-    assert named_test_files(spec) == ["**/test_*.py", "**/*_test.py"]
-
-
-def test_snapshot_skips_caches_and_virtualenvs(tmp_path: Path) -> None:
-    for rel in (".venv/lib/conftest.py", "__pycache__/conftest.py", "node_modules/x/conftest.py", "conftest.py"):
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text("x")
-    snap = Snapshot(tmp_path, DEFAULT_PROTECTED)
-    snap.take()
-    assert set(snap.files) == {"conftest.py"}
-
-
-def test_watch_takes_the_protected_snapshot_once(tmp_path: Path) -> None:
-    make_project(tmp_path)
-    spec = LoopSpec(name="x", checks=(Check.test_passes("tests/test_calc.py::test_add"),), cwd=str(tmp_path))
-    watch = ReviseWatch(spec, tmp_path)
-    watch.before_revise()
-    (tmp_path / "tests" / "test_calc.py").write_text("changed")
-    watch.before_revise()  # a second revise must compare with the first snapshot
-    protected, outside = watch.after_revise()
-    assert protected == [("tests/test_calc.py", "modified")] and outside == []
-    assert (tmp_path / "tests" / "test_calc.py").read_text() == TEST
+    assert named_test_files(spec) == ["tests/test_a.py", "tests/test_b.py"]
 
 
 def _run_cli(cwd: Path, *args: str):
@@ -197,15 +359,19 @@ def test_runner_flags_protect_and_scope(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("x\n")
     (tmp_path / "b.txt").write_text("y\n")
     (tmp_path / "golden.txt").write_text("gold\n")
-    done = _run_cli(tmp_path, "--verify", "grep -q fixed a.txt", "--revise", "echo fixed > a.txt; echo bad > b.txt",
+    done = _run_cli(tmp_path, "--verify", "grep -q fixed a.txt", "--revise", "echo fixed > a.txt",
                     "--scope", "a.txt")
     assert done.returncode == 0, done.stdout + done.stderr
+    (tmp_path / "a.txt").write_text("x\n")
+    done = _run_cli(tmp_path, "--verify", "grep -q fixed a.txt", "--revise", "echo bad > b.txt",
+                    "--scope", "a.txt")
+    assert done.returncode == 5, done.stdout + done.stderr
     assert (tmp_path / "b.txt").read_text() == "y\n"
-    log = json.loads(next((tmp_path / ".pytest-loops" / "runs").glob("*.json")).read_text())
-    assert log["iterations"][0]["scope_reverted"] == ["b.txt (modified)"]
+    log = json.loads(sorted((tmp_path / ".pytest-loops" / "runs").glob("*.json"))[-1].read_text())
+    assert log["iterations"][0]["protected_changes"] == ["b.txt (modified: outside the loop's scope)"]
     done = _run_cli(tmp_path, "--verify", "false", "--revise", "echo x > golden.txt", "--protect", "golden.txt")
     assert done.returncode == 5, done.stdout + done.stderr
-    assert "revise step modified protected files: golden.txt (modified)" in done.stdout
+    assert "golden.txt (modified: protected by the loop's protect setting)" in done.stdout
     assert (tmp_path / "golden.txt").read_text() == "gold\n"
 
 
