@@ -93,11 +93,25 @@ def run_repeated(check: Check, context: LoopContext,
     return replace(result, reason=reason, runs=check.times, duration_s=total)
 
 
+def _judged_command(check: Check, context: LoopContext, label: str) -> tuple[CommandResult, str | None]:
+    """Run a check's command; in the clean room every pytest it starts carries the
+    harness's witness, and the second value says why the witness disagrees."""
+    room = context.clean_room
+    if room is None:
+        return context.run_command(check.command or "", label=label, timeout=check.timeout), None
+    channel = room.channel()
+    cmd = context.run_command(check.command or "", label=label, timeout=check.timeout,
+                              extra_env=room.command_env(channel))
+    return cmd, channel.read().disagreement(cmd.exit_code)
+
+
 def _command_once(check: Check, context: LoopContext, label: str) -> CheckResult:
     narrowed = _narrowed_run(check, context, label)
     if narrowed is not None and not narrowed.passed:
         return narrowed
-    cmd = context.run_command(check.command or "", label=label, timeout=check.timeout)
+    cmd, disagreement = _judged_command(check, context, label)
+    if disagreement:
+        return _result(check, cmd, False, f"the harness's witness disagrees with the exit code: {disagreement}")
     if cmd.exit_code != 0:
         return _result(check, cmd, False, _failure_reason(cmd, check))
     if narrowed is not None:
@@ -110,7 +124,8 @@ def _narrowed_run(check: Check, context: LoopContext, label: str) -> CheckResult
     only its failing tests plus the tests whose executed code changed; the full
     command runs only when those pass (the confirm run). None: no narrowing."""
     previous = context.previous
-    if previous is None or check.times != 1 or "pytest" not in (check.command or ""):
+    if previous is None or context.clean_room is not None or check.times != 1 \
+            or "pytest" not in (check.command or ""):
         return None
     last = next((c for c in previous.checks if c.name == check.name), None)
     if last is None or last.passed:
@@ -132,13 +147,32 @@ def _narrowed_run(check: Check, context: LoopContext, label: str) -> CheckResult
 
 
 def _finds_nothing_once(check: Check, context: LoopContext, label: str) -> CheckResult:
-    cmd = context.run_command(check.command or "", label=label, timeout=check.timeout)
+    cmd, disagreement = _judged_command(check, context, label)
+    if disagreement:
+        return _result(check, cmd, False, f"the harness's witness disagrees with the exit code: {disagreement}")
     if cmd.exit_code != 0:
         return _result(check, cmd, False, _failure_reason(cmd, check))
-    if cmd.output_bytes > 0 and cmd.tail.strip():
-        lines = len(cmd.tail.strip().splitlines())
-        return _result(check, cmd, False, f"found something ({lines} line(s) of output)")
+    found = _output_lines(cmd)
+    if found:
+        return _result(check, cmd, False, f"found something ({found} line(s) of output)")
     return _result(check, cmd, True, "found nothing")
+
+
+def _output_lines(cmd: CommandResult) -> int:
+    """Non-blank lines in a command's whole output (not only its tail)."""
+    if cmd.output_bytes <= 0:
+        return 0
+    if not cmd.output_file:
+        return len([line for line in cmd.tail.splitlines() if line.strip()]) or (1 if cmd.output_bytes else 0)
+    count = 0
+    try:
+        with open(cmd.output_file, "rb") as f:
+            for line in f:
+                if line.strip():
+                    count += 1
+    except OSError:
+        return 1  # unreadable output is not "nothing"
+    return count
 
 
 def run_command_check(check: Check, context: LoopContext) -> CheckResult:
@@ -195,8 +229,10 @@ def _pytest_once(check: Check, context: LoopContext, label: str) -> CheckResult:
 
 
 def _pytest_run(check: Check, context: LoopContext, label: str) -> CheckResult:
-    junit = context.iteration_dir / f"{label}.junit.xml"
     extra = [str(a) for a in check.options.get("pytest_args", ())]
+    if context.clean_room is not None:
+        return _pytest_judged(check, context, label, extra)
+    junit = context.iteration_dir / f"{label}.junit.xml"
     cmd = context.run_command(pytest_command(check.node_id or "", str(junit), extra), label=label,
                               timeout=check.timeout, extra_env={CHILD_ENV: "1"})
     if cmd.exit_code != 0:
@@ -211,6 +247,32 @@ def _pytest_run(check: Check, context: LoopContext, label: str) -> CheckResult:
     if passed < total:
         return _result(check, cmd, False, f"{total - passed} of {total} test(s) skipped or xfailed, not passed")
     return _result(check, cmd, True, f"{passed} test(s) passed")
+
+
+def _pytest_judged(check: Check, context: LoopContext, label: str, extra: list[str]) -> CheckResult:
+    """The named test in the clean room: the witness, not the exit code, says it passed."""
+    room = context.clean_room
+    assert room is not None
+    channel = room.channel()
+    argv = room.pytest_command([check.node_id or ""], extra)
+    cmd = context.run_command(shlex.join(argv), label=label, timeout=check.timeout,
+                              extra_env={"PYTEST_LOOPS_JUDGE": channel.value})
+    record = channel.read()
+    disagreement = record.disagreement(cmd.exit_code)
+    if disagreement:
+        return _result(check, cmd, False, f"the harness's witness disagrees with the exit code: {disagreement}")
+    if cmd.exit_code != 0:
+        reason = _PYTEST_REASONS.get(cmd.exit_code or -1) or _failure_reason(cmd, check)
+        return _result(check, cmd, False, reason)
+    if record.starts == 0:
+        return _result(check, cmd, False, "pytest never loaded the harness's witness; cannot confirm a pass")
+    if not record.called:
+        return _result(check, cmd, False, _PYTEST_REASONS[5])
+    not_passed = sorted(record.called - record.passed)
+    if not_passed:
+        return _result(check, cmd, False, f"{len(not_passed)} of {len(record.called)} test(s) skipped, "
+                                          "xfailed or failed, not passed")
+    return _result(check, cmd, True, f"{len(record.called)} test(s) passed (witnessed)")
 
 
 def needs_human_result(check: Check, reason: str) -> CheckResult:

@@ -14,11 +14,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pluggy
 
@@ -31,7 +32,12 @@ from .revise import CANNOT_START_EXIT_CODES, build_prompt, loop_env, write_failu
 from .spec import Check, LoopSpec, Pipeline
 from .verdict import Verdict
 
+if TYPE_CHECKING:
+    from .cleanroom import CleanRoom
+    from .protect import TreeGuard
+
 ARTIFACTS_DIRNAME = ".pytest-loops"
+AUDIT_CHOICES = ("error", "warn", "off")
 
 
 class CommandRunner(Protocol):
@@ -88,6 +94,9 @@ class LoopContext:
     budget_hit: bool = False
     scrub: Callable[[str], str] | None = None  # masks secret values before anything is written
     previous: IterationRecord | None = None  # the iteration before this one (narrowed reruns)
+    clean_room: CleanRoom | None = None  # set while the checks run in the clean room
+    label_prefix: str = ""  # output file names of this context's commands start with it
+    audit_literals: frozenset[str] = frozenset()  # literals of the failing assertions so far
 
     @property
     def iteration_dir(self) -> Path:
@@ -114,7 +123,7 @@ class LoopContext:
             index = self.spec.checks.index(check) + 1
         except ValueError:
             index = 0
-        return f"check-{index}"
+        return f"{self.label_prefix}check-{index}"
 
     def run_command(self, command: str, *, label: str, timeout: float | None = None,
                     extra_env: Mapping[str, str] | None = None) -> CommandResult:
@@ -129,7 +138,8 @@ class LoopContext:
         if left is not None and (effective is None or left <= effective):
             effective, budget_limited = left, True
         env = dict(self.base_env)
-        env.update(loop_env(self.spec, self))
+        if self.clean_room is None:
+            env.update(loop_env(self.spec, self))
         if extra_env:
             env.update(extra_env)
         result = self.runner.run(command, cwd=self.workdir, env=env, timeout=effective,
@@ -207,8 +217,10 @@ class Engine:
                  artifacts_dir: str | os.PathLike | None = None,
                  env: Mapping[str, str] | None = None,
                  write_index: bool = True,
-                 protect_defaults: bool = True,
                  localize: bool = True,
+                 clean_room: bool | None = None,
+                 audit: str = "error",
+                 hide_env: Sequence[str] = (),
                  finishers: Sequence[Callable[[LoopResult, RunPaths], None]] = ()) -> None:
         if runner is None:
             from .process import ProcessRunner
@@ -224,12 +236,22 @@ class Engine:
             fingerprint_factory = StateFingerprint
         self.fingerprint_factory = fingerprint_factory
         self.artifacts_dir = artifacts_dir
-        self.env = with_python_on_path(os.environ if env is None else env)
+        full_env = with_python_on_path(os.environ if env is None else env)
         from .redact import make_redactor, secret_values
 
-        self.scrub = make_redactor(self.env) if secret_values(self.env) else None
+        self.scrub = make_redactor(full_env) if secret_values(full_env) else None
+        # signing keys and the like never reach a child: a revise step could re-sign a forgery
+        self.hidden_env = tuple(h for h in hide_env if h)
+        self.env = {k: v for k, v in full_env.items() if k not in self.hidden_env}
+        if clean_room is None:  # the clean room needs real processes
+            from .process import ProcessRunner
+
+            clean_room = isinstance(runner, ProcessRunner)
+        self.clean_room = clean_room
+        if audit not in AUDIT_CHOICES:
+            raise ValueError(f"audit={audit!r}; valid: {', '.join(AUDIT_CHOICES)}")
+        self.audit = audit
         self.write_index = write_index
-        self.protect_defaults = protect_defaults
         self.localize = localize
         self.finishers = list(finishers)
 
@@ -270,12 +292,15 @@ class Engine:
                 exclude += [str(paths.memory_page), str(paths.memory_page) + ".lock"]
             fingerprint = self.fingerprint_factory(workdir, list(spec.state_paths), exclude=exclude)
 
-        from .protect import ReviseWatch
+        from .protect import TreeGuard, check_files
 
-        own_files = [_relative(p, workdir) for p in (paths.log, paths.run_dir, paths.memory_page) if p]
+        own_files = [_relative(p, workdir) for p in (paths.log, paths.run_dir, paths.memory_page,
+                                                     paths.artifacts_dir) if p]
         own_files = [p for p in own_files if p] + [p + ".lock" for p in own_files if p]
-        watch = ReviseWatch(spec, workdir, defaults=self.protect_defaults,
-                            exclude=own_files + [d + "/**" for d in own_files])
+        watch = TreeGuard(workdir, scope=spec.scope, protect=spec.protect, own=own_files,
+                          readonly_files=check_files(spec, str(workdir)),
+                          extra_ancestors=[tempfile.gettempdir()])
+        self._literals: set[str] = set()
         log = RunLogWriter(paths.log, scrub=self.scrub)
         header = {
             "loop": spec.name, "goal": spec.goal, "source": spec.source,
@@ -347,7 +372,7 @@ class Engine:
                 record.verify_exit = first_failed.exit_code if first_failed else 0
                 record.output_tail = (first_failed or record.checks[-1]).output_tail if record.checks else ""
 
-                verdict, reason = self._after_verify(spec, ctx, record, failed)
+                verdict, reason = self._after_verify(spec, ctx, record, failed, watch)
                 if verdict is None:
                     # progress
                     if fingerprint is not None:
@@ -399,6 +424,7 @@ class Engine:
             close = getattr(fingerprint, "close", None)
             if close is not None:
                 close()  # release the change journal (an inotify descriptor) now
+            watch.close()  # and the guard's journal and private store
 
         result = LoopResult(
             spec=spec, verdict=verdict, reason=reason, iterations=records,
@@ -427,13 +453,61 @@ class Engine:
     # -- the steps ----------------------------------------------------------------
 
     def _after_verify(self, spec: LoopSpec, ctx: LoopContext, record: IterationRecord,
-                      failed: list[CheckResult]) -> tuple[Verdict | None, str]:
+                      failed: list[CheckResult], watch: TreeGuard) -> tuple[Verdict | None, str]:
         if ctx.budget_hit:
             record.guard = "budget"
             return Verdict.TIMEOUT, (f"budget of {spec.guards.budget_seconds:g}s ran out during "
                                      f"iteration {record.iter} (a check was killed)")
         if record.passed:
+            if self.clean_room and watch.started:  # a revise step ran: it must have earned this
+                verdict, why = self._confirm(spec, ctx, record, watch)
+                if verdict is not None:
+                    return verdict, why
             return Verdict.SUCCESS, f"all {len(spec.checks)} check(s) passed in iteration {record.iter}"
+        return None, ""
+
+    def _confirm(self, spec: LoopSpec, ctx: LoopContext, record: IterationRecord,
+                 watch: TreeGuard) -> tuple[Verdict | None, str]:
+        """Run every check again in a clean room; a verdict other than SUCCESS, or None."""
+        from .cleanroom import CleanRoom
+
+        with CleanRoom(str(ctx.workdir), self.env) as room:
+            tampered = watch.verify_store()
+            if tampered:
+                record.guard = "clean_room"
+                return Verdict.ESCALATE, ("the loop-start copies of read-only files were changed "
+                                          f"behind the harness: {', '.join(tampered[:5])}")
+            outside = watch.ancestor_changes()
+            if outside:
+                record.guard = "clean_room"
+                return Verdict.ESCALATE, f"configuration outside the tree changed: {outside[0]}"
+            watch.build_clean_room(room.root)
+            cwd = Path(room.root) / os.path.relpath(ctx.workdir, watch.root)
+            clean = LoopContext(spec=spec, iteration=ctx.iteration, workdir=cwd, run_dir=ctx.run_dir,
+                                runner=self.runner, clock=self.clock, deadline=ctx.deadline,
+                                base_env=dict(room.env), scrub=self.scrub, clean_room=room,
+                                label_prefix="cleanroom-")
+            for check in spec.checks:
+                result = self.pm.hook.pytest_loop_run_check(check=check, context=clean)
+                if not isinstance(result, CheckResult):
+                    raise TypeError(f"pytest_loop_run_check returned {type(result).__name__} for "
+                                    f"{check.name!r} in the clean room; expected a CheckResult")
+                record.clean_room.append(result)
+                if clean.budget_hit:
+                    record.guard = "budget"
+                    return Verdict.TIMEOUT, (f"budget of {spec.guards.budget_seconds:g}s ran out "
+                                             f"during the clean-room confirmation of iteration {record.iter}")
+                if not result.passed:
+                    record.guard = "clean_room"
+                    return Verdict.ESCALATE, (
+                        f"{check.name} passed in the working tree but not in the clean room "
+                        f"(the loop-start tests and configuration, only the in-scope changes, a fresh "
+                        f"environment): {result.reason}")
+            changed = watch.readonly_digests(room.root)
+            if changed:
+                record.guard = "clean_room"
+                return Verdict.ESCALATE, ("the code under test changed read-only files while it was "
+                                          f"judged in the clean room: {', '.join(changed[:5])}")
         return None, ""
 
     def _guards(self, spec: LoopSpec, record: IterationRecord, failed: list[CheckResult],
@@ -475,7 +549,7 @@ class Engine:
         return None, ""
 
     def _revise(self, spec: LoopSpec, ctx: LoopContext, record: IterationRecord,
-                failed: list[CheckResult], watch: Any) -> tuple[Verdict | None, str]:
+                failed: list[CheckResult], watch: TreeGuard) -> tuple[Verdict | None, str]:
         if ctx.deadline is not None and self.clock() >= ctx.deadline:
             record.guard = "budget"
             return Verdict.TIMEOUT, (f"budget of {spec.guards.budget_seconds:g}s used up before "
@@ -491,15 +565,19 @@ class Engine:
         watch.before_revise()
         outcome = self.pm.hook.pytest_loop_revise(spec=spec, iteration=record.iter, context=ctx)
         record.revise_duration_s = self.clock() - r0
-        protected, outside = watch.after_revise()
-        from .protect import describe
-
-        record.protected_changes = [f"{rel} ({how})" for rel, how in protected]
-        record.scope_reverted = [f"{rel} ({how})" for rel, how in outside]
-        if protected:
+        passed = watch.after_revise()
+        record.protected_changes = [v.describe() for v in passed.violations]
+        if passed.violations:
             record.guard = "protected"
-            return Verdict.ESCALATE, (f"revise step modified protected files: {describe(protected)}; "
-                                      "they were restored")
+            undone = all(v.restored for v in passed.violations)
+            shown = ", ".join(v.describe() for v in passed.violations[:6])
+            more = f" and {len(passed.violations) - 6} more" if len(passed.violations) > 6 else ""
+            return Verdict.ESCALATE, (f"revise step changed read-only paths: {shown}{more}; "
+                                      + ("they were restored" if undone else "not all could be restored"))
+        if self.audit != "off" and passed.in_scope:
+            verdict, why = self._audit(spec, ctx, record, watch, failed)
+            if verdict is not None:
+                return verdict, why
         if outcome is None:
             return None, ""
         if isinstance(outcome, CommandResult):
@@ -520,6 +598,33 @@ class Engine:
                             "a CommandResult or None")
         record.revise_exit = outcome
         return None, ""
+
+    def _audit(self, spec: LoopSpec, ctx: LoopContext, record: IterationRecord, watch: TreeGuard,
+               failed: list[CheckResult]) -> tuple[Verdict | None, str]:
+        """The diff audit over every in-scope file changed since the loop started."""
+        from .audit import FileChange, failing_literals
+
+        for check in failed:
+            self._literals |= failing_literals(_read_text(check.output_file) or check.output_tail)
+        ctx.audit_literals = frozenset(self._literals)
+        diff = []
+        for rel, how in watch.changes_since_start():
+            if not rel.endswith(".py"):
+                continue
+            after = None if how == "deleted" else _read_text(str(watch.root) + "/" + rel)
+            diff.append(FileChange(rel, watch.start_text(rel), after))
+        if not diff:
+            return None, ""
+        found = [f for batch in self.pm.hook.pytest_loop_audit(diff=diff, context=ctx) or [] for f in batch or []]
+        if not found:
+            return None, ""
+        lines = [f.describe() if hasattr(f, "describe") else str(f) for f in found]
+        record.audit_findings = lines
+        if self.audit == "warn":
+            return None, ""
+        record.guard = "audit"
+        shown = "; ".join(lines[:3]) + (f" and {len(lines) - 3} more" if len(lines) > 3 else "")
+        return Verdict.ESCALATE, f"the diff audit flagged the revise step's changes: {shown}"
 
     def _guards_seen(self, spec: LoopSpec, record: IterationRecord, iteration: int, t0: float,
                      measurable: bool) -> dict[str, Any]:
@@ -545,6 +650,16 @@ class Engine:
             if not result.succeeded:
                 break
         return results
+
+
+def _read_text(path: str | None, limit: int = 1 << 20) -> str:
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def _relative(path: Path, root: Path) -> str | None:

@@ -35,7 +35,11 @@ class LoopPluginManager(pluggy.PluginManager):
 
 def register_builtins(pm: pluggy.PluginManager) -> None:
     """Add the built-in check and revise implementations (both `trylast`)."""
-    for name, plugin in (("loop-builtin-checks", BuiltinChecks()), ("loop-builtin-revise", BuiltinRevise())):
+    from .audit import BuiltinAuditor
+
+    builtins = (("loop-builtin-checks", BuiltinChecks()), ("loop-builtin-revise", BuiltinRevise()),
+                ("loop-builtin-audit", BuiltinAuditor()))
+    for name, plugin in builtins:
         if pm.get_plugin(name) is None:
             pm.register(plugin, name=name)
 

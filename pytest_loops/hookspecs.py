@@ -62,3 +62,25 @@ def pytest_loop_finished(spec, result):
 
     .. versionadded:: 0.1
     """
+
+
+@hookspec
+def pytest_loop_audit(diff, context):
+    """Audit the revise step's in-scope changes for gaming; return a list of findings.
+
+    Called after every revise step that changed in-scope files, with every
+    in-scope Python file changed since the loop started. The built-in auditor
+    flags literals of the failing assertions newly special-cased in the code,
+    comparison methods returning a constant, pytest or harness variables used in
+    library code, and exits added to library code. Any finding ends the loop
+    ESCALATE with the lines quoted (``--audit warn`` records them instead).
+
+    :param diff: a sequence of :class:`pytest_loops.audit.FileChange` (path,
+        text at loop start or None, text now or None).
+    :param context: the :class:`pytest_loops.engine.LoopContext`; its
+        ``audit_literals`` holds the literals of the failing assertions so far.
+    :return: a list of :class:`pytest_loops.audit.Finding` (or objects with a
+        ``describe()`` method), empty when nothing looks wrong.
+
+    .. versionadded:: 0.2
+    """

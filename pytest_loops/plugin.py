@@ -36,6 +36,7 @@ MARKER_KEYS = ("revise", *GUARD_KEYS, "no_progress_signal", "state")
 EXITCODE_CHOICES = ("pytest", "verdict")
 TINE_CHOICES = ("on", "off")
 SUSPECTS_CHOICES = ("on", "off")
+AUDIT_CHOICES = ("error", "warn", "off")
 
 # name -> (help, ini type). One description serves the option and its ini twin.
 OPTIONS: dict[str, tuple[str, str]] = {
@@ -57,6 +58,9 @@ OPTIONS: dict[str, tuple[str, str]] = {
              "string"),
     "suspects": ("'on' (default): when a pytest check fails, re-run its tests under coverage and hand the "
                  "top suspect lines to the revise step (prompt and suspects.json); 'off' skips it", "string"),
+    "audit": ("the diff audit of a revise step's in-scope changes (hard-coded failing inputs, constant "
+              "__eq__, pytest in library code, added exits): 'error' (default) ends the loop ESCALATE, "
+              "'warn' records the findings, 'off' skips it", "string"),
     "report": ("write a self-contained HTML report of this session's loops to this file", "string"),
     "sign_key_env": ("sign .tine files with the HMAC key in this environment variable (>= 16 bytes)",
                      "string"),
@@ -211,7 +215,9 @@ def usage_error(config: pytest.Config, message: str) -> NoReturn:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
-    enabled = bool(config.getoption("loop")) and not os.environ.get(CHILD_ENV)
+    # a re-run the harness started (and every run it judges) never starts loops itself
+    judged = config.pluginmanager.hasplugin("pytest_loops.judge")
+    enabled = bool(config.getoption("loop")) and not os.environ.get(CHILD_ENV) and not judged
     if not enabled:
         return  # without --loop the plugin changes nothing, not even by erroring
     try:
@@ -219,6 +225,7 @@ def pytest_configure(config: pytest.Config) -> None:
         exitcode = _choice(config, "exitcode", EXITCODE_CHOICES)
         artifact_options(config)  # validates the signing key now, before any test runs
         _choice(config, "suspects", SUSPECTS_CHOICES)
+        _choice(config, "audit", AUDIT_CHOICES)
     except LoopUsageError as exc:
         usage_error(config, str(exc))
     from .hooks import register_builtins

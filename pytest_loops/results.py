@@ -85,7 +85,9 @@ class IterationRecord:
     revise_tail: str = ""
     suspects_file: str | None = None  # suspects.json of this iteration (fault localization)
     protected_changes: list[str] = field(default_factory=list)  # undone: "path (modified)"
-    scope_reverted: list[str] = field(default_factory=list)  # edits outside scope, undone
+    scope_reverted: list[str] = field(default_factory=list)  # (older logs) edits outside scope, undone
+    clean_room: list[CheckResult] = field(default_factory=list)  # the checks re-run before SUCCESS
+    audit_findings: list[str] = field(default_factory=list)  # what the diff audit flagged
     guard: str | None = None  # the guard that ended the loop in this iteration
     guards_seen: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0  # loop time when this iteration ended
@@ -93,6 +95,7 @@ class IterationRecord:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["checks"] = [c.to_dict() for c in self.checks]
+        data["clean_room"] = [c.to_dict() for c in self.clean_room]
         return data
 
     @classmethod
@@ -100,10 +103,11 @@ class IterationRecord:
         known = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known}
         check_fields = {f.name for f in dataclasses.fields(CheckResult)}
-        kwargs["checks"] = [
-            CheckResult(**{k: v for k, v in c.items() if k in check_fields})
-            for c in data.get("checks") or []
-        ]
+        for key in ("checks", "clean_room"):
+            kwargs[key] = [
+                CheckResult(**{k: v for k, v in c.items() if k in check_fields})
+                for c in data.get(key) or [] if isinstance(c, dict)
+            ]
         return cls(**kwargs)
 
 

@@ -10,6 +10,7 @@ it ends before a revise repairs it, the reason names it.
 from __future__ import annotations
 
 import re
+import shlex
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -104,10 +105,40 @@ class SessionFixCheck:
                            output_digest=digest_file(cmd.output_file, cmd.tail), command=cmd.command,
                            failing_tests=() if passed else tuple(self.failing))
 
+    def _everything(self) -> list[str]:
+        return self.original_failing + [n for n in self.green if n not in self.original_failing]
+
+    def _judged(self, check: Check, context: LoopContext) -> CheckResult:
+        """In the clean room: every test the session ran, witnessed by the harness's plugin."""
+        room = context.clean_room
+        assert room is not None
+        everything = self._everything()
+        args_file = Path(room.parent) / "session-ids.txt"
+        args_file.write_text("\n".join(everything) + "\n", encoding="utf-8")
+        channel = room.channel()
+        argv = room.pytest_command([f"@{args_file}"], self.pytest_args)
+        cmd = context.run_command(shlex.join(argv), label="confirm",
+                                  extra_env={"PYTEST_LOOPS_JUDGE": channel.value})
+        if context.budget_hit:
+            return self._result(check, cmd, False, "killed during the clean-room run: the budget ran out")
+        record = channel.read()
+        disagreement = record.disagreement(cmd.exit_code)
+        if disagreement:
+            return self._result(check, cmd, False,
+                                f"the harness's witness disagrees with the exit code: {disagreement}")
+        failing = [node for node in everything if node not in record.passed]
+        if failing or cmd.exit_code != 0:
+            self.failing = failing or self.failing
+            return self._result(check, cmd, False, f"clean room: {len(failing)} failing: " + ", ".join(failing[:5])
+                                if failing else f"clean room: pytest exited {cmd.exit_code}")
+        return self._result(check, cmd, True, f"clean room: all {len(everything)} test(s) passed (witnessed)")
+
     @hookimpl
     def pytest_loop_run_check(self, check: Check, context: LoopContext) -> CheckResult | None:
         if check.name != CHECK_NAME or check.kind is not CheckKind.HOOK:
             return None
+        if context.clean_room is not None:
+            return self._judged(check, context)
         if context.iteration == 1:  # the session itself was iteration 1
             return CheckResult(name=check.name, kind=check.kind.value, passed=False, exit_code=1,
                                duration_s=0.0, output_tail=self.first_output[-4000:],
@@ -125,7 +156,7 @@ class SessionFixCheck:
             self.failing = still
             self.regressions = [node for node in still if node in self.green]
             return self._result(check, cmd, False, self._reason(f"{len(still)} still failing: " + ", ".join(still[:5])))
-        everything = self.original_failing + [n for n in self.green if n not in self.original_failing]
+        everything = self._everything()
         cmd, passed = self._run(everything, context, "confirm")
         if context.budget_hit:
             return self._result(check, cmd, False, "killed during the confirm run: the budget ran out")
