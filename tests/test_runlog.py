@@ -35,6 +35,17 @@ ITERATION_KEYS = {"iter", "verify_exit", "duration_s", "output_tail", "state_has
                   "unchanged_streak", "revise_exit"}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _run_log_key_in_a_temporary_state_dir(tmp_path_factory):
+    """The run-log key (pytest_loops.trust) of these tests, never the real home's:
+    XDG_STATE_HOME reaches subprocesses whose environment drops PYTEST_LOOPS_*."""
+    state = tmp_path_factory.mktemp("state")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_STATE_HOME", str(state))
+        mp.delenv("PYTEST_LOOPS_STATE_DIR", raising=False)
+        yield state
+
+
 def fixing_loop(tmp_path: Path, **kw) -> LoopSpec:
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
@@ -57,7 +68,8 @@ def test_summary_has_the_loop_runner_keys_and_ours(tmp_path):
     data = json.loads(log.read_text())  # one JSON document: the summary
     loaded = load_runlog(log)
     assert loaded.pop("log_path", str(log)) == str(log)
-    assert loaded == data
+    assert (loaded.pop("verified"), loaded.pop("unverified_why")) == (True, None)
+    assert data.pop("mac") and loaded == data  # the MAC is checked, not passed on
     assert data["schema"] == SCHEMA == "pytest-loops.runlog/1"
     assert LOOP_RUNNER_KEYS <= set(data)
     assert data["verdict"] == "SUCCESS" and data["exit_code"] == 0

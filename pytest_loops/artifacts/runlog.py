@@ -3,6 +3,12 @@
 A run killed with SIGKILL leaves its JSON-lines events, which `load_runlog`
 turns into the same shape as a finished log (with ``verdict`` None). The final
 summary replaces the events file by atomic rename, so a reader never sees half.
+
+Every line, and the summary, carries a ``mac``: an HMAC under the per-user
+run-log key (:mod:`pytest_loops.trust`), each event's chained over the one
+before. `load_runlog` checks them and says so in ``verified`` /
+``unverified_why``; `--resume` refuses a log that does not verify, and `show`
+and `report` print "unverified" next to its verdict.
 """
 
 from __future__ import annotations
@@ -11,16 +17,29 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
 
 from ..errors import LoopUsageError, read_user_text
+from ..trust import (
+    KeyFileError,
+    MacChain,
+    json_mac,
+    mac_matches,
+    runlog_key,
+    runlog_key_path,
+    source_file_record,
+)
 
 SCHEMA = "pytest-loops.runlog/1"
 INDEX_SCHEMA = "pytest-loops.index/1"
+EVENT_DOMAIN = SCHEMA + " event"
+SUMMARY_DOMAIN = SCHEMA + " summary"
+NO_MACS = "it carries no MACs (written by an older pytest-loops, without a run-log key, or edited)"
+_FROM_STATE: Any = object()  # the key argument's default: the per-user key file
 
 
 def _dump(obj: Any) -> str:
@@ -43,22 +62,74 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 class RunLogWriter:
-    """Appends events while the loop runs; writes the summary at the end."""
+    """Appends events while the loop runs; writes the summary at the end.
 
-    def __init__(self, path: str | os.PathLike, scrub: Callable[[str], str] | None = None) -> None:
+    Each line gets a ``mac`` chained over the line before, and the summary one of
+    its own, under ``key`` (default: the per-user run-log key, made on first use).
+    When there is no usable key the log is written without MACs, never lost for
+    it; readers then call it unverified. ``key_error`` says why.
+    """
+
+    def __init__(self, path: str | os.PathLike, scrub: Callable[[str], str] | None = None,
+                 key: bytes | None = _FROM_STATE) -> None:
         self.path = Path(path)
         self.scrub = scrub  # masks secret values in everything written
+        self._key_arg = key
+        self._chain: MacChain | None = None
+        self._key_loaded = False
+        self.key: bytes | None = None
+        self.key_error: str | None = None
+        self.source_file: dict[str, str] | None = None  # the loop file and its digest at the start
+
+    def _load_key(self) -> None:
+        if self._key_loaded:
+            return
+        self._key_loaded = True
+        if self._key_arg is _FROM_STATE:
+            try:
+                self.key = runlog_key(create=True)
+            except KeyFileError as exc:
+                self.key, self.key_error = None, str(exc)
+        else:
+            self.key = self._key_arg
+        self._chain = MacChain(self.key, EVENT_DOMAIN) if self.key else None
 
     def _text(self, text: str) -> str:
         return self.scrub(text) if self.scrub is not None else text
 
+    def _signed_line(self, text: str) -> str:
+        """``text`` (one JSON object) with its chained ``mac`` as the last key."""
+        self._load_key()
+        if self._chain is None or not text.endswith("}"):
+            return text
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            return text
+        if not isinstance(obj, dict) or "mac" in obj:
+            return text
+        value = self._chain.next(obj)
+        if value is None:
+            return text
+        return text[:-1] + (", " if obj else "") + f'"mac": "{value}"}}'
+
     def _append(self, event: dict[str, Any]) -> None:
+        line = self._signed_line(self._text(_dump(event)))
         with open(self.path, "a", encoding="utf-8") as f:
-            f.write(self._text(_dump(event)) + "\n")
+            f.write(line + "\n")
 
     def start(self, header: dict[str, Any]) -> None:
+        self._load_key()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text("", encoding="utf-8")
+        if self._chain is not None:
+            self._chain.last = ""  # a new log starts a new chain
+        header = dict(header)
+        if "source_file" not in header:
+            record = source_file_of(header)
+            if record is not None:
+                header["source_file"] = record
+        self.source_file = header.get("source_file")
         self._append({"event": "start", "schema": SCHEMA, **header})
 
     def iteration(self, record: dict[str, Any]) -> None:
@@ -68,11 +139,112 @@ class RunLogWriter:
         self._append({"event": "aborted", "reason": reason})
 
     def finish(self, summary: dict[str, Any]) -> None:
-        atomic_write_text(self.path, self._text(json.dumps(summary, ensure_ascii=False, indent=2,
-                                                           default=str, allow_nan=False)) + "\n")
+        self._load_key()
+        if self.source_file is not None and "source_file" not in summary:
+            summary = {**summary, "source_file": self.source_file}
+        text = self._text(json.dumps(summary, ensure_ascii=False, indent=2, default=str, allow_nan=False))
+        atomic_write_text(self.path, sign_summary(text, self.key) + "\n")
 
 
-def _from_events(lines: list[str], path: Path) -> dict[str, Any]:
+def source_file_of(header: dict[str, Any]) -> dict[str, str] | None:
+    """The file a run's loop came from (a `.loop` file, a config file) and its sha256
+    now, from the header's spec: ``{"path": ..., "sha256": ...}`` or None.
+
+    `RunLogWriter.start` records it in the start event and the summary, so
+    `--resume` and the hand-off can tell the file was edited after the run
+    started. An engine may also put it in the header itself (``header["source_file"]
+    = source_file_of(header)``) before the spec is written.
+    """
+    spec = header.get("spec")
+    if not isinstance(spec, dict):
+        return None
+    return source_file_record(spec.get("source"), spec.get("cwd"))
+
+
+def sign_summary(text: str, key: bytes | None) -> str:
+    """A summary's JSON text with its ``mac`` as the last key (unchanged without a
+    key, or for JSON that has no canonical form: NaN, infinities)."""
+    body = text.rstrip()
+    if not key or not body.endswith("}"):
+        return body
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(obj, dict) or not obj or "mac" in obj:
+        return body
+    value = json_mac(key, SUMMARY_DOMAIN, obj)
+    if value is None:
+        return body
+    return body[:-1].rstrip() + f',\n  "mac": "{value}"\n}}'
+
+
+def sign_events(events: Sequence[dict[str, Any]], key: bytes) -> list[str]:
+    """Event objects as run-log lines, each with its chained ``mac`` (as RunLogWriter
+    writes them). For tools and tests that build a log by hand."""
+    chain = MacChain(key, EVENT_DOMAIN)
+    lines = []
+    for event in events:
+        body = {k: v for k, v in event.items() if k != "mac"}
+        try:
+            text = _dump(body)
+        except ValueError:  # NaN or an infinity: no MAC for it
+            lines.append(json.dumps(body, ensure_ascii=False, default=str))
+            continue
+        value = chain.next(json.loads(text))
+        lines.append(text if value is None else text[:-1] + (", " if body else "") + f'"mac": "{value}"}}')
+    return lines
+
+
+class _Verifier:
+    """Checks the MACs of one log as it is read; ``why()`` is None when all held."""
+
+    def __init__(self, key: bytes | None, key_error: str | None) -> None:
+        self.key = key
+        self.key_error = key_error
+        self.chain = MacChain(key, EVENT_DOMAIN) if key else None
+        self.seen_mac = False
+        self.failure: str | None = None
+
+    def event(self, event: dict[str, Any], number: int) -> None:
+        given = event.pop("mac", None)
+        if given is not None:
+            self.seen_mac = True
+        if self.failure is None:
+            if given is None:
+                self.failure = f"line {number} has no MAC"
+            elif self.chain is not None and not self.chain.verify(event, given):
+                self.failure = f"line {number} fails its MAC check (edited, dropped, reordered or inserted lines)"
+
+    def summary(self, data: dict[str, Any]) -> None:
+        given = data.pop("mac", None)
+        self.seen_mac = given is not None
+        if given is None:
+            self.failure = "no MAC"
+        elif self.key is not None:
+            expected = json_mac(self.key, SUMMARY_DOMAIN, data)
+            if expected is None or not mac_matches(expected, given):
+                self.failure = "its MAC does not match (the log was edited)"
+
+    def why(self) -> str | None:
+        if not self.seen_mac:
+            return NO_MACS
+        if self.key is None:
+            return self.key_error or f"the run-log key {runlog_key_path()} is missing on this machine"
+        return self.failure
+
+
+def _reader_key(key: Any) -> tuple[bytes | None, str | None]:
+    if key is not _FROM_STATE:
+        return key, None if key else "no run-log key was given"
+    try:
+        found = runlog_key(create=False)
+    except KeyFileError as exc:
+        return None, str(exc)
+    return found, None if found else f"the run-log key {runlog_key_path()} is missing on this machine"
+
+
+def _from_events(lines: list[str], path: Path, verifier: _Verifier) -> dict[str, Any]:
     run: dict[str, Any] | None = None
     iterations: list[dict[str, Any]] = []
     for number, line in enumerate(lines, 1):
@@ -87,6 +259,7 @@ def _from_events(lines: list[str], path: Path) -> dict[str, Any]:
                                  fix="is this a pytest-loops run log?") from None
         if not isinstance(event, dict):
             raise LoopUsageError(f"line {number} is not a JSON object", location=str(path))
+        verifier.event(event, number)
         kind = event.get("event")
         if kind == "start":
             run = {k: v for k, v in event.items() if k != "event"}
@@ -105,9 +278,15 @@ def _from_events(lines: list[str], path: Path) -> dict[str, Any]:
     return run
 
 
-def load_runlog(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a run log, finished or not. Bad input raises LoopUsageError (one line)."""
+def load_runlog(path: str | os.PathLike, *, key: bytes | None = _FROM_STATE) -> dict[str, Any]:
+    """Read a run log, finished or not. Bad input raises LoopUsageError (one line).
+
+    Its MACs are checked under ``key`` (default: the per-user run-log key):
+    ``verified`` is True when every one held, else False with ``unverified_why``
+    saying why. The ``mac`` fields themselves are left out of the result.
+    """
     p = Path(path)
+    verifier = _Verifier(*_reader_key(key))
     text = read_user_text(p, "a pytest-loops run log", missing="no such run log")
     stripped = text.strip()
     if not stripped:
@@ -122,10 +301,13 @@ def load_runlog(path: str | os.PathLike) -> dict[str, Any]:
             raise LoopUsageError(f"unknown schema {schema!r}; expected {SCHEMA!r}", location=str(p))
         if not isinstance(data.get("iterations"), list):
             raise LoopUsageError("'iterations' is missing or not a list", location=str(p))
+        verifier.summary(data)
     else:
-        data = _from_events(text.splitlines(), p)
+        data = _from_events(text.splitlines(), p, verifier)
     check_shape(data, p)
     data["log_path"] = str(p)  # where it was read from (for --resume links)
+    why = verifier.why()  # set last: a log cannot claim it for itself
+    data["verified"], data["unverified_why"] = why is None, why
     return data
 
 
@@ -179,7 +361,7 @@ def check_resumable(data: dict[str, Any], where: str) -> None:
         for key in ("state_hash", "failure_signature"):
             if record.get(key) is not None and not isinstance(record[key], str):
                 raise bad(f"iteration record {index}: {key} {record[key]!r} is not a string")
-        if record.get("elapsed_s") is not None and not seconds(record["elapsed_s"]):
+        if "elapsed_s" in record and not seconds(record["elapsed_s"]):  # the engine counts on it
             raise bad(f"iteration record {index}: elapsed_s {record['elapsed_s']!r} is not a number of seconds")
         checks = record.get("checks") or []
         if not isinstance(checks, list) or not all(
@@ -190,6 +372,187 @@ def check_resumable(data: dict[str, Any], where: str) -> None:
             _dump(record)
         except ValueError:
             raise bad(f"iteration record {index} holds NaN or an infinite number") from None
+
+
+# What a resumed run may change about the loop it continues: the limits and the
+# revise step (`--max-iter`, `--revise`, ...); origin bookkeeping is not behaviour.
+RESUME_MAY_CHANGE = ("guards", "revise", "no_progress_signal", "origin", "source", "ignored")
+
+
+def check_verified(data: dict[str, Any], where: str) -> None:
+    """A log whose MACs do not hold is not resumed: LoopUsageError naming ``where``."""
+    if data.get("verified") is True:
+        return
+    why = data.get("unverified_why") or "it was not checked"
+    raise LoopUsageError(f"cannot resume an unverified run log: {why}", location=where,
+                         fix="start the loop afresh")
+
+
+def check_spec_digest(data: dict[str, Any], where: str) -> None:
+    """The log's ``spec_digest`` must be the digest of its own ``spec``."""
+    from ..spec import LoopSpec
+
+    spec, digest = data.get("spec"), data.get("spec_digest")
+    if not isinstance(spec, dict) or not isinstance(digest, str) or not digest:
+        raise LoopUsageError("cannot resume: the run log has no spec and spec_digest", location=where,
+                             fix="start the loop afresh")
+    try:
+        actual = LoopSpec.from_dict(spec).digest()
+    except LoopUsageError as exc:
+        raise LoopUsageError(f"cannot resume: its spec is not valid ({exc.message})", location=where,
+                             fix="start the loop afresh") from None
+    if actual != digest:
+        raise LoopUsageError(f"cannot resume: its spec_digest {digest[:19]}... is not the digest of its "
+                             f"spec ({actual[:19]}...)", location=where,
+                             fix="the log was edited; start the loop afresh")
+
+
+def spec_differences(logged: dict[str, Any], current: dict[str, Any],
+                     fields: Sequence[str] | None = None) -> list[str]:
+    """The top-level spec fields (of ``fields``, default all but RESUME_MAY_CHANGE)
+    in which two spec dicts differ; checks are compared without their origin."""
+    def normal(spec: dict[str, Any], key: str) -> Any:
+        value = spec.get(key)
+        if key == "checks" and isinstance(value, list):
+            return [{k: v for k, v in c.items() if k != "source"} if isinstance(c, dict) else c for c in value]
+        return value
+
+    keys = list(fields) if fields is not None else sorted(
+        k for k in {*logged, *current} if k not in RESUME_MAY_CHANGE)
+    return [k for k in keys if normal(logged, k) != normal(current, k)]
+
+
+def check_same_loop(data: dict[str, Any], spec: Any, where: str, *, what: str = "the loop being run",
+                    fields: Sequence[str] | None = None) -> None:
+    """The log's spec must be the loop being resumed (``spec``: a LoopSpec or its dict),
+    apart from what a resumed run may change (its limits and revise step)."""
+    current = spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)
+    logged = data.get("spec") if isinstance(data.get("spec"), dict) else {}
+    differ = spec_differences(logged, current, fields)
+    if differ:
+        raise LoopUsageError(f"cannot resume: {what} differs from the run log's loop "
+                             f"({', '.join(differ)})", location=where,
+                             fix="resume with the same loop, or start a new run")
+
+
+def check_source_unchanged(data: dict[str, Any], where: str) -> None:
+    """The loop file the run came from must be as it was when the run started."""
+    record = data.get("source_file")
+    if not isinstance(record, dict):
+        return
+    path, recorded = record.get("path"), record.get("sha256")
+    if not isinstance(path, str) or not isinstance(recorded, str):
+        raise LoopUsageError("cannot resume: its source_file record is not valid", location=where,
+                             fix="start the loop afresh")
+    from ..trust import sha256_file
+
+    try:
+        now = sha256_file(path)
+    except OSError:
+        now = None
+    if now != recorded:
+        gone = "" if now is not None else " (it is gone)"
+        log = data.get("log_path") or where
+        raise LoopUsageError(f"{path} changed since the run {log}{gone}",
+                             fix="review it and start a new run")
+
+
+def check_trusted(data: dict[str, Any], where: str, *, spec: Any = None, what: str = "the loop being run",
+                  fields: Sequence[str] | None = None) -> None:
+    """Everything `--resume` must know before it takes over a run log: its MACs hold,
+    its spec digest is its spec's, it is the loop being resumed (when ``spec`` is
+    given), and its loop file is unchanged. LoopUsageError (one line) otherwise."""
+    check_verified(data, where)
+    check_spec_digest(data, where)
+    if spec is not None:
+        check_same_loop(data, spec, where, what=what, fields=fields)
+    check_source_unchanged(data, where)
+
+
+def recorded_source_file(log_path: str | os.PathLike | None) -> dict[str, str] | None:
+    """The loop file and digest a running (or killed) log's start event recorded,
+    when that line's MAC holds; None otherwise. Read by the hand-off, which is
+    written before the summary replaces the events."""
+    if not log_path:
+        return None
+    try:
+        with open(log_path, encoding="utf-8") as f:
+            first = f.readline()
+        event = json.loads(first)
+        key = runlog_key(create=False)
+    except (OSError, ValueError, UnicodeDecodeError, KeyFileError):
+        return None
+    if not isinstance(event, dict) or event.get("event") != "start" or not key:
+        return None
+    given = event.pop("mac", None)
+    if not MacChain(key, EVENT_DOMAIN).verify(event, given):
+        return None
+    record = event.get("source_file")
+    if isinstance(record, dict) and isinstance(record.get("path"), str) and isinstance(record.get("sha256"), str):
+        return {"path": record["path"], "sha256": record["sha256"]}
+    return None
+
+
+def cross_check_tine(run: dict[str, Any]) -> str | None:
+    """Why a finished run log and the `.tine` its summary names disagree (verdict,
+    iteration count) or the `.tine` fails verification; None when they agree or it
+    names none. Imports opentine only when there is a `.tine` to read."""
+    artifacts = run.get("artifacts") if isinstance(run.get("artifacts"), dict) else {}
+    named = artifacts.get("tine")
+    if not named or run.get("verdict") is None:
+        return None
+    if not isinstance(named, str):
+        return "its artifacts.tine is not a path"
+    path = Path(named)
+    log = Path(str(run.get("log_path") or "."))
+    if not path.is_absolute():
+        path = log.parent / path
+    if not path.is_file():
+        beside = log.with_suffix(".tine")  # the directory was moved as a whole
+        if run.get("log_path") and beside.is_file():
+            path = beside
+        else:
+            return f"its .tine {named} is missing"
+    from .provenance import load_tine_summary, verify_tine
+
+    ok, message = verify_tine(path)
+    if not ok:
+        return f"its .tine fails verification ({message})"
+    try:
+        tine = load_tine_summary(path)
+    except ValueError as exc:
+        return f"its .tine cannot be read ({exc})"
+    mine = (run.get("verdict"), run.get("iterations_run"))
+    theirs = (tine.get("verdict"), tine.get("iterations_run"))
+    if mine != theirs:
+        return (f"the log says {mine[0]} after {mine[1]} iteration(s), its .tine says "
+                f"{theirs[0]} after {theirs[1]}")
+    if run.get("spec_digest") and tine.get("spec_digest") and run["spec_digest"] != tine["spec_digest"]:
+        return "the log's spec digest is not its .tine's"
+    return None
+
+
+def assess(run: dict[str, Any]) -> dict[str, Any]:
+    """``run`` (from `load_runlog`) with its `.tine` cross-checked: a verified log whose
+    `.tine` disagrees becomes unverified. For `show` and `report`."""
+    if run.get("verified") is True:
+        why = cross_check_tine(run)
+        if why is not None:
+            run["verified"], run["unverified_why"] = False, why
+    return run
+
+
+def trust_note(run: dict[str, Any]) -> str | None:
+    """"unverified: <why>" for a run not known to be authentic, None for one that is.
+
+    A run dict that did not come through `load_runlog` (or `inspect.load_run`)
+    carries no verification and is unverified."""
+    if run.get("verified") is True:
+        return None
+    why = run.get("unverified_why")
+    if not isinstance(why, str) or not why:
+        why = "not read from a run log, so not checked"
+    return f"unverified: {why}"
 
 
 def append_index(index_path: str | os.PathLike, entry: dict[str, Any]) -> None:
