@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .artifacts.provenance import load_tine_summary, looks_like_tine, verify_tine
-from .artifacts.runlog import check_shape, load_runlog
+from .artifacts.runlog import assess, check_shape, load_runlog, trust_note
 from .errors import LoopUsageError
 
 PASS, FAIL, HUMAN, NOT_RUN = "✓", "✗", "?", "·"
@@ -26,21 +26,29 @@ def load_run(path: str | os.PathLike) -> dict[str, Any]:
 
     A directory holding exactly one run log is read as that log. Anything else
     raises LoopUsageError with one line naming the file and what is wrong.
+
+    ``verified`` says whether the run can be trusted: a run log whose MACs hold
+    and whose `.tine` agrees with it. A `.tine` read on its own is unverified here:
+    its integrity digest is no proof against a forger (check its signature with
+    `pytest-loops verify`).
     """
     p = Path(path)
     if not p.exists():
         raise LoopUsageError("no such file", location=str(p),
                              fix="pass a run log (.json) or a .tine file")
     if p.is_dir():
-        return load_runlog(_only_log_in(p))
+        return assess(load_runlog(_only_log_in(p)))
     if looks_like_tine(p):
         try:
             run = load_tine_summary(p)
         except ValueError as exc:
             raise LoopUsageError(str(exc), location=str(p)) from None
         check_shape(run, p)
+        run["verified"] = False
+        run["unverified_why"] = ("a .tine read on its own; check its signature with `pytest-loops verify`"
+                                 if run.get("integrity_ok") else "its .tine integrity check failed")
         return run
-    return load_runlog(p)
+    return assess(load_runlog(p))
 
 
 def _only_log_in(directory: Path) -> Path:
@@ -143,10 +151,12 @@ def _table(rows: list[list[str]]) -> list[str]:
 def _verdict_line(run: Mapping[str, Any]) -> str:
     verdict = run.get("verdict")
     reason = _cell(run.get("reason") or "")
+    note = trust_note(dict(run))
+    trust = f" [{_cell(note)}]" if note else ""
     if verdict is None:
-        return f"verdict: none, the run did not finish ({reason or 'killed or interrupted'})"
+        return f"verdict: none{trust}, the run did not finish ({reason or 'killed or interrupted'})"
     code = run.get("exit_code")
-    return f"verdict: {verdict}" + (f" (exit {code})" if code is not None else "") + (
+    return f"verdict: {_cell(verdict)}{trust}" + (f" (exit {code})" if code is not None else "") + (
         f": {reason}" if reason else "")
 
 
@@ -212,7 +222,8 @@ def diff_runs(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
 
 
 def _describe(run: Mapping[str, Any]) -> str:
-    return (f"{_cell(run.get('loop') or '?')}, verdict {run.get('verdict')}, "
+    trust = " (unverified)" if trust_note(dict(run)) else ""
+    return (f"{_cell(run.get('loop') or '?')}, verdict {_cell(run.get('verdict'))}{trust}, "
             f"{len(_iterations(run))} iterations")
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_loops.artifacts.provenance import write_tine
+from pytest_loops.artifacts.runlog import RunLogWriter
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.inspect import diff_runs, format_run, load_run, verify_command
 from pytest_loops.results import CheckResult, IterationRecord, LoopResult
@@ -16,6 +17,17 @@ from pytest_loops.spec import Check, LoopSpec
 from pytest_loops.verdict import Verdict
 
 HMAC = "0123456789abcdef0123456789abcdef"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _run_log_key_in_a_temporary_state_dir(tmp_path_factory):
+    """The run-log key (pytest_loops.trust) of these tests, never the real home's:
+    XDG_STATE_HOME reaches subprocesses whose environment drops PYTEST_LOOPS_*."""
+    state = tmp_path_factory.mktemp("state")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_STATE_HOME", str(state))
+        mp.delenv("PYTEST_LOOPS_STATE_DIR", raising=False)
+        yield state
 
 
 def make_result(outcomes: list[list[bool]], verdict: Verdict = Verdict.MAX_ITER,
@@ -59,9 +71,15 @@ def runlog(result: LoopResult) -> dict:
 
 
 def write_log(tmp_path: Path, run: dict, name: str = "run.json") -> Path:
+    """``run`` as a finished run log, with its MAC (as the engine writes it)."""
     path = tmp_path / name
-    path.write_text(json.dumps(run))
+    RunLogWriter(path).finish(run)
     return path
+
+
+def verified(run: dict) -> dict:
+    """A run dict as `load_run` returns a log whose MACs held."""
+    return {**run, "verified": True, "unverified_why": None}
 
 
 # --------------------------------------------------------------------------- load_run
@@ -73,7 +91,10 @@ def test_load_run_reads_a_run_log_and_a_tine_alike(tmp_path):
     tine = load_run(write_tine(result, tmp_path / "run.tine"))
     for key in ("loop", "goal", "verdict", "exit_code", "reason", "iterations_run", "spec_digest"):
         assert log[key] == tine[key], key
-    assert format_run(log) == format_run(tine)
+    assert log["verified"] is True
+    # a .tine read on its own is no proof against a forger: only its signature is
+    assert tine["verified"] is False and "pytest-loops verify" in tine["unverified_why"]
+    assert format_run(log) == format_run({**tine, "verified": True})
 
 
 def test_load_run_tells_a_tine_by_content_too(tmp_path):
@@ -92,7 +113,7 @@ def test_load_run_reads_a_killed_runs_event_log(tmp_path):
     run = load_run(path)
     assert run["verdict"] is None
     text = format_run(run)
-    assert "verdict: none, the run did not finish" in text
+    assert "verdict: none [unverified: it carries no MACs" in text and ", the run did not finish" in text
     assert len([x for x in text.splitlines() if x.lstrip().startswith(("1 |", "2 |"))]) == 2
 
 
@@ -138,7 +159,7 @@ def test_format_run_shows_one_row_per_iteration_and_the_verdict():
                              "all checks pass"))
     run["iterations"][1]["unchanged_streak"] = 1
     run["iterations"][1]["state_changed"] = False
-    text = format_run(run)
+    text = format_run(verified(run))
     lines = text.splitlines()
     assert lines[0] == "loop fix parser: parse everything"
     assert '  c1 = "make lint" passes' in lines
@@ -153,10 +174,14 @@ def test_format_run_shows_one_row_per_iteration_and_the_verdict():
         ["3", "✓", "✓", "0", "3.8s", "changed", "0", "-", "-"],
     ]
     assert "verdict: SUCCESS (exit 0): all checks pass" in lines
+    # a run not known to be authentic is never shown as a bare SUCCESS
+    unchecked = format_run(run).splitlines()
+    assert "verdict: SUCCESS [unverified: not read from a run log, so not checked] (exit 0): all checks pass" \
+        in unchecked and "verdict: SUCCESS (exit 0): all checks pass" not in unchecked
 
 
 def test_format_run_shows_the_guard_and_the_last_failures():
-    text = format_run(runlog(make_result([[True, False], [True, False]])))
+    text = format_run(verified(runlog(make_result([[True, False], [True, False]]))))
     assert text.splitlines()[-7:] == [
         "verdict: MAX_ITER (exit 2): the iteration cap was reached",
         'failed in iteration 2: the test "t.py::test_p" passes',

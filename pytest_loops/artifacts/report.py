@@ -3,6 +3,9 @@
 No network and nothing external: inline CSS, inline SVG, no scripts, fonts or
 images, and a Content-Security-Policy that forbids loading anything. Loop names
 and outputs are untrusted; every piece of text is redacted and escaped.
+
+A run that is not verified (its run log's MACs fail, it has none, or its `.tine`
+disagrees with it) shows "unverified" next to its verdict, with why.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 from ..errors import LoopUsageError
 from ..redact import make_redactor
 from .provenance import pytest_loops_version, tail_text
-from .runlog import SCHEMA, atomic_write_text, load_runlog
+from .runlog import SCHEMA, assess, atomic_write_text, load_runlog, trust_note
 
 VERDICT_COLOURS = {
     "SUCCESS": "#1a7f37",
@@ -42,7 +45,8 @@ _GUARD_LABELS = {"max_iter": "cap", "budget": "time", "no_progress": "stall",
 
 def collect_runs(directory: str | os.PathLike) -> list[dict[str, Any]]:
     """Every pytest-loops run log (``*.json`` with our schema) under ``directory``,
-    oldest first. Other JSON files and unreadable logs are skipped."""
+    oldest first, each checked (MACs, its `.tine`). Other JSON files and unreadable
+    logs are skipped."""
     root = Path(directory)
     if not root.is_dir():
         raise LoopUsageError("not a directory", location=str(root),
@@ -58,7 +62,7 @@ def collect_runs(directory: str | os.PathLike) -> list[dict[str, Any]]:
         if not str(run.get("schema", "")).startswith(SCHEMA.split("/")[0] + "/"):
             continue
         run[SOURCE_KEY] = str(path)
-        runs.append(run)
+        runs.append(assess(run))
     runs.sort(key=lambda r: (str(r.get("started_at") or ""), r[SOURCE_KEY]))
     return runs
 
@@ -102,7 +106,8 @@ class _Page:
     def render(self, runs: list[Mapping[str, Any]], title: str) -> str:
         counts: dict[str, int] = {}
         for run in runs:
-            counts[_verdict(run)] = counts.get(_verdict(run), 0) + 1
+            label = _verdict(run) + (" (unverified)" if trust_note(dict(run)) else "")
+            counts[label] = counts.get(label, 0) + 1
         tally = ", ".join(f"{n} {self.text(v)}" for v, n in sorted(counts.items())) or "no runs"
         generated = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
         body = [
@@ -123,13 +128,20 @@ class _Page:
             rows.append(
                 f'<tr class="run" data-verdict="{self.text(verdict)}">'
                 f'<td class="name"><a href="#loop-{i}">{self.text(_name(run))}</a></td>'
-                f"<td>{self.badge(verdict)}</td>"
+                f"<td>{self.badge(verdict)}{self.trust(run)}</td>"
                 f'<td class="num">{len(_iterations(run))}</td>'
                 f'<td class="num">{_duration(run.get("elapsed_s"))}</td>'
                 f'<td class="reason">{self.text(run.get("reason") or "")}</td></tr>')
         return ('<section id="overview"><h2>Verdicts</h2><table class="overview">'
                 "<thead><tr><th>Loop</th><th>Verdict</th><th>Iterations</th><th>Time</th>"
                 "<th>Reason</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></section>")
+
+    def trust(self, run: Mapping[str, Any]) -> str:
+        """"unverified", with why, beside the verdict of a run not known to be authentic."""
+        note = trust_note(dict(run))
+        if not note:
+            return ""
+        return f' <span class="unverified" title="{self.text(note)}">unverified</span>'
 
     def badge(self, verdict: str) -> str:
         colour = VERDICT_COLOURS.get(verdict, VERDICT_COLOURS[None])
@@ -140,7 +152,7 @@ class _Page:
         iterations = _iterations(run)
         parts = [
             f'<section class="loop" id="loop-{index}" data-verdict="{self.text(verdict)}">',
-            f"<h2>{self.text(_name(run))} {self.badge(verdict)}</h2>",
+            f"<h2>{self.text(_name(run))} {self.badge(verdict)}{self.trust(run)}</h2>",
             '<dl class="facts">',
             f"<dt>Goal</dt><dd>{self.text(run.get('goal') or '(none given)')}</dd>",
             f'<dt>Reason</dt><dd class="reason">{self.text(run.get("reason") or "")}</dd>',
@@ -150,6 +162,9 @@ class _Page:
         ]
         if run.get("source"):
             parts.append(f"<dt>Loop file</dt><dd>{self.text(run['source'])}</dd>")
+        note = trust_note(dict(run))
+        if note:
+            parts.append(f'<dt>Trust</dt><dd class="unverified">{self.text(note)}</dd>')
         parts.append("</dl>")
         parts.append(self.timeline(iterations, _check_names(run, iterations)))
         parts.append(self.table(iterations))
@@ -399,6 +414,7 @@ th,td{border-bottom:1px solid #d1d9e0;padding:4px 8px;text-align:left;vertical-a
 th{background:#f6f8fa;font-weight:600}
 td.num{text-align:right;white-space:nowrap}
 td.reason,dd.reason{overflow-wrap:anywhere}
+.unverified{color:#cf222e;font-weight:600;font-size:12px}
 .verdict{display:inline-block;color:#fff;border-radius:10px;padding:1px 9px;font-size:12px;
 font-weight:600;letter-spacing:.02em;vertical-align:middle}
 section.loop{border:1px solid #d1d9e0;border-radius:8px;padding:12px 16px;margin:18px 0}
