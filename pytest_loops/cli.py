@@ -231,13 +231,20 @@ def _check_output_path(value: str | None, key: str, origin: str, cwd: Path, wher
 
 
 def resume_spec(args: argparse.Namespace) -> tuple[LoopSpec, dict[str, Any], dict[str, Any]]:
-    """The spec of the run log given to --resume, with guard and revise flags on top."""
-    from .artifacts.runlog import check_resumable, load_runlog
+    """The spec of the run log given to --resume, with guard and revise flags on top.
+
+    The log must be trusted first (``check_trusted``): its MACs hold, its
+    spec_digest is its spec's, its loop file is unchanged and, when the command
+    line names a loop too (--verify, --config), that loop is the log's.
+    """
+    from .artifacts.runlog import check_resumable, check_trusted, load_runlog
     from .results import IterationRecord
 
     data = load_runlog(args.resume)
     data["log_path"] = str(Path(args.resume).resolve())  # the new log's resumed_from: unambiguous from anywhere
     where = f"--resume {args.resume}"
+    given, fields = _command_line_loop(args)
+    check_trusted(data, where, spec=given, what="the loop on the command line", fields=fields)
     if data.get("verdict") == "SUCCESS":
         raise LoopUsageError("that loop already ended SUCCESS; nothing to resume", location=where)
     spec = LoopSpec.from_dict(data.get("spec") or {})
@@ -264,6 +271,23 @@ def resume_spec(args: argparse.Namespace) -> tuple[LoopSpec, dict[str, Any], dic
     if spec.reflexion:
         _check_output_path(spec.memory_page, "memory_page", "", cwd, where=f"{where}: memory_page")
     return spec.replace(**changes), {"log_path": args.log, "unknown_keys": [], "config": None}, data
+
+
+def _command_line_loop(args: argparse.Namespace) -> tuple[LoopSpec | None, list[str] | None]:
+    """With --resume: the loop the command line names besides the log (--verify,
+    --config), and the spec fields it sets, to compare with the log's; (None, None)
+    when it names none."""
+    if not args.verify and not args.config:
+        return None, None
+    fields = ["checks"]
+    for flag, field in (("name", "name"), ("goal", "goal"), ("state", "state_paths"),
+                        ("protect", "protect"), ("scope", "scope")):
+        if getattr(args, flag, None):
+            fields.append(field)
+    if args.config:
+        fields += [f for f in ("state_paths", "protect", "scope") if f not in fields]
+    spec, _ = spec_from_args(argparse.Namespace(**{**vars(args), "log": None}))
+    return spec, fields
 
 
 def artifact_options(args: argparse.Namespace, resume_base: list[str]):

@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_loops import LoopUsageError, cli
-from pytest_loops.artifacts.runlog import RunLogWriter, load_runlog
+from pytest_loops.artifacts.runlog import RunLogWriter, load_runlog, sign_events, sign_summary
 from pytest_loops.config import (
     ENV_NAMES,
     GUARD_KEYS,
@@ -40,7 +40,9 @@ from pytest_loops.config import (
 )
 from pytest_loops.inspect import load_run
 from pytest_loops.plugin import MARKER_KEYS, marker_layer
+from pytest_loops.spec import LoopSpec
 from pytest_loops.testing import InstantRunner
+from pytest_loops.trust import runlog_key
 
 EXPECTED_EXITS = {0, 2, 3, 4, 5, 64}
 FUZZ = {"deadline": None, "database": None,
@@ -77,6 +79,17 @@ def scratch(base: Path) -> Iterator[Path]:
             yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _run_log_key_in_a_temporary_state_dir(tmp_path_factory):
+    """The run-log key (pytest_loops.trust) of these tests, never the real home's:
+    XDG_STATE_HOME reaches subprocesses whose environment drops PYTEST_LOOPS_*."""
+    state = tmp_path_factory.mktemp("state")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_STATE_HOME", str(state))
+        mp.delenv("PYTEST_LOOPS_STATE_DIR", raising=False)
+        yield state
 
 
 @pytest.fixture(autouse=True)
@@ -190,6 +203,28 @@ def dump(doc: Any) -> str:
     return json.dumps(doc, ensure_ascii=False, allow_nan=True)
 
 
+def signed(doc: Any) -> str:
+    """A summary as a writer with odd data would leave it: its spec_digest that of
+    its (mutated) spec and its MAC good, so the checks after the MAC's are reached.
+    A value JSON has no canonical form for (NaN, inf) gets no MAC."""
+    if isinstance(doc, dict):
+        doc = {k: v for k, v in doc.items() if k != "mac"}
+        with contextlib.suppress(Exception):
+            doc["spec_digest"] = LoopSpec.from_dict(doc["spec"]).digest()
+    return sign_summary(dump(doc), runlog_key(create=True))
+
+
+def signed_events(events: list[Any]) -> str:
+    """Event lines with good chained MACs (see :func:`signed`)."""
+    if not all(isinstance(e, dict) for e in events):
+        return "\n".join(dump(e) for e in events) + "\n"
+    start = events[0] if events else {}
+    if isinstance(start.get("spec"), dict):
+        with contextlib.suppress(Exception):
+            start["spec_digest"] = LoopSpec.from_dict(start["spec"]).digest()
+    return "\n".join(sign_events(events, runlog_key(create=True))) + "\n"
+
+
 # --------------------------------------------------------------------------- load_runlog
 
 
@@ -254,11 +289,11 @@ def write_mutated(corpus: dict[str, Any], mutations: list[Any], directory: Path,
     if which == "finished":
         doc = copy.deepcopy(corpus["finished"])
         doc["spec"]["cwd"] = str(directory)
-        text = dump(mutate(doc, mutations))
+        text = signed(mutate(doc, mutations))
     else:
         events = [json.loads(line) for line in corpus["events_text"].splitlines()]
         events[0]["spec"]["cwd"] = str(directory)
-        text = "\n".join(dump(e) for e in mutate(events, mutations)) + "\n"
+        text = signed_events(mutate(events, mutations))
     path = directory / "runs" / "mutated.json"
     path.parent.mkdir()
     path.write_text(text, encoding="utf-8")
@@ -307,10 +342,10 @@ def _set(doc: dict[str, Any], path: str, value: Any) -> None:
 # Inputs the fuzzers found that once ended in an internal error (exit 70).
 RESUME_CASES = [
     ("elapsed_s", "abc", "elapsed_s"),
-    ("elapsed_s", float("inf"), "elapsed_s"),
+    ("elapsed_s", float("inf"), "unverified"),  # no MAC can cover an infinity
     ("iterations.2.unchanged_streak", "sha256:00", "unchanged_streak"),
     ("iterations.2.same_failure_streak", {"": {}}, "same_failure_streak"),
-    ("iterations.1.protected_changes", float("inf"), "NaN or an infinite number"),
+    ("iterations.1.protected_changes", float("inf"), "unverified"),
     ("iterations.0.checks.0.name", ["a"], "checks"),
     ("spec.cwd", 5, "cwd must be a string"),
     ("spec.memory_page", 1.5, "memory_page must be a string"),
@@ -330,7 +365,7 @@ def test_resume_of_a_log_with_a_wrong_type_is_one_line(tmp_path, corpus, path, v
         doc["spec"]["cwd"] = str(work)
         _set(doc, path, value)
         log = work / "bad.json"
-        log.write_text(dump(doc), encoding="utf-8")
+        log.write_text(signed(doc), encoding="utf-8")
         argv = ["run", "--resume", str(log), "-q", "--no-tine", "--max-iter", "5"]
         code, _, err = run_main(argv)
         assert code == 64, err
@@ -345,7 +380,7 @@ def test_resume_refuses_a_log_path_that_is_a_directory(tmp_path, corpus):
         log = work / "run.json"
         doc = copy.deepcopy(corpus["finished"])
         doc["spec"]["cwd"] = str(work)
-        log.write_text(dump(doc), encoding="utf-8")
+        log.write_text(signed(doc), encoding="utf-8")
         code, _, err = run_main(["run", "--resume", str(log), "--max-iter", "5", "--log", "dir"])
     assert code == 64 and "--log" in err and "is a directory" in err, err
 

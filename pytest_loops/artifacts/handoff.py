@@ -4,6 +4,11 @@ Written as markdown beside the run log when a loop ends in anything but SUCCESS:
 the goal, verdict and reason, the last iteration's failing checks with their
 output, the working tree's diff, the lessons, the artifacts and the exact
 command that continues the loop. Every piece of text is redacted first.
+
+A loop from a file (a `.loop` file, a config file) names that file and the
+sha256 it had when the run started (recorded in the run log's start event). If
+the file changed since, the hand-off says so instead of offering to continue:
+the continue command (`--resume`) refuses an edited loop file.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from pathlib import Path
 from ..redact import make_redactor
 from ..results import CheckResult, LoopResult
 from .provenance import file_tail
-from .runlog import atomic_write_text
+from .runlog import atomic_write_text, recorded_source_file
 
 DIFF_MAX_CHARS = 200_000
 UNTRACKED_MAX = 50
@@ -38,20 +43,53 @@ def write_handoff(result: LoopResult, path: str | os.PathLike, *, resume_command
     fails in any way, that section is left out. Never fails because of git.
     """
     scrub = make_redactor()
+    source = loop_file_state(result)
     sections = [
-        _head(result, scrub),
+        _head(result, scrub, source),
         _failing(result, scrub),
         _diff_section(result.spec.cwd, _own_paths(result, path), scrub) if git_diff else "",
         _lessons(result, scrub),
         _artifacts(result, path, scrub),
-        "## Continue the loop\n\n" + _fenced(scrub(resume_command.strip()), "sh"),
+        _continue(resume_command, source, scrub),
     ]
     target = Path(path)
     atomic_write_text(target, "\n\n".join(s for s in sections if s).rstrip() + "\n")
     return str(target)
 
 
-def _head(result: LoopResult, scrub: Callable[[str], str]) -> str:
+def loop_file_state(result: LoopResult) -> dict[str, str | None] | None:
+    """The loop's file: ``path``, ``recorded`` (its sha256 when the run started, from
+    the run log; None when the log holds no authentic record) and ``now`` (None when
+    it is gone). None for a loop that did not come from a file."""
+    from ..trust import sha256_file, source_file_record
+
+    record = recorded_source_file(result.log_path)
+    if record is None:
+        # no authentic record from the start: the digest now, which cannot show an
+        # edit made during the run
+        current = source_file_record(result.spec.source, result.spec.cwd)
+        if current is None:
+            return None
+        return {"path": current["path"], "recorded": None, "now": current["sha256"]}
+    try:
+        now: str | None = sha256_file(record["path"])
+    except OSError:
+        now = None
+    return {"path": record["path"], "recorded": record["sha256"], "now": now}
+
+
+def _continue(command: str, source: dict[str, str | None] | None, scrub: Callable[[str], str]) -> str:
+    title = "## Continue the loop\n\n"
+    if source and source["recorded"] and source["now"] != source["recorded"]:
+        how = "is gone" if source["now"] is None else "changed"
+        return (title + f"{_inline(scrub(str(source['path'])))} {how} since the run started "
+                f"(it was {source['recorded']}); review it and start a new run. Continuing would "
+                "run a loop nobody reviewed, so the continue command refuses it.")
+    return title + _fenced(scrub(command.strip()), "sh")
+
+
+def _head(result: LoopResult, scrub: Callable[[str], str],
+          source: dict[str, str | None] | None = None) -> str:
     spec = result.spec
     lines = [
         f"# Hand-off: loop {_inline(scrub(spec.name))} stopped with {result.verdict.value}",
@@ -65,6 +103,10 @@ def _head(result: LoopResult, scrub: Callable[[str], str]) -> str:
     if spec.source:
         label = "Source" if spec.source in ("command line",) or ":" not in spec.source else "Loop file"
         lines.append(f"- **{label}:** {_inline(scrub(spec.source))}")
+    if source:
+        digest = source["recorded"] or source["now"]
+        when = "when the run started" if source["recorded"] else "when the run ended"
+        lines.append(f"- **Loop file digest:** {_inline(scrub(str(source['path'])))} {digest} ({when})")
     if spec.stop_message:
         lines.append(f"- **Message:** {_line(scrub(spec.stop_message))}")
     return "\n".join(lines)
