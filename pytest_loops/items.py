@@ -4,7 +4,9 @@ Node ids read ``fix.loop::fix checkout::done when "pytest -q" passes``. Running
 any item of a loop drives that loop once; each check item then reports its own
 final result and carries the loop's verdict. The loop's result is shared through
 a file under a lock, so items of one loop spread over xdist workers still run
-the loop once.
+the loop once. The file is named by a sha256 of the loop's full identity and
+authenticated with an HMAC under the session's in-memory key: a revise step can
+write into the sessions directory, but not a result the items would trust.
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ class LoopFileError(Exception):
 
 class LoopCheckFailed(Exception):
     """A check item whose check did not pass when its loop ended."""
+
+
+class SharedResultUntrusted(Exception):
+    """A stored loop result that failed authentication and could not be replaced
+    by running the loop: reported as one line."""
 
 
 class LoopFileCollector(pytest.File):
@@ -99,7 +106,7 @@ class LoopCollector(pytest.Collector):
                     pytest.skip(f"pipeline stopped: stage {self.after.spec.name!r} ended "
                                 f"{before.verdict.value}: {before.reason}")
             session: LoopSession = self.config.stash[SESSION_KEY]
-            self._result = session.shared_result(self.nodeid, self.spec)
+            self._result = session.shared_result(self.nodeid, self.spec, loop_file=str(self.path))
         return self._result
 
 
@@ -131,6 +138,8 @@ class CheckItem(pytest.Item):
             else:
                 head = f"check failed: {final.reason}"
             return f"{head}\n{failure_text(result)}"
+        if excinfo.errisinstance(SharedResultUntrusted):
+            return str(excinfo.value)
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self):
@@ -162,23 +171,87 @@ def result_from_summary(spec: LoopSpec, data: dict[str, Any]) -> LoopResult:
     )
 
 
-def shared_result(session_dir: Path, nodeid: str, spec: LoopSpec, run) -> LoopResult:
-    """Run `run(spec)` once per `session_dir`; later callers read the stored result."""
+SHARED_SCHEMA = "pytest-loops.shared-result/1"
+
+
+def shared_identity(nodeid: str, spec: LoopSpec, loop_file: str | None = None) -> dict[str, str]:
+    """What tells one loop of a session from every other: its file, name and node id."""
+    return {"loop_file": str(loop_file or ""), "loop": spec.name, "nodeid": nodeid}
+
+
+def shared_result_path(session_dir: Path, identity: dict[str, str]) -> Path:
+    """``<readable slug>-<sha256 of the whole identity>.json``: the hash decides, the
+    slug (cut short) is only for people listing the directory."""
     from .spec import slugify
+    from .trust import identity_digest
+
+    return session_dir / f"{slugify(identity['nodeid'])[:40]}-{identity_digest(**identity)}.json"
+
+
+def _summary_of(result: LoopResult) -> dict[str, Any]:
+    summary = {"verdict": result.verdict.value, "reason": result.reason,
+               "iterations": [r.to_dict() for r in result.iterations],
+               "started_at": result.started_at, "ended_at": result.ended_at,
+               "elapsed_s": result.elapsed_s, "run_dir": result.run_dir,
+               "memory_page": result.memory_page, "artifacts": result.artifacts}
+    return json.loads(json.dumps(summary, default=str))  # what a reader will see
+
+
+def _read_trusted(stored: Path, identity: dict[str, str], key: bytes) -> dict[str, Any] | None:
+    """The stored summary when its MAC holds for this identity under ``key``, else None."""
+    from .trust import json_mac, mac_matches
+
+    try:
+        data = json.loads(stored.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("schema") != SHARED_SCHEMA or data.get("identity") != identity:
+        return None
+    summary = data.get("result")
+    expected = json_mac(key, SHARED_SCHEMA, {"identity": identity, "result": summary})
+    if expected is None or not mac_matches(expected, data.get("mac")) or not isinstance(summary, dict):
+        return None
+    return summary
+
+
+def shared_result(session_dir: Path, nodeid: str, spec: LoopSpec, run, *, key: bytes,
+                  loop_file: str | None = None) -> LoopResult:
+    """Run `run(spec)` once per `session_dir`; later callers read the stored result.
+
+    The stored result is trusted only when its HMAC under ``key`` (the session's,
+    never in a file or the environment) holds for this loop's identity. One that
+    does not (forged, or another loop's) is removed and the loop is run; when it
+    cannot be removed the item fails with one line.
+    """
+    from .artifacts.runlog import atomic_write_text
+    from .trust import json_mac
 
     session_dir.mkdir(parents=True, exist_ok=True)
-    key = slugify(nodeid)
-    stored = session_dir / f"{key}.json"
-    with FileLock(str(session_dir / f"{key}.lock")):
-        if stored.is_file():
-            return result_from_summary(spec, json.loads(stored.read_text(encoding="utf-8")))
+    identity = shared_identity(nodeid, spec, loop_file)
+    stored = shared_result_path(session_dir, identity)
+    with FileLock(str(stored.with_suffix(".lock"))):
+        if stored.exists() or stored.is_symlink():
+            summary = _read_trusted(stored, identity, key)
+            if summary is not None:
+                try:
+                    return result_from_summary(spec, summary)
+                except (KeyError, TypeError, ValueError, AttributeError):
+                    pass  # authentic but unreadable: run the loop again
+            try:
+                stored.unlink()
+            except OSError:
+                raise SharedResultUntrusted(
+                    f"stored result {stored} failed authentication; not trusted (and it cannot be "
+                    "removed to run the loop again)") from None
         result = run(spec)
-        summary = {"verdict": result.verdict.value, "reason": result.reason,
-                   "iterations": [r.to_dict() for r in result.iterations],
-                   "started_at": result.started_at, "ended_at": result.ended_at,
-                   "elapsed_s": result.elapsed_s, "run_dir": result.run_dir,
-                   "memory_page": result.memory_page, "artifacts": result.artifacts}
-        stored.write_text(json.dumps(summary, default=str), encoding="utf-8")
+        summary = _summary_of(result)
+        value = json_mac(key, SHARED_SCHEMA, {"identity": identity, "result": summary})
+        if value is not None:
+            payload = {"schema": SHARED_SCHEMA, "identity": identity, "result": summary, "mac": value}
+            try:
+                atomic_write_text(stored, json.dumps(payload))
+            except OSError:
+                pass  # the others run the loop themselves; this result stands
         return result
 
 

@@ -64,6 +64,20 @@ class LoopSession:
         self.session_result: LoopResult | None = None
         workerinput = getattr(config, "workerinput", None)
         self.testrunuid = workerinput["testrunuid"] if workerinput else uuid.uuid4().hex
+        # authenticates the results the check items of a loop share: made here on the
+        # controller, in memory only (never the environment or a file), and handed to
+        # xdist workers through workerinput (pytest_configure_node). A worker given
+        # none uses a key of its own: its stored results are then trusted by it alone.
+        from .trust import new_session_key
+
+        self.session_key = new_session_key()
+        if workerinput:
+            try:
+                given = bytes.fromhex(workerinput["loop_session_key"])
+            except (KeyError, TypeError, ValueError):
+                given = b""
+            if len(given) >= 16:
+                self.session_key = given
         config.stash[SESSION_KEY] = self
         from dataclasses import replace
 
@@ -139,22 +153,36 @@ class LoopSession:
 
     def resume_point(self, spec: LoopSpec) -> dict[str, Any] | None:
         """With --loop-resume: the latest run log of this loop that did not finish or was
-        stopped by its budget; None when there is nothing to continue."""
+        stopped by its budget; None when there is nothing to continue.
+
+        That log must be trusted before anything is taken over: its MACs hold, its
+        spec digest is its spec's, its spec is this loop's (limits and revise step
+        aside) and its loop file is unchanged. Otherwise the session stops with a
+        usage error (one line naming the log and the fix)."""
         if not self.config.getoption("loop_resume"):
             return None
-        from .artifacts.runlog import check_resumable, load_runlog
+        from .artifacts.runlog import check_resumable, check_trusted, load_runlog
 
         logs = sorted((self.artifacts_dir / "runs").glob(f"{spec.slug}-*.json"),
                       key=lambda p: p.stat().st_mtime)
         for path in reversed(logs):
             try:
                 data = load_runlog(path)
-                check_resumable(data, str(path))
             except LoopUsageError:
-                continue
+                continue  # not a run log
             if data.get("loop") != spec.name:
                 continue
-            return data if data.get("verdict") in (None, "TIMEOUT") else None
+            if data.get("verdict") not in (None, "TIMEOUT"):
+                return None
+            try:
+                check_trusted(data, f"--loop-resume {path}", spec=spec)
+                check_resumable(data, f"--loop-resume {path}")
+            except LoopUsageError as exc:
+                # a usage error (64 under --loop-exitcode=verdict, else pytest's 4),
+                # from inside a running test too
+                code = EXIT_USAGE if self.exitcode == "verdict" else int(pytest.ExitCode.USAGE_ERROR)
+                pytest.exit(f"ERROR: {exc}", returncode=code)
+            return data
         return None
 
     # -- loop files -------------------------------------------------------------------------
@@ -181,9 +209,14 @@ class LoopSession:
             spec = spec.replace(state_paths=(".",))
         return spec
 
-    def shared_result(self, nodeid: str, spec: LoopSpec) -> LoopResult:
+    def shared_result(self, nodeid: str, spec: LoopSpec, loop_file: str | None = None) -> LoopResult:
         return shared_result(self.artifacts_dir / "sessions" / self.testrunuid, nodeid, spec,
-                             self.run_loop)
+                             self.run_loop, key=self.session_key, loop_file=loop_file)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """On the xdist controller: give each worker the session key, in memory."""
+        node.workerinput["loop_session_key"] = self.session_key.hex()
 
     # -- reporting ----------------------------------------------------------------------
 
