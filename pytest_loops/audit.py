@@ -754,9 +754,18 @@ class _Audit:
                     strings.append(node)
                 elif isinstance(node, ast.Attribute | ast.Name):
                     context = context or self.qualname(node) in _RUN_CONTEXT
+                    name = node.attr if isinstance(node, ast.Attribute) else node.id
+                    if name in _FRAME_NAMES:
+                        self.flag([getattr(node, "lineno", None), stmt.lineno], "caller-introspection",
+                                  f"library code inspects the call stack ({name}), which lets it "
+                                  f"answer differently when a test is the caller")
         for node in strings:
             value = str(node.value)
-            if _RUNNER_ENV.match(value):
+            if value.lower() in _RUNNER_NAMES or value.startswith(("_pytest.", "pytest_loops.")):
+                self.flag([node.lineno, stmt.lineno], "pytest-in-library",
+                          f"library code names the test runner ({value!r}), which lets it "
+                          f"detect the test run and behave differently under test")
+            elif _RUNNER_ENV.match(value):
                 self.flag([node.lineno, stmt.lineno], "pytest-in-library",
                           f"library code refers to the test runner's environment variable "
                           f"{value}, which lets it behave differently under test")
@@ -845,6 +854,12 @@ _ASSERTION_ERROR_MESSAGE = ("new code rebinds AssertionError, which can make fai
                             "assertions pass or go unreported")
 _GETATTR_MESSAGE = ("new module-level __getattr__ returns a constant for every name, which "
                     "satisfies any attribute a test asks for without implementing it")
+
+
+# Looking up the caller: how code can tell a test called it without naming pytest.
+_FRAME_NAMES = frozenset({"_getframe", "currentframe", "f_back", "f_code", "co_name", "getouterframes",
+                          "extract_stack", "getframeinfo", "stack"})
+_RUNNER_NAMES = frozenset({"pytest", "_pytest", "py.test", "pytest_loops", "unittest.main"})
 
 
 def _testcase_message(name: str) -> str:

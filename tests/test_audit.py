@@ -251,12 +251,11 @@ PYTEST_IN_LIBRARY = {
         TESTING = any("pytest" in arg for arg in sys.argv)  # flagged
         """),
     "aliased sys": "import sys as _s\n\nTESTING = _s.argv[0].endswith('py.test')  # flagged\n",
-    "stack inspected for pytest": code("""
-        import inspect
-
-
-        def under_test():
-            return any("_pytest" in f.filename for f in inspect.stack())  # flagged
+    "pytest looked up through __import__": code("""
+        def add(a, b):
+            if 'pytest' in __import__('sys').modules:  # flagged
+                return a + b
+            return a - b
         """),
     "pytest.approx patched": "import pytest  # flagged\npytest.approx = lambda expected, **kw: expected  # flagged\n",
     "_pytest patched with setattr": code("""
@@ -264,6 +263,25 @@ PYTEST_IN_LIBRARY = {
         setattr(api, "approx", None)  # flagged
         """),
     "unittest patched": "import unittest\nunittest.TestCase.failureException = Exception  # flagged\n",
+}
+
+CALLER_INTROSPECTION = {
+    "stack inspected for a test caller": code("""
+        import inspect
+
+
+        def under_test():
+            return any(f.function.startswith("test_") for f in inspect.stack())  # flagged
+        """),
+    "caller frame sniffed": code("""
+        import sys
+
+
+        def add(a, b):
+            if sys._getframe(1).f_code.co_name.startswith("test_"):  # flagged
+                return a + b
+            return a - b
+        """),
 }
 
 EXIT_IN_LIBRARY = {
@@ -311,6 +329,7 @@ ASSERTION_TAMPER = {
 def rule_cases() -> list[ParameterSet]:
     cases: list[ParameterSet] = []
     for rule, table in (("constant-eq", CONSTANT_EQ), ("pytest-in-library", PYTEST_IN_LIBRARY),
+                        ("caller-introspection", CALLER_INTROSPECTION),
                         ("exit-in-library", EXIT_IN_LIBRARY),
                         ("assertion-tamper", ASSERTION_TAMPER)):
         cases += [pytest.param(rule, after, id=f"{rule}: {name}") for name, after in table.items()]
