@@ -318,6 +318,9 @@ class Engine:
         for old in prior:  # the new log holds the whole loop
             log.iteration(old.to_dict())
 
+        # a bytecode cache of the loop's own: a __pycache__ in the tree is never read
+        run_env = dict(self.env)
+        run_env.setdefault("PYTHONPYCACHEPREFIX", str(paths.artifacts_dir / "pycache"))
         records: list[IterationRecord] = list(prior)
         verdict: Verdict | None = None
         reason = ""
@@ -348,7 +351,7 @@ class Engine:
                 it0 = self.clock()
                 ctx = LoopContext(spec=spec, iteration=iteration, workdir=workdir,
                                   run_dir=paths.run_dir, runner=self.runner, clock=self.clock,
-                                  deadline=deadline, base_env=self.env, lessons=lessons,
+                                  deadline=deadline, base_env=run_env, lessons=lessons,
                                   scrub=self.scrub, previous=records[-1] if records else None)
 
                 # verify
@@ -460,7 +463,11 @@ class Engine:
                                      f"iteration {record.iter} (a check was killed)")
         if record.passed:
             if self.clean_room and watch.started:  # a revise step ran: it must have earned this
-                verdict, why = self._confirm(spec, ctx, record, watch)
+                c0 = self.clock()
+                try:
+                    verdict, why = self._confirm(spec, ctx, record, watch)
+                finally:
+                    record.clean_room_s = self.clock() - c0
                 if verdict is not None:
                     return verdict, why
             return Verdict.SUCCESS, f"all {len(spec.checks)} check(s) passed in iteration {record.iter}"
@@ -567,6 +574,7 @@ class Engine:
         record.revise_duration_s = self.clock() - r0
         passed = watch.after_revise()
         record.protected_changes = [v.describe() for v in passed.violations]
+        record.caches_cleared = len(passed.caches_cleared)
         if passed.violations:
             record.guard = "protected"
             undone = all(v.restored for v in passed.violations)
@@ -618,7 +626,9 @@ class Engine:
         found = [f for batch in self.pm.hook.pytest_loop_audit(diff=diff, context=ctx) or [] for f in batch or []]
         if not found:
             return None, ""
-        lines = [f.describe() if hasattr(f, "describe") else str(f) for f in found]
+        from .protect import printable
+
+        lines = [printable(f.describe() if hasattr(f, "describe") else str(f)) for f in found]
         record.audit_findings = lines
         if self.audit == "warn":
             return None, ""

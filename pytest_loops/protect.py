@@ -57,15 +57,18 @@ SHADOW_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py", "pytest_loops",
 # Directory names that hold tests and what they read (data, golden files, helpers).
 TEST_DIR = re.compile(r"^(tests?|testing|test[_-].*|.*[_-]tests?|testdata|fixtures|golden)$", re.I)
 DEFAULT_TEST_FILES = ("**/test_*.py", "**/*_test.py")
-# Never tracked, never copied: caches (the checks run with a bytecode cache of
-# their own, so a forged __pycache__ is never read), VCS data, build trees.
+# Never tracked, never copied: caches, VCS data, build trees.
 IGNORED_DIRS = frozenset({
-    ".git", ".hg", ".svn", "__pycache__", ".pytest_cache", ".pytest-loops", ".hypothesis",
+    ".git", ".hg", ".svn", ".pytest_cache", ".pytest-loops", ".hypothesis",
     ".mypy_cache", ".ruff_cache", ".tox", ".nox", "node_modules",
 })
-IGNORED_SUFFIXES = (".pyc", ".pyo")
+# Bytecode caches are tracked but never judged: the loop's commands use a cache of
+# their own (PYTHONPYCACHEPREFIX), and whatever a revise step writes into a
+# __pycache__ is removed after it, so a forged one is neither read nor left behind.
+PYCACHE = "__pycache__"
+CACHE_REASON = "a bytecode cache"
 # Kept for callers that only need a walk of a tree's own files.
-SKIP_DIRS = IGNORED_DIRS | {".venv", "venv"}
+SKIP_DIRS = IGNORED_DIRS | {".venv", "venv", PYCACHE}
 AUDIT_MAX_BYTES = 1 << 20  # in-scope Python files up to this size are kept for the diff audit
 COPY_BLOCK = 1 << 20
 
@@ -261,7 +264,13 @@ class Violation:
 
     def describe(self) -> str:
         undone = "" if self.restored else ", could not be undone"
-        return f"{self.path} ({self.how}: {self.why}{undone})"
+        return f"{printable(self.path)} ({self.how}: {self.why}{undone})"
+
+
+def printable(path: str) -> str:
+    """A path as text that can be written anywhere: bytes that are not UTF-8 (a file
+    name the OS gave us as bytes) become backslash escapes."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 @dataclass
@@ -270,6 +279,7 @@ class RevisePass:
 
     violations: list[Violation] = field(default_factory=list)
     in_scope: list[tuple[str, str]] = field(default_factory=list)  # (path, how)
+    caches_cleared: list[str] = field(default_factory=list)  # bytecode the revise step wrote, removed
     walked: bool = False  # the journal could not vouch: the tree was walked
 
 
@@ -360,7 +370,7 @@ class TreeGuard:
         parts = rel.split("/")
         if any(p in IGNORED_DIRS or p.endswith(".egg-info") for p in parts[:-1]):
             return True
-        if parts[-1] in IGNORED_DIRS or rel.endswith(IGNORED_SUFFIXES):
+        if parts[-1] in IGNORED_DIRS:
             return True
         return self._own(rel)
 
@@ -374,6 +384,8 @@ class TreeGuard:
         """Why the revise step may not change ``rel`` (None: it may)."""
         if self._in_venv(rel):
             return "a virtual environment"
+        if f"{PYCACHE}/" in rel or rel.endswith((".pyc", ".pyo")):
+            return CACHE_REASON
         name = rel.rsplit("/", 1)[-1]
         if entry is not None and entry.kind == "l":
             return "a symbolic link"
@@ -383,13 +395,13 @@ class TreeGuard:
             return "configuration pytest reads"
         if name in STARTUP_NAMES or name.endswith(".pth"):
             return "run by the interpreter at start-up"
-        if name.endswith((".loop", ".loop.yaml", ".loop.yml")) or rel in self.readonly_files:
-            return "a loop definition, or a file a check runs"
         parts = rel.split("/")
         if any(TEST_DIR.match(p) for p in parts[:-1]):
             return "under a test directory"
         if matches(rel, self.test_files):
             return "a test file"
+        if name.endswith((".loop", ".loop.yaml", ".loop.yml")) or rel in self.readonly_files:
+            return "a loop definition, or a file a check runs"
         if entry is not None and _executable(entry):
             return "an executable"
         if new:
@@ -515,6 +527,8 @@ class TreeGuard:
             if entry.kind != "f":
                 continue
             reason = self.readonly_reason(rel, entry, new=False)
+            if reason == CACHE_REASON:
+                continue
             keep = reason is not None or (rel.endswith(".py") and entry.size <= AUDIT_MAX_BYTES)
             if keep:
                 self._store(rel, os.path.join(self.root, rel))
@@ -648,10 +662,21 @@ class TreeGuard:
                     and old is not None and old.kind == "f" and _same_mode(old, new) \
                     and file_digest(os.path.join(self.root, rel)) == self.store[rel].digest:
                 continue  # touched, same bytes as at loop start: harmless
+            if reason == CACHE_REASON:
+                if new is not None:
+                    try:
+                        _remove(os.path.join(self.root, rel))
+                    except OSError:
+                        pass
+                    result.caches_cleared.append(rel)
+                continue
             violations.append(Violation(rel, how, reason, restored=False))
         violations += self._ancestor_violations()
         restored = [self._undo(v) for v in violations]
         result.violations = restored
+        if result.caches_cleared and not restored:
+            self.state = now
+            now, _ = self._refresh()
         if restored:
             self.state = now
             now, _ = self._refresh()
@@ -717,7 +742,7 @@ class TreeGuard:
         readonly = {rel for rel in self.start if self.start[rel].kind == "f"
                     and self.readonly_reason(rel, self.start[rel], new=False) is not None}
         for rel, entry in now.items():
-            if self._in_venv(rel) or rel in readonly or entry.kind != "f":
+            if self._in_venv(rel) or rel in readonly or entry.kind != "f" or f"{PYCACHE}/" in rel:
                 continue
             if self._violation(rel, self.start.get(rel), entry) is not None:
                 continue  # never a read-only path from the working tree
@@ -779,7 +804,7 @@ class TreeGuard:
 
 def _noise(path: str, name: str) -> bool:
     """Journal events never worth a look: caches and bytecode."""
-    return name in IGNORED_DIRS or name.endswith(IGNORED_SUFFIXES)
+    return name in IGNORED_DIRS
 
 
 def _same_mode(a: Entry, b: Entry) -> bool:

@@ -87,7 +87,9 @@ class IterationRecord:
     protected_changes: list[str] = field(default_factory=list)  # undone: "path (modified)"
     scope_reverted: list[str] = field(default_factory=list)  # (older logs) edits outside scope, undone
     clean_room: list[CheckResult] = field(default_factory=list)  # the checks re-run before SUCCESS
+    clean_room_s: float | None = None  # the clean-room confirmation, building the tree included
     audit_findings: list[str] = field(default_factory=list)  # what the diff audit flagged
+    caches_cleared: int = 0  # bytecode files the revise step wrote into the tree, removed after it
     guard: str | None = None  # the guard that ended the loop in this iteration
     guards_seen: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0  # loop time when this iteration ended

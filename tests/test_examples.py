@@ -441,6 +441,6 @@ def test_an_agent_that_weakens_the_test_is_caught(tmp_path):
     work, env, calls = agent_project(tmp_path, "claude", CHEAT)
     out = expect(sh(run_line, work, env=env), 5, run_line)
     assert re.search(r"^ESCALATE \(exit 5\) after 1 iteration\(s\)", out, re.M), out
-    assert "modified protected files: test_greeting.py" in out
+    assert "changed read-only paths: test_greeting.py (modified: a test file)" in out
     assert (work / "test_greeting.py").read_text() == test_file.read_text()  # restored
     assert len(calls.read_text().splitlines()) == 1
