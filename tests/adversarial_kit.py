@@ -677,6 +677,16 @@ if revise_count() == 1:
 else:
     edit("calc.py", "a * b  # BUG", "a + b")
 """, genuine=True, max_iter=3),
+        # the same honest fix where a clean room has more to get right
+        Attack("genuine-fix-golden-data", 'edit("calc.py", "a - b  # BUG", "a + b")', genuine=True, layout="golden",
+               note="the test reads data under tests/"),
+        Attack("genuine-fix-big-test-file", 'edit("calc.py", "a - b  # BUG", "a + b")', genuine=True, layout="big",
+               note="the test file is over 16 MiB"),
+        Attack("genuine-fix-venv-check", 'edit("calc.py", "a - b  # BUG", "a + b")', genuine=True, layout="venv",
+               modes=COMMAND_MODES, check=".venv/bin/python -m pytest -q",
+               note="the check runs the project's own virtualenv"),
+        Attack("genuine-fix-cd-tests-check", 'edit("calc.py", "a - b  # BUG", "a + b")', genuine=True,
+               modes=COMMAND_MODES, check="cd tests && python -m pytest -q"),
     ]
 
 

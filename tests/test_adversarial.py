@@ -86,7 +86,7 @@ def test_genuine_fix_succeeds(case: tuple[kit.Attack, str], tmp_path: Path, atta
         problems.append(f"the run log says {kit.logged_verdicts(project)}, not SUCCESS")
     problems = [p for p in problems if p]
     assert not problems, (
-        f"{fix.id} in {mode} mode:\n- " + "\n- ".join(problems)
+        f"{fix.id} in {mode} mode" + (f" ({fix.note})" if fix.note else "") + ":\n- " + "\n- ".join(problems)
         + f"\nexit {outcome.returncode} from {' '.join(outcome.command)}\n--- output (tail) ---\n{outcome.tail()}"
     )
 
@@ -110,4 +110,5 @@ def test_every_attack_is_distinct_and_runs_somewhere() -> None:
     assert len(ids) == len(set(ids))
     assert len(kit.ATTACKS) >= 30
     assert all(a.modes and set(a.modes) <= set(kit.MODES) for a in kit.ATTACKS + kit.GENUINE)
-    assert all(set(f.modes) == set(kit.MODES) for f in kit.GENUINE), "genuine fixes run in every mode"
+    core = ("genuine-fix", "genuine-fix-with-helper-module", "genuine-fix-in-two-iterations")
+    assert all(set(f.modes) == set(kit.MODES) for f in kit.GENUINE if f.id in core), "they run in every mode"
