@@ -55,14 +55,24 @@ def build_parser() -> argparse.ArgumentParser:
                                      "5 ESCALATE, 64 bad input.")
     run.add_argument("--verify", action="append", metavar="CMD", default=None,
                      help="a check: this shell command must exit 0 (repeatable; all must pass)")
+    run.add_argument("--hidden-verify", action="append", metavar="CMD", default=None,
+                     help="a hidden check: never run in the working tree nor shown to the revise step "
+                          "(prompt, failure file, run log); it must pass in the clean room before "
+                          "SUCCESS (repeatable)")
     run.add_argument("--revise", metavar="CMD", help="the revise step: a shell command run after a failed iteration")
     run.add_argument("--state", action="append", metavar="GLOB", default=None,
                      help="state paths the no-progress guard fingerprints (repeatable)")
     run.add_argument("--protect", action="append", metavar="GLOB", default=None,
-                     help="more files the revise step must not touch (besides the checked tests, "
-                          "conftest.py and pytest's config files); an edit is undone and ends ESCALATE")
+                     help="more paths the revise step must not change (besides tests, test directories, "
+                          "conftest.py, pytest's config files, links and executables); a change is "
+                          "undone and ends ESCALATE")
     run.add_argument("--scope", action="append", metavar="GLOB", default=None,
-                     help="files the revise step may edit; edits elsewhere are undone after each revise")
+                     help="the only paths the revise step may change (default: every non-test source "
+                          "file); a change elsewhere is undone and ends ESCALATE")
+    run.add_argument("--audit", choices=("error", "warn", "off"), default="error",
+                     help="the diff audit of the revise step's in-scope changes (hard-coded failing "
+                          "inputs, constant __eq__, pytest in library code, added exits): 'error' "
+                          "(default) ends ESCALATE, 'warn' records, 'off' skips it")
     run.add_argument("--max-iter", type=_guard_type("max_iter"), metavar="N",
                      help="iteration cap, >= 1 (default 6)")
     run.add_argument("--budget-seconds", type=_guard_type("budget_seconds"), metavar="S",
@@ -191,7 +201,9 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
     name = args.name or (config_path.stem.replace(".config", "") if config_path else "loop")
     guards = Guards(**{key: settings[key] for key in GUARD_KEYS})
     spec = LoopSpec(
-        name=name, goal=args.goal, checks=tuple(Check.command_passes(cmd) for cmd in verify),
+        name=name, goal=args.goal,
+        checks=(*(Check.command_passes(cmd) for cmd in verify),
+                *(Check.command_passes(cmd, hidden=True) for cmd in (args.hidden_verify or ()))),
         revise=settings["revise"], guards=guards, state_paths=tuple(settings["state_paths"]),
         memory_page=settings["memory_page"], reflexion=bool(settings["reflexion"]),
         no_progress_signal=settings["no_progress_signal"],
@@ -332,7 +344,8 @@ def cmd_run(args: argparse.Namespace) -> int:
              out)
     runner = ProcessRunner()
     engine = Engine(runner=runner, plugin_manager=pm, artifacts_dir=extra.get("artifacts", args.artifacts),
-                    finishers=finishers, localize=not args.no_suspects)
+                    finishers=finishers, localize=not args.no_suspects, audit=args.audit,
+                    hide_env=[args.sign_key_env or ""])
     with TerminationGuard(runner):
         result = engine.run(spec, log_path=extra["log_path"], resume_from=resume_from)
     lines = verdict_lines(result)

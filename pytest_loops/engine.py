@@ -307,7 +307,7 @@ class Engine:
             "loop": spec.name, "goal": spec.goal, "source": spec.source,
             "guards": g.to_dict(), "state_paths": list(spec.state_paths),
             "started_at": _iso(wall0), "cwd": str(workdir), "revise": spec.revise,
-            "spec": spec.to_dict(), "spec_digest": spec.digest(),
+            "spec": _shown_spec(spec), "spec_digest": spec.digest(),
             "memory_page": str(paths.memory_page) if paths.memory_page else None,
             "lessons_read": lessons_read, "run_dir": str(paths.run_dir),
             "pytest_loops_version": _version(),
@@ -328,6 +328,7 @@ class Engine:
             pycache = tempfile.mkdtemp(prefix="pytest-loops-pycache-")
             run_env["PYTHONPYCACHEPREFIX"] = pycache
         self._pycache = pycache
+        visible = [c for c in spec.checks if not c.hidden]
         records: list[IterationRecord] = list(prior)
         verdict: Verdict | None = None
         reason = ""
@@ -361,8 +362,8 @@ class Engine:
                                   deadline=deadline, base_env=run_env, lessons=lessons,
                                   scrub=self.scrub, previous=records[-1] if records else None)
 
-                # verify
-                for check in spec.checks:
+                # verify (hidden checks run only in the clean room, before SUCCESS)
+                for check in visible:
                     if iteration == 1 and not prior and first_results and check.name in first_results:
                         result = first_results[check.name]
                     else:
@@ -377,7 +378,7 @@ class Engine:
                         break
                 record.verify_duration_s = self.clock() - it0
                 failed = [c for c in record.checks if not c.passed]
-                record.passed = bool(record.checks) and not failed and len(record.checks) == len(spec.checks)
+                record.passed = bool(record.checks) and not failed and len(record.checks) == len(visible)
                 first_failed = failed[0] if failed else None
                 record.verify_exit = first_failed.exit_code if first_failed else 0
                 record.output_tail = (first_failed or record.checks[-1]).output_tail if record.checks else ""
@@ -471,7 +472,13 @@ class Engine:
             return Verdict.TIMEOUT, (f"budget of {spec.guards.budget_seconds:g}s ran out during "
                                      f"iteration {record.iter} (a check was killed)")
         if record.passed:
-            if self.clean_room and watch.started:  # a revise step ran: it must have earned this
+            hidden = any(c.hidden for c in spec.checks)
+            if hidden and not self.clean_room:
+                verdict, why = self._hidden_here(spec, ctx, record)
+                if verdict is not None:
+                    return verdict, why
+            elif self.clean_room and (watch.started or hidden):  # a revise step ran: it must have earned this
+                watch.begin()  # nothing revised yet (hidden checks only): the tree as it is
                 c0 = self.clock()
                 try:
                     verdict, why = self._confirm(spec, ctx, record, watch)
@@ -480,6 +487,17 @@ class Engine:
                 if verdict is not None:
                     return verdict, why
             return Verdict.SUCCESS, f"all {len(spec.checks)} check(s) passed in iteration {record.iter}"
+        return None, ""
+
+    def _hidden_here(self, spec: LoopSpec, ctx: LoopContext, record: IterationRecord) -> tuple[Verdict | None, str]:
+        """Without a clean room (a runner that spawns nothing): the hidden checks run here."""
+        for check in (c for c in spec.checks if c.hidden):
+            result = self.pm.hook.pytest_loop_run_check(check=check, context=ctx)
+            if isinstance(result, CheckResult):
+                record.clean_room.append(result)
+                if not result.passed:
+                    record.guard = "hidden_check"
+                    return Verdict.ESCALATE, f"the hidden check {check.name} did not pass: {result.reason}"
         return None, ""
 
     def _confirm(self, spec: LoopSpec, ctx: LoopContext, record: IterationRecord,
@@ -513,6 +531,10 @@ class Engine:
                     record.guard = "budget"
                     return Verdict.TIMEOUT, (f"budget of {spec.guards.budget_seconds:g}s ran out "
                                              f"during the clean-room confirmation of iteration {record.iter}")
+                if not result.passed and check.hidden:
+                    record.guard = "hidden_check"
+                    return Verdict.ESCALATE, (f"the hidden check {check.name} did not pass in the clean "
+                                              f"room: {result.reason}")
                 if not result.passed:
                     record.guard = "clean_room"
                     return Verdict.ESCALATE, (
@@ -672,6 +694,18 @@ class Engine:
             if not result.succeeded:
                 break
         return results
+
+
+def _shown_spec(spec: LoopSpec) -> dict[str, Any]:
+    """The spec as the run log shows it while the loop runs (a revise step can read the
+    log): what a hidden check runs is not in it."""
+    data = spec.to_dict()
+    for i, check in enumerate(data["checks"]):
+        if check.get("hidden"):
+            data["checks"][i] = {"kind": check["kind"], "name": f"hidden check {i + 1}", "hidden": True,
+                                 "command": "(hidden)" if check.get("command") else None,
+                                 "node_id": "(hidden)" if check.get("node_id") else None}
+    return data
 
 
 def _read_text(path: str | None, limit: int = 1 << 20) -> str:

@@ -54,6 +54,7 @@ class Check:
     options: Mapping[str, Any] = field(default_factory=dict)
     timeout: float | None = None
     source: str | None = None  # "file:line" where it was written
+    hidden: bool = False  # never run in the working tree, never shown: run only in the clean room
 
     def __post_init__(self) -> None:
         kind = CheckKind(self.kind)
@@ -99,6 +100,8 @@ class Check:
         data = dataclasses.asdict(self)
         data["kind"] = self.kind.value
         data["options"] = dict(self.options)
+        if not self.hidden:
+            del data["hidden"]  # specs (and their digests) without hidden checks are as before
         return data
 
 
@@ -209,6 +212,10 @@ class LoopSpec:
         for attr in ("checks", "state_paths", "look_at", "protect", "scope", "ignored"):
             object.__setattr__(self, attr, tuple(getattr(self, attr)))
         object.__setattr__(self, "origin", dict(self.origin))
+        if self.checks and all(c.hidden for c in self.checks):
+            raise LoopUsageError(f"loop {self.name!r} has only hidden checks; at least one check must be "
+                                 "visible, so the revise step has something to work towards",
+                                 location=self.source, fix="make one check visible (drop hidden: true)")
         if not self.checks:
             raise LoopUsageError(
                 f"loop {self.name!r} has no checks", location=self.source,
@@ -318,6 +325,8 @@ def _check_field_types(data: Mapping[str, Any]) -> None:
                 raise wrong(f"checks.{key}", value, "a string")
         if not isinstance(check.get("options", {}), Mapping):
             raise wrong("checks.options", check["options"], "an object")
+        if not isinstance(check.get("hidden", False), bool):
+            raise wrong("checks.hidden", check["hidden"], "true or false")
     origin = data.get("origin", {})
     if not isinstance(origin, Mapping) or not all(isinstance(v, str) for v in origin.values()):
         raise wrong("origin", origin, "an object of strings")

@@ -65,9 +65,9 @@ PIPELINE_KEYS = ("name", "stages")
 GUARD_KEYS = ("max_iter", "budget_seconds", "budget", "no_progress_k", "escalate_after", "no_progress_signal")
 CHECK_KINDS = ("command", "finds_nothing", "test", "human", "skill")
 CHECK_EXTRAS = {
-    "command": ("name", "times", "timeout"),
-    "finds_nothing": ("name", "times", "timeout"),
-    "test": ("name", "times", "timeout"),
+    "command": ("name", "times", "timeout", "hidden"),
+    "finds_nothing": ("name", "times", "timeout", "hidden"),
+    "test": ("name", "times", "timeout", "hidden"),
     "human": ("name",),
     "skill": ("name", "min_score", "judges", "on", "bar", "timeout"),
 }
@@ -428,6 +428,11 @@ class _Reader:
             raise self.fail(f"{cpath}.timeout", f"expected a positive number of seconds, got {timeout!r}",
                             self.mark(item, "timeout"))
         kw: dict[str, Any] = {"timeout": float(timeout) if timeout is not None else None}
+        hidden = item.get("hidden", False)
+        if not isinstance(hidden, bool):
+            raise self.fail(f"{cpath}.hidden", f"expected true or false, got {hidden!r}", self.mark(item, "hidden"))
+        if hidden:
+            kw["hidden"] = True
         name = self.string(item, "name", f"{cpath}.name")
         more = f" {times} times" if times > 1 else ""
         if kind == "command":
