@@ -295,9 +295,10 @@ class Engine:
 
         from .protect import TreeGuard, check_files
 
-        own_files = [_relative(p, workdir) for p in (paths.log, paths.run_dir, paths.memory_page,
-                                                     paths.artifacts_dir) if p]
-        own_files = [p for p in own_files if p] + [p + ".lock" for p in own_files if p]
+        own = [_relative(p, workdir) for p in (paths.log, paths.run_dir, paths.memory_page,
+                                               paths.artifacts_dir) if p]
+        own_files = [p for p in own if p]
+        own_files += [p + ".lock" for p in own_files]
         watch = TreeGuard(workdir, scope=spec.scope, protect=spec.protect, own=own_files,
                           readonly_files=check_files(spec, str(workdir)),
                           extra_ancestors=[tempfile.gettempdir()])

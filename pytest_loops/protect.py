@@ -33,9 +33,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from .spec import CheckKind, LoopSpec
+
+if TYPE_CHECKING:
+    from .fswatch import DirectoryJournal
 
 # Configuration files pytest (and the tools around it) read, at any depth and in
 # every ancestor directory: present and future names.
@@ -354,7 +357,7 @@ class TreeGuard:
         self.ancestor_store: dict[str, Stored] = {}
         self._ancestor_dirs = _ancestor_dirs(self.root, extra_ancestors)
         self._store_dir: str | None = None
-        self._journal = None
+        self._journal: DirectoryJournal | None = None
         self._journal_reason: str | None = None
         self.started = False
         self.walks = 0
@@ -533,10 +536,10 @@ class TreeGuard:
             if keep:
                 self._store(rel, os.path.join(self.root, rel))
         self.ancestors = self._ancestor_state()
-        for path, entry in self.ancestors.items():
-            if entry is not None and entry.kind == "f" and self._store_dir:
+        for path, found in self.ancestors.items():
+            if found is not None and found.kind == "f" and self._store_dir:
                 dst = os.path.join(self._store_dir, "@ancestors", path.lstrip("/"))
-                stored = self._copy_in(path, dst, entry)
+                stored = self._copy_in(path, dst, found)
                 if stored is not None:
                     self.ancestor_store[path] = stored
 
