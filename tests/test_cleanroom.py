@@ -201,3 +201,13 @@ def test_paths_of_the_working_tree_move_into_the_room(tmp_path: Path) -> None:
         assert room.map_path("/elsewhere/x.ini") == "/elsewhere/x.ini"
         assert room.env["PYTHONPYCACHEPREFIX"] == room.pycache
     assert not os.path.exists(room.parent)
+
+
+def test_finds_nothing_judges_the_whole_output_not_its_tail(tmp_path: Path) -> None:
+    """A finding followed by 3,000 blank characters is still a finding."""
+    (tmp_path / "lint.py").write_text("print('calc.py:1: E999 found')\nprint(' ' * 3000)\n")
+    spec = LoopSpec(name="lint", checks=(Check.finds_nothing("python lint.py"),), cwd=str(tmp_path),
+                    guards=Guards(max_iter=1, no_progress_k=0))
+    result = Engine(write_index=False).run(spec)
+    assert result.verdict is Verdict.MAX_ITER
+    assert result.iterations[0].checks[0].reason == "found something (1 line(s) of output)"

@@ -426,6 +426,35 @@ def test_escaped_descendant_without_the_tag_is_tracked(runner, tmp_path, pidfile
 
 
 @linux_only
+def test_escaped_descendant_without_the_tag_and_unseen_is_claimed_by_start_time(runner, tmp_path, pidfile,
+                                                                                monkeypatch):
+    """No /proc walk while it ran and no tag (env -i): the command was the only one running,
+    so a child of ours that started after it is its escaped descendant."""
+    import pytest_loops.process as process
+
+    monkeypatch.setattr(process, "_SCAN_FIRST", 1000.0)
+    monkeypatch.setattr(process, "_SCAN_MAX", 1000.0)
+    result = runner.run(_escape(pidfile, clear_env=True), cwd=tmp_path, timeout=30)
+    assert result.exit_code == 0
+    pid = read_pids(pidfile, 1)[0]
+    assert wait_gone([pid]) == []
+
+
+@linux_only
+def test_a_child_that_predates_the_command_is_never_claimed(runner, tmp_path):
+    """A process the harness started before (a fixture's server) is not the command's."""
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                              env={"PATH": os.environ.get("PATH", "")})
+    try:
+        result = runner.run("true", cwd=tmp_path, timeout=30)
+        assert result.exit_code == 0
+        assert server.poll() is None
+    finally:
+        server.kill()
+        server.wait()
+
+
+@linux_only
 def test_killed_descendants_are_reaped_not_left_as_zombies(runner, tmp_path, pidfile):
     for _ in range(3):
         runner.run(_escape(pidfile) + f"; sleep 60 & echo $! >> {pidfile}", cwd=tmp_path)
