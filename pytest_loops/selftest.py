@@ -7,6 +7,7 @@ removed afterwards.
 from __future__ import annotations
 
 import shutil
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -110,6 +111,10 @@ def run_selftest(quiet: bool = False) -> int:
     """Run every scenario; print one line each; 0 only if all hold."""
     base = Path(tempfile.mkdtemp(prefix="pytest-loops-selftest-"))
     failures = 0
+    from .trust import STATE_DIR_ENV
+
+    before = os.environ.get(STATE_DIR_ENV)
+    os.environ[STATE_DIR_ENV] = str(base / "state")  # its run-log key too stays in the temp dir
     try:
         harness = LoopHarness(base / "harness")
         for title, scenario in SCENARIOS:
@@ -122,6 +127,10 @@ def run_selftest(quiet: bool = False) -> int:
             if not quiet or not ok:
                 print(f"{'ok  ' if ok else 'FAIL'}  {title}: {detail}", flush=True)
     finally:
+        if before is None:
+            os.environ.pop(STATE_DIR_ENV, None)
+        else:
+            os.environ[STATE_DIR_ENV] = before
         shutil.rmtree(base, ignore_errors=True)
     total = len(SCENARIOS)
     print(f"selftest: {total - failures} of {total} scenarios hold", flush=True)

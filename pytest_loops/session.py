@@ -105,11 +105,13 @@ class LoopSession:
 
             return StateFingerprint(root, patterns, exclude=[*exclude, *TREE_EXCLUDES])
 
-        from .plugin import SUSPECTS_CHOICES, _choice
+        from .plugin import AUDIT_CHOICES, SUSPECTS_CHOICES, _choice, _option
 
         return Engine(plugin_manager=self.config.pluginmanager, artifacts_dir=self.artifacts_dir,
                       fingerprint_factory=exclude_trees, finishers=self.finishers,
-                      localize=_choice(self.config, "suspects", SUSPECTS_CHOICES) == "on")
+                      localize=_choice(self.config, "suspects", SUSPECTS_CHOICES) == "on",
+                      audit=_choice(self.config, "audit", AUDIT_CHOICES),
+                      hide_env=[_option(self.config, "sign_key_env") or ""])
 
     def resume_command(self, result: LoopResult) -> str:
         return self.reproduce_command() + " --loop-resume"

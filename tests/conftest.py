@@ -12,6 +12,14 @@ import pytest
 
 from pytest_loops.testing import LoopHarness
 
+# Run-log keys of every loop the tests start (in this process and in the processes it
+# spawns, which inherit the environment) go to a temporary directory, never the
+# real home directory.
+if "XDG_STATE_HOME" not in os.environ or "pytest-loops-tests-" not in os.environ["XDG_STATE_HOME"]:
+    import tempfile
+
+    os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="pytest-loops-tests-state-")
+
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This environment without settings a nested run would pick up by mistake."""
