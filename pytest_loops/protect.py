@@ -362,6 +362,12 @@ class TreeGuard:
         self.started = False
         self.walks = 0
         self.dirs: set[str] = set()  # directories listed (so a new one is walked whole)
+        self.files_in: dict[str, set[str]] = {}  # directory -> its files in the state
+        self.subdirs_of: dict[str, set[str]] = {}  # directory -> its listed subdirectories
+        self.venv_tops: dict[str, set[str]] = {}  # venv -> the directories of it that are listed
+        self.touched: set[str] = set()  # every path that changed since the loop started
+        self._reasons: dict[tuple[str, str, bool], str | None] = {}
+        self.texts: dict[str, str] = {}  # in-scope Python file -> its loop-start copy (audit)
 
     # -- classification -------------------------------------------------------------
 
@@ -385,6 +391,14 @@ class TreeGuard:
 
     def readonly_reason(self, rel: str, entry: Entry | None, *, new: bool) -> str | None:
         """Why the revise step may not change ``rel`` (None: it may)."""
+        if new:
+            return self._reason(rel, entry, new=True)
+        key = (rel, entry.kind if entry else "", bool(entry and _executable(entry)))
+        if key not in self._reasons:
+            self._reasons[key] = self._reason(rel, entry, new=False)
+        return self._reasons[key]
+
+    def _reason(self, rel: str, entry: Entry | None, *, new: bool) -> str | None:
         if self._in_venv(rel):
             return "a virtual environment"
         if f"{PYCACHE}/" in rel or rel.endswith((".pyc", ".pyo")):
@@ -441,19 +455,40 @@ class TreeGuard:
         self._journal = None
         self._journal_reason = reason
 
-    def _list(self, rel: str, out: dict[str, Entry], dirs: set[str]) -> list[str]:
-        """One directory's files into ``out``; returns its subdirectories (not yet walked)."""
+    # The state is kept with two indexes (the files and the subdirectories of every
+    # directory) so that what a journal event names is looked at alone: the work
+    # after a revise step grows with what changed, not with the tree.
+
+    def _put(self, rel: str, entry: Entry, changes: dict[str, Entry | None]) -> None:
+        old = self.state.get(rel)
+        if old != entry:
+            changes.setdefault(rel, old)
+            self.state[rel] = entry
+            self.files_in.setdefault(_parent(rel), set()).add(rel)
+
+    def _drop(self, rel: str, changes: dict[str, Entry | None]) -> None:
+        old = self.state.pop(rel, None)
+        if old is not None:
+            changes.setdefault(rel, old)
+        self.files_in.get(_parent(rel), set()).discard(rel)
+
+    def _list(self, rel: str, changes: dict[str, Entry | None]) -> list[str]:
+        """Take one directory's files as they are now; returns its subdirectories."""
         path = os.path.join(self.root, rel) if rel else self.root
         self._journal_watch(path)  # before listing: nothing changes unseen
         try:
             with os.scandir(path) as it:
                 names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
         except OSError:
-            return []
+            names = []
         if rel and any(n == "pyvenv.cfg" for n, _ in names):
-            self._scan_venv(rel, out)
+            self._forget_dir(rel, changes, keep_venv=True)
+            self._scan_venv(rel, changes)
             return []
-        dirs.add(rel)
+        self.dirs.add(rel)
+        if rel:
+            self.subdirs_of.setdefault(_parent(rel), set()).add(rel)
+        present: set[str] = set()
         subdirs = []
         for name, is_dir in names:
             child = f"{rel}/{name}" if rel else name
@@ -464,45 +499,72 @@ class TreeGuard:
                 continue
             entry = _entry(os.path.join(self.root, child))
             if entry is not None:
-                out[child] = entry
+                present.add(child)
+                self._put(child, entry, changes)
+        for gone in self.files_in.get(rel, set()) - present:
+            self._drop(gone, changes)
+        for gone in self.subdirs_of.get(rel, set()) - set(subdirs):
+            self._forget_dir(gone, changes)
         return subdirs
 
-    def _scan_dir(self, rel_dir: str, out: dict[str, Entry], dirs: set[str]) -> None:
-        """Entries of a directory and everything below it into ``out``."""
+    def _scan_dir(self, rel_dir: str, changes: dict[str, Entry | None]) -> None:
+        """A directory and everything below it."""
         stack = [rel_dir]
         while stack:
-            stack.extend(self._list(stack.pop(), out, dirs))
+            stack.extend(self._list(stack.pop(), changes))
 
-    def _scan_venv(self, rel: str, out: dict[str, Entry]) -> None:
+    def _forget_dir(self, rel_dir: str, changes: dict[str, Entry | None], *, keep_venv: bool = False) -> None:
+        """A directory that is gone (or became a link): everything beneath it is gone."""
+        for sub in list(self.subdirs_of.pop(rel_dir, ())):
+            self._forget_dir(sub, changes)
+        for rel in list(self.files_in.get(rel_dir, ())):
+            self._drop(rel, changes)
+        self.dirs.discard(rel_dir)
+        self.subdirs_of.get(_parent(rel_dir), set()).discard(rel_dir)
+        if not keep_venv and rel_dir in self.venvs:
+            for top in self.venv_tops.pop(rel_dir, ()):
+                for rel in list(self.files_in.get(top, ())):
+                    self._drop(rel, changes)
+            self.venvs.discard(rel_dir)
+
+    def _scan_venv(self, rel: str, changes: dict[str, Entry | None]) -> None:
         """A virtual environment: its interpreter and scripts, and the top of its
         site-packages (where .pth files and shadowing packages would go)."""
         self.venvs.add(rel)
+        self.subdirs_of.setdefault(_parent(rel), set()).add(rel)
         base = os.path.join(self.root, rel)
         tops = [os.path.join(base, "bin"), os.path.join(base, "Scripts")]
         tops += [str(p) for p in Path(base).glob("lib/python*/site-packages")]
         tops += [str(p) for p in Path(base).glob("Lib/site-packages")]
+        known = self.venv_tops.setdefault(rel, set())
         for top in tops:
-            if not os.path.isdir(top) or os.path.islink(top):
-                continue
-            self._journal_watch(top)
-            try:
-                names = os.listdir(top)
-            except OSError:
-                continue
+            top_rel = os.path.relpath(top, self.root).replace(os.sep, "/")
+            names: list[str] = []
+            if os.path.isdir(top) and not os.path.islink(top):
+                self._journal_watch(top)
+                try:
+                    names = os.listdir(top)
+                except OSError:
+                    names = []
+            known.add(top_rel)
+            present = set()
             for name in names:
                 if name == "__pycache__":
                     continue
-                child = os.path.relpath(os.path.join(top, name), self.root).replace(os.sep, "/")
+                child = f"{top_rel}/{name}"
                 entry = _entry(os.path.join(top, name))
                 if entry is not None:
-                    out[child] = entry
+                    present.add(child)
+                    self._put(child, entry, changes)
+            for gone in self.files_in.get(top_rel, set()) - present:
+                self._drop(gone, changes)
 
-    def _walk(self) -> dict[str, Entry]:
+    def _walk(self) -> dict[str, Entry | None]:
+        """Walk the whole tree (the journal cannot vouch); returns what changed."""
         self.walks += 1
-        out: dict[str, Entry] = {}
-        self.dirs = set()
-        self._scan_dir("", out, self.dirs)
-        return out
+        changes: dict[str, Entry | None] = {}
+        self._scan_dir("", changes)
+        return changes
 
     def _ancestor_state(self) -> dict[str, Entry | None]:
         return {os.path.join(d, n): _entry(os.path.join(d, n))
@@ -522,7 +584,7 @@ class TreeGuard:
                 self._journal = DirectoryJournal(self.root)
             except JournalLost as exc:
                 self._journal_reason = exc.reason
-        self.state = self._walk()
+        self._walk()
         self.start = dict(self.state)
         self.start_dirs = frozenset(self.dirs)
         self._store_dir = tempfile.mkdtemp(prefix="pytest-loops-store-")
@@ -532,9 +594,10 @@ class TreeGuard:
             reason = self.readonly_reason(rel, entry, new=False)
             if reason == CACHE_REASON:
                 continue
-            keep = reason is not None or (rel.endswith(".py") and entry.size <= AUDIT_MAX_BYTES)
-            if keep:
+            if reason is not None:
                 self._store(rel, os.path.join(self.root, rel))
+            elif rel.endswith(".py") and entry.size <= AUDIT_MAX_BYTES:
+                self._keep_text(rel)
         self.ancestors = self._ancestor_state()
         for path, found in self.ancestors.items():
             if found is not None and found.kind == "f" and self._store_dir:
@@ -560,106 +623,89 @@ class TreeGuard:
         if stored is not None:
             self.store[rel] = stored
 
-    def _refresh(self) -> tuple[dict[str, Entry], bool]:
-        """The tree as it is now: from the journal's events where it can vouch for
-        them (only the directories they name are listed again), else from a walk.
-        Returns (state, walked)."""
+    def _keep_text(self, rel: str) -> None:
+        """An in-scope Python file's loop-start text, for the diff audit only (not judged:
+        no digest, one kernel-side copy)."""
+        assert self._store_dir is not None
+        dst = os.path.join(self._store_dir, "text", rel)
+        try:
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copyfile(os.path.join(self.root, rel), dst, follow_symlinks=False)
+        except OSError:
+            return
+        self.texts[rel] = dst
+
+    def _refresh(self) -> tuple[dict[str, Entry | None], bool]:
+        """Bring the state up to date: from the journal's events where it can vouch for
+        them (only the directories they name are listed again), else by walking.
+        Returns (path -> its entry before, for every path that changed; walked)."""
         if self._journal is None:
-            return self._walk(), True
+            changes = self._walk()
+            self.touched.update(changes)
+            return changes, True
         from .fswatch import JournalLost
 
         try:
-            changes = self._journal.drain(ignore=_noise)
+            drained = self._journal.drain(ignore=_noise)
         except JournalLost as exc:
             self._drop_journal(exc.reason)
-            return self._walk(), True
-        dirty = {os.path.dirname(p) for p in changes.touched} | changes.relisted
-        dirty |= {os.path.dirname(p) for p in changes.gone}
-        if not dirty:
-            return self.state, False
-        state = dict(self.state)
+            changes = self._walk()
+            self.touched.update(changes)
+            return changes, True
+        dirty = {os.path.dirname(p) for p in drained.touched} | drained.relisted
+        dirty |= {os.path.dirname(p) for p in drained.gone}
+        changes: dict[str, Entry | None] = {}
         for directory in sorted(dirty):
             rel_dir = os.path.relpath(directory, self.root).replace(os.sep, "/")
             rel_dir = "" if rel_dir == "." else rel_dir
-            if rel_dir.startswith("../") or rel_dir == "..":
+            if rel_dir == ".." or rel_dir.startswith("../"):
                 continue
-            if rel_dir and self.ignored(rel_dir + "/x"):
+            if rel_dir and (self.ignored(rel_dir + "/x") or self._own(rel_dir)):
                 continue
             venv = self._in_venv(rel_dir) if rel_dir else None
             if venv is not None:
-                fresh: dict[str, Entry] = {}
-                self._scan_venv(venv, fresh)
-                for rel in [r for r in state if r.startswith(venv + "/")]:
-                    del state[rel]
-                state.update(fresh)
+                self._scan_venv(venv, changes)
                 continue
-            prefix = rel_dir + "/" if rel_dir else ""
-            for rel in [r for r in state if r.startswith(prefix) and "/" not in r[len(prefix):]]:
-                del state[rel]  # this directory's own files: listed again below
-            fresh = {}
-            known = self.dirs
-            was_known = rel_dir in known
-            exists = os.path.isdir(directory) and not os.path.islink(directory)
-            subdirs = self._list(rel_dir, fresh, known) if exists else []
-            if not was_known:
-                for sub in subdirs:
-                    self._scan_dir(sub, fresh, known)
-                state.update(fresh)
+            if not (os.path.isdir(directory) and not os.path.islink(directory)):
+                self._forget_dir(rel_dir, changes)
                 continue
-            present = set(subdirs)
-            # subdirectories that vanished (or became links): forget everything beneath
-            for gone in [d for d in known if d != rel_dir and d.startswith(prefix)
-                         and "/" not in d[len(prefix):] and d not in present]:
-                self._forget_dir(gone, state)
-            for sub in subdirs:
-                if sub not in known:
-                    self._scan_dir(sub, fresh, known)  # a new directory: everything in it
-            state.update(fresh)
-        return state, False
-
-    def _forget_dir(self, rel_dir: str, state: dict[str, Entry]) -> None:
-        prefix = rel_dir + "/"
-        for rel in [r for r in state if r.startswith(prefix)]:
-            del state[rel]
-        self.dirs -= {d for d in self.dirs if d == rel_dir or d.startswith(prefix)}
-        self.venvs -= {v for v in self.venvs if v == rel_dir or v.startswith(prefix)}
+            for sub in self._list(rel_dir, changes):
+                if sub not in self.dirs and sub not in self.venvs:
+                    self._scan_dir(sub, changes)  # a new directory: everything in it
+        self.touched.update(changes)
+        return changes, False
 
     def before_revise(self) -> None:
         """Take the tree as the checks left it: only the revise step's changes count."""
         if not self.started:
             self.begin()
             return
-        self.state, _ = self._refresh()
-
-    def _in_scope_diff(self, before: dict[str, Entry], after: dict[str, Entry]) -> list[tuple[str, str]]:
-        """(path, how) of the in-scope files that differ between two states."""
-        changed: list[tuple[str, str]] = []
-        for rel in before.keys() | after.keys():
-            old, new = before.get(rel), after.get(rel)
-            if old == new or (new or old).kind == "d":  # type: ignore[union-attr]
-                continue
-            if self._violation(rel, old, new) is None:
-                changed.append((rel, _how(old, new)))
-        return sorted(changed)
+        self._refresh()
 
     def changes_since_start(self) -> list[tuple[str, str]]:
         """The in-scope files changed since the loop started (by stat; see :meth:`after_revise`)."""
-        return self._in_scope_diff(self.start, self.state)
+        changed = []
+        for rel in self.touched:
+            old, new = self.start.get(rel), self.state.get(rel)
+            if old != new and (new or old).kind != "d" and self._violation(rel, old, new) is None:  # type: ignore[union-attr]
+                changed.append((rel, _how(old, new)))
+        return sorted(changed)
 
     def after_revise(self) -> RevisePass:
         """Compare with the tree before the revise; undo and report every change to a
         read-only path."""
         result = RevisePass()
-        before = self.state
-        now, result.walked = self._refresh()
+        changes, result.walked = self._refresh()
         violations: list[Violation] = []
-        for rel in sorted(before.keys() | now.keys()):
-            old, new = before.get(rel), now.get(rel)
+        for rel in sorted(changes):
+            old, new = changes[rel], self.state.get(rel)
             if old == new:
                 continue
             how = _how(old, new)
             reason = self._violation(rel, old, new)
             if reason is None:
+                if (new or old).kind != "d":  # type: ignore[union-attr]
+                    result.in_scope.append((rel, how))
                 continue
             if how == "modified" and new is not None and new.kind == "f" and rel in self.store \
                     and old is not None and old.kind == "f" and _same_mode(old, new) \
@@ -675,18 +721,11 @@ class TreeGuard:
                 continue
             violations.append(Violation(rel, how, reason, restored=False))
         violations += self._ancestor_violations()
-        restored = [self._undo(v) for v in violations]
-        result.violations = restored
-        if result.caches_cleared and not restored:
-            self.state = now
-            now, _ = self._refresh()
-        if restored:
-            self.state = now
-            now, _ = self._refresh()
-            if result.walked or any(not v.restored for v in restored):
-                now = self._walk()
-        result.in_scope = self._in_scope_diff(before, now)
-        self.state = now
+        result.violations = [self._undo(v) for v in violations]
+        if result.violations or result.caches_cleared:
+            self._refresh()  # what undoing changed is not the revise step's
+            if any(not v.restored for v in result.violations):
+                self._walk()
         return result
 
     def _violation(self, rel: str, old: Entry | None, new: Entry | None) -> str | None:
@@ -738,26 +777,30 @@ class TreeGuard:
 
     def build_clean_room(self, dest: str) -> None:
         """``dest`` as the tree was at loop start with only the in-scope changes applied:
-        read-only files from the store, in-scope files from the working tree."""
-        now, _ = self._refresh()
-        self.state = now
+        read-only files from the store, in-scope files from the working tree. Files are
+        hard-linked where the file system allows (the store is not used again, and the
+        read-only files are compared with their digests after the judged run)."""
+        self._refresh()
         os.makedirs(dest, exist_ok=True)
-        readonly = {rel for rel in self.start if self.start[rel].kind == "f"
-                    and self.readonly_reason(rel, self.start[rel], new=False) is not None}
-        for rel, entry in now.items():
-            if self._in_venv(rel) or rel in readonly or entry.kind != "f" or f"{PYCACHE}/" in rel:
+        made: set[str] = set()
+        for rel, entry in self.state.items():
+            if entry.kind != "f" or f"{PYCACHE}/" in rel or self._in_venv(rel):
                 continue
-            if self._violation(rel, self.start.get(rel), entry) is not None:
+            start = self.start.get(rel)
+            if start is not None and self.readonly_reason(rel, start, new=False) is not None:
+                continue  # from the store, below
+            if self._violation(rel, start, entry) is not None:
                 continue  # never a read-only path from the working tree
-            _copy_file(os.path.join(self.root, rel), os.path.join(dest, rel), entry.mode)
-        for rel in readonly:
-            stored = self.store.get(rel)
-            if stored is not None and not self._in_venv(rel):
-                _copy_file(stored.path, os.path.join(dest, rel), stored.mode)
+            _place(os.path.join(self.root, rel), os.path.join(dest, rel), entry.mode, made)
+        for rel, stored in self.store.items():
+            start = self.start.get(rel)
+            if start is not None and not self._in_venv(rel) \
+                    and self.readonly_reason(rel, start, new=False) is not None:
+                _place(stored.path, os.path.join(dest, rel), stored.mode, made)
         for rel, entry in self.start.items():  # links present at loop start, as they were
             if entry.kind == "l" and not self._in_venv(rel):
                 target = os.path.join(dest, rel)
-                os.makedirs(os.path.dirname(target), exist_ok=True)
+                _makedirs(os.path.dirname(target), made)
                 try:
                     os.symlink(entry.target, target)
                 except OSError:
@@ -777,10 +820,11 @@ class TreeGuard:
     def start_text(self, rel: str) -> str | None:
         """A file's text at loop start (from the store), None if not kept or not text."""
         stored = self.store.get(rel)
-        if stored is None:
+        path = stored.path if stored is not None else self.texts.get(rel)
+        if path is None:
             return None
         try:
-            with open(stored.path, "rb") as f:
+            with open(path, "rb") as f:
                 return f.read().decode("utf-8", "replace")
         except OSError:
             return None
@@ -803,6 +847,27 @@ class TreeGuard:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _parent(rel: str) -> str:
+    return rel.rsplit("/", 1)[0] if "/" in rel else ""
+
+
+def _makedirs(path: str, made: set[str]) -> None:
+    if path not in made:
+        os.makedirs(path, exist_ok=True)
+        made.add(path)
+
+
+def _place(src: str, dst: str, mode: int, made: set[str]) -> None:
+    """A file at ``dst`` with the bytes of ``src``: a hard link, else a copy."""
+    _makedirs(os.path.dirname(dst), made)
+    try:
+        os.link(src, dst, follow_symlinks=False)
+        return
+    except OSError:
+        pass
+    _copy_file(src, dst, mode)
 
 
 def _noise(path: str, name: str) -> bool:
