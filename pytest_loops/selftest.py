@@ -6,8 +6,8 @@ removed afterwards.
 
 from __future__ import annotations
 
-import shutil
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable

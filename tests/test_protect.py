@@ -4,7 +4,6 @@ to a read-only path is undone (never through a link) and ends the loop ESCALATE.
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 from pathlib import Path
 
