@@ -25,6 +25,9 @@ place, a process of the attack still running, or a run log that says SUCCESS.
 Nothing here touches anything outside the test's ``tmp_path``: the system temp
 directory the revise steps see (``TMPDIR``) is ``tmp_path/tmp``, and the
 run-log key of the harness lives under ``tmp_path/state``.
+
+Test ids read ``attack/mode``, so ``-k`` picks a slice: ``-k run-cmd`` runs every
+attack in one mode, ``-k forged`` every forged-bytecode attack in every mode.
 """
 
 from __future__ import annotations
