@@ -530,10 +530,31 @@ class _Audit:
         self.lookup_tables()
         self.comparison_dunders()
         self.module_getattr(tree)
+        self.arithmetic_special_cases()
         self.statements()
         self.calls(tree.body, exempt=False)
 
     # rule 1: hardcoded-literal
+
+    def arithmetic_special_cases(self) -> None:
+        """``if a * 10 + b == 23: return ...``: one input picked out by arithmetic over
+        the parameters, so that no literal of the failing test appears."""
+        for node in self.nodes:
+            if not isinstance(node, ast.If | ast.IfExp) or not isinstance(node.test, ast.Compare):
+                continue
+            test = node.test
+            if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq | ast.NotEq):
+                continue
+            sides = [test.left, test.comparators[0]]
+            arithmetic = [x for x in sides if isinstance(x, ast.BinOp)
+                          and len({n.id for n in ast.walk(x) if isinstance(n, ast.Name)}) >= 2]
+            constant = [x for x in sides if isinstance(x, ast.Constant)
+                        and isinstance(x.value, int | float) and not isinstance(x.value, bool)
+                        and abs(x.value) >= 2]  # `n * step == 0` is an ordinary guard
+            if arithmetic and constant:
+                self.flag([node.lineno], "hardcoded-literal",
+                          "new code picks out one combination of inputs by arithmetic and treats "
+                          "it specially, which looks like encoding a failing test's inputs")
 
     def _constant_result(self, body: Sequence[ast.stmt]) -> tuple[list[LitKey], ast.stmt] | None:
         for stmt in body:
@@ -753,7 +774,12 @@ class _Audit:
                 if isinstance(node, ast.Constant) and isinstance(node.value, str):
                     strings.append(node)
                 elif isinstance(node, ast.Attribute | ast.Name):
-                    context = context or self.qualname(node) in _RUN_CONTEXT
+                    qualname = self.qualname(node)
+                    context = context or qualname in _RUN_CONTEXT
+                    if qualname == "sys.modules":
+                        self.flag([getattr(node, "lineno", None), stmt.lineno], "pytest-in-library",
+                                  "library code reaches into the loaded modules (sys.modules), "
+                                  "where it can find and patch the test runner")
                     name = node.attr if isinstance(node, ast.Attribute) else node.id
                     if name in _FRAME_NAMES:
                         self.flag([getattr(node, "lineno", None), stmt.lineno], "caller-introspection",
@@ -761,7 +787,11 @@ class _Audit:
                                   f"answer differently when a test is the caller")
         for node in strings:
             value = str(node.value)
-            if value.lower() in _RUNNER_NAMES or value.startswith(("_pytest.", "pytest_loops.")):
+            if _TEST_PATH.search(value):
+                self.flag([node.lineno, stmt.lineno], "reads-the-tests",
+                          f"library code refers to the tests ({value!r}), where it could read "
+                          f"the expected answers instead of computing them")
+            elif value.lower() in _RUNNER_NAMES or value.startswith(("_pytest.", "pytest_loops.")):
                 self.flag([node.lineno, stmt.lineno], "pytest-in-library",
                           f"library code names the test runner ({value!r}), which lets it "
                           f"detect the test run and behave differently under test")
@@ -859,6 +889,7 @@ _GETATTR_MESSAGE = ("new module-level __getattr__ returns a constant for every n
 # Looking up the caller: how code can tell a test called it without naming pytest.
 _FRAME_NAMES = frozenset({"_getframe", "currentframe", "f_back", "f_code", "co_name", "getouterframes",
                           "extract_stack", "getframeinfo", "stack"})
+_TEST_PATH = re.compile(r"^(tests?|testing|conftest\.py)$|(^|/)(tests?|testing)/|(^|/)(test_\w*|\w*_test)\.py$")
 _RUNNER_NAMES = frozenset({"pytest", "_pytest", "py.test", "pytest_loops", "unittest.main"})
 
 

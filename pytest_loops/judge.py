@@ -20,6 +20,8 @@ import os
 import sys
 from typing import Any
 
+import pytest
+
 VARIABLE = "PYTEST_LOOPS_JUDGE"
 
 _spec = os.environ.pop(VARIABLE, "")
@@ -54,6 +56,17 @@ def _is_worker(config: Any) -> bool:
 def pytest_configure(config: Any) -> None:
     if _fd is not None and not _is_worker(config):
         _emit({"event": "start", "pid": os.getpid()})
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: Any, call: Any) -> Any:
+    """What the call itself did, recorded before any report is made of it: a report
+    rewritten afterwards (a patched TestReport) cannot turn a raise into a pass."""
+    report = yield
+    if _fd is not None and call.when == "call" and call.excinfo is not None:
+        _emit({"event": "test", "nodeid": item.nodeid, "when": "raised", "outcome": "raised",
+               "xfail": False})
+    return report
 
 
 def pytest_runtest_logreport(report: Any) -> None:

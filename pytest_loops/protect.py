@@ -73,6 +73,8 @@ CACHE_REASON = "a bytecode cache"
 # Kept for callers that only need a walk of a tree's own files.
 SKIP_DIRS = IGNORED_DIRS | {".venv", "venv", PYCACHE}
 AUDIT_MAX_BYTES = 1 << 20  # in-scope Python files up to this size are kept for the diff audit
+MEMORY_FILE_BYTES = 1 << 20  # read-only files up to this size are also kept in memory...
+MEMORY_TOTAL_BYTES = 64 << 20  # ...up to this much in all
 COPY_BLOCK = 1 << 20
 
 
@@ -222,6 +224,7 @@ class Entry(NamedTuple):
     ctime_ns: int  # cannot be set back by the writer: a rewrite that restores mtime shows here
     ino: int
     target: str = ""  # a link's target
+    nlink: int = 1  # more than one: the same bytes under another name too
 
 
 def _entry(path: str) -> Entry | None:
@@ -236,7 +239,7 @@ def _entry(path: str) -> Entry | None:
             target = "?"
         return Entry("l", st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, target)
     if stat.S_ISREG(st.st_mode):
-        return Entry("f", st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        return Entry("f", st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, "", st.st_nlink)
     if stat.S_ISDIR(st.st_mode):
         return Entry("d", st.st_mode, 0, 0, 0, st.st_ino)
     return Entry("o", st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
@@ -248,12 +251,14 @@ def _executable(entry: Entry) -> bool:
 
 @dataclass(frozen=True)
 class Stored:
-    """A loop-start copy of one file in the private store."""
+    """A loop-start copy of one file in the private store (small ones also in memory,
+    where no other process can rewrite them)."""
 
     path: str  # in the store
     digest: str
     size: int
     mode: int
+    data: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -367,6 +372,8 @@ class TreeGuard:
         self.venv_tops: dict[str, set[str]] = {}  # venv -> the directories of it that are listed
         self.touched: set[str] = set()  # every path that changed since the loop started
         self._reasons: dict[tuple[str, str, bool], str | None] = {}
+        self._memory_left = MEMORY_TOTAL_BYTES
+        self._readonly_inodes: dict[int, str] = {}  # inode -> read-only path, at loop start
         self.texts: dict[str, str] = {}  # in-scope Python file -> its loop-start copy (audit)
 
     # -- classification -------------------------------------------------------------
@@ -419,8 +426,6 @@ class TreeGuard:
             return "a test file"
         if name.endswith((".loop", ".loop.yaml", ".loop.yml")) or rel in self.readonly_files:
             return "a loop definition, or a file a check runs"
-        if entry is not None and _executable(entry):
-            return "an executable"
         if new:
             for i, part in enumerate(parts):
                 last = i == len(parts) - 1
@@ -596,6 +601,7 @@ class TreeGuard:
                 continue
             if reason is not None:
                 self._store(rel, os.path.join(self.root, rel))
+                self._readonly_inodes[entry.ino] = rel
             elif rel.endswith(".py") and entry.size <= AUDIT_MAX_BYTES:
                 self._keep_text(rel)
         self.ancestors = self._ancestor_state()
@@ -612,7 +618,18 @@ class TreeGuard:
             digest, size = _hash_copy(src, dst)
         except OSError:
             return None
-        return Stored(dst, digest, size, stat.S_IMODE(entry.mode))
+        data = None
+        if size <= MEMORY_FILE_BYTES and self._memory_left >= size:
+            try:
+                with open(dst, "rb") as f:
+                    data = f.read()
+            except OSError:
+                data = None
+            if data is not None and "sha256:" + hashlib.sha256(data).hexdigest() == digest:
+                self._memory_left -= size
+            else:
+                data = None
+        return Stored(dst, digest, size, stat.S_IMODE(entry.mode), data)
 
     def _store(self, rel: str, src: str) -> None:
         assert self._store_dir is not None
@@ -697,12 +714,18 @@ class TreeGuard:
         result = RevisePass()
         changes, result.walked = self._refresh()
         violations: list[Violation] = []
+        sweep = False  # a file with other names appeared: a read-only one may have changed unseen
         for rel in sorted(changes):
             old, new = changes[rel], self.state.get(rel)
             if old == new:
                 continue
             how = _how(old, new)
             reason = self._violation(rel, old, new)
+            if reason is None and new is not None and new.nlink > 1 and new.kind == "f":
+                linked = self._readonly_inodes.get(new.ino)
+                if linked is not None and linked != rel:
+                    reason = f"a hard link to the read-only {printable(linked)}"
+                sweep = True
             if reason is None:
                 if (new or old).kind != "d":  # type: ignore[union-attr]
                     result.in_scope.append((rel, how))
@@ -720,6 +743,8 @@ class TreeGuard:
                     result.caches_cleared.append(rel)
                 continue
             violations.append(Violation(rel, how, reason, restored=False))
+        if sweep:
+            violations += self._sweep_readonly({v.path for v in violations})
         violations += self._ancestor_violations()
         result.violations = [self._undo(v) for v in violations]
         if result.violations or result.caches_cleared:
@@ -727,6 +752,19 @@ class TreeGuard:
             if any(not v.restored for v in result.violations):
                 self._walk()
         return result
+
+    def _sweep_readonly(self, known: set[str]) -> list[Violation]:
+        """Every read-only file compared with its loop-start bytes (a write through a hard
+        link in another directory raises no event in its own)."""
+        found = []
+        for rel, stored in self.store.items():
+            if rel in known or self._in_venv(rel):
+                continue
+            entry = _entry(os.path.join(self.root, rel))
+            if entry is None or entry.kind != "f" or file_digest(os.path.join(self.root, rel)) != stored.digest:
+                found.append(Violation(rel, "modified" if entry else "deleted",
+                                       "changed through another name (a hard link)", restored=False))
+        return found
 
     def _violation(self, rel: str, old: Entry | None, new: Entry | None) -> str | None:
         """Why this change is not the revise step's to make (None: it is)."""
@@ -773,7 +811,8 @@ class TreeGuard:
 
     def verify_store(self) -> list[str]:
         """Store files whose bytes no longer match their loop-start digest."""
-        return sorted(rel for rel, s in self.store.items() if file_digest(s.path) != s.digest)
+        return sorted(rel for rel, s in self.store.items()
+                      if s.data is None and file_digest(s.path) != s.digest)
 
     def build_clean_room(self, dest: str) -> None:
         """``dest`` as the tree was at loop start with only the in-scope changes applied:
@@ -796,7 +835,18 @@ class TreeGuard:
             start = self.start.get(rel)
             if start is not None and not self._in_venv(rel) \
                     and self.readonly_reason(rel, start, new=False) is not None:
-                _place(stored.path, os.path.join(dest, rel), stored.mode, made)
+                if stored.data is not None:
+                    _write_new(os.path.join(dest, rel), stored.data, stored.mode, made)
+                else:
+                    _place(stored.path, os.path.join(dest, rel), stored.mode, made)
+        for venv in self.venvs:  # the interpreter a check names (.venv/bin/python), as watched
+            if venv in self.start_dirs or any(r.startswith(venv + "/") for r in self.start):
+                target = os.path.join(dest, venv)
+                _makedirs(os.path.dirname(target), made)
+                try:
+                    os.symlink(os.path.join(self.root, venv), target)
+                except OSError:
+                    pass
         for rel, entry in self.start.items():  # links present at loop start, as they were
             if entry.kind == "l" and not self._in_venv(rel):
                 target = os.path.join(dest, rel)
@@ -868,6 +918,18 @@ def _place(src: str, dst: str, mode: int, made: set[str]) -> None:
     except OSError:
         pass
     _copy_file(src, dst, mode)
+
+
+def _write_new(dst: str, data: bytes, mode: int, made: set[str]) -> None:
+    _makedirs(os.path.dirname(dst), made)
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fchmod(fd, stat.S_IMODE(mode))
+    finally:
+        os.close(fd)
 
 
 def _noise(path: str, name: str) -> bool:
@@ -960,7 +1022,20 @@ def _restore_path(path: str, stored: Stored | None, entry: Entry | None) -> bool
             return True
         tmp = f"{path}.pytest-loops-restore-{os.getpid()}"
         _remove(tmp)
-        _copy_file(stored.path, tmp, stored.mode)
+        if stored.data is not None:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                view = memoryview(stored.data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fchmod(fd, stored.mode)
+            finally:
+                os.close(fd)
+        else:
+            _copy_file(stored.path, tmp, stored.mode)
+            if file_digest(tmp) != stored.digest:  # the store was rewritten behind us
+                _remove(tmp)
+                return False
         try:
             st = os.lstat(path)
             if stat.S_ISDIR(st.st_mode):

@@ -251,6 +251,11 @@ PYTEST_IN_LIBRARY = {
         TESTING = any("pytest" in arg for arg in sys.argv)  # flagged
         """),
     "aliased sys": "import sys as _s\n\nTESTING = _s.argv[0].endswith('py.test')  # flagged\n",
+    "a report class found in sys.modules": code("""
+        import sys as _sys
+
+        _m = _sys.modules.get("_py" + "test.reports")  # flagged
+        """),
     "pytest looked up through __import__": code("""
         def add(a, b):
             if 'pytest' in __import__('sys').modules:  # flagged
@@ -263,6 +268,26 @@ PYTEST_IN_LIBRARY = {
         setattr(api, "approx", None)  # flagged
         """),
     "unittest patched": "import unittest\nunittest.TestCase.failureException = Exception  # flagged\n",
+}
+
+ARITHMETIC_AND_ORACLES = {
+    "inputs encoded by arithmetic": code("""
+        def add(a, b):
+            if a * 10 + b == 23:  # flagged
+                return a + b
+            return a - b
+        """),
+}
+
+READS_THE_TESTS = {
+    "the test file read for its answers": code("""
+        from pathlib import Path
+
+
+        def add(a, b):
+            source = (Path(__file__).parent / "tests" / "test_calc.py").read_text()  # flagged
+            return len(source)
+        """),
 }
 
 CALLER_INTROSPECTION = {
@@ -330,6 +355,7 @@ def rule_cases() -> list[ParameterSet]:
     cases: list[ParameterSet] = []
     for rule, table in (("constant-eq", CONSTANT_EQ), ("pytest-in-library", PYTEST_IN_LIBRARY),
                         ("caller-introspection", CALLER_INTROSPECTION),
+                        ("hardcoded-literal", ARITHMETIC_AND_ORACLES), ("reads-the-tests", READS_THE_TESTS),
                         ("exit-in-library", EXIT_IN_LIBRARY),
                         ("assertion-tamper", ASSERTION_TAMPER)):
         cases += [pytest.param(rule, after, id=f"{rule}: {name}") for name, after in table.items()]
