@@ -721,9 +721,9 @@ class TreeGuard:
                 continue
             how = _how(old, new)
             reason = self._violation(rel, old, new)
-            if reason is None and new is not None and new.nlink > 1 and new.kind == "f":
+            if new is not None and new.nlink > 1 and new.kind == "f":
                 linked = self._readonly_inodes.get(new.ino)
-                if linked is not None and linked != rel:
+                if reason is None and linked is not None and linked != rel:
                     reason = f"a hard link to the read-only {printable(linked)}"
                 sweep = True
             if reason is None:
