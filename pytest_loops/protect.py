@@ -308,9 +308,7 @@ def _hash_copy(src: str, dst: str | None) -> tuple[str, int]:
                 h.update(block)
                 size += len(block)
                 if out is not None:
-                    view = memoryview(block)
-                    while view:
-                        view = view[os.write(out, view):]
+                    _write_all(out, block)
         finally:
             if out is not None:
                 os.close(out)
@@ -924,12 +922,16 @@ def _write_new(dst: str, data: bytes, mode: int, made: set[str]) -> None:
     _makedirs(os.path.dirname(dst), made)
     fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        _write_all(fd, data)
         os.fchmod(fd, stat.S_IMODE(mode))
     finally:
         os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _noise(path: str, name: str) -> bool:
@@ -1023,14 +1025,7 @@ def _restore_path(path: str, stored: Stored | None, entry: Entry | None) -> bool
         tmp = f"{path}.pytest-loops-restore-{os.getpid()}"
         _remove(tmp)
         if stored.data is not None:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:
-                view = memoryview(stored.data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fchmod(fd, stored.mode)
-            finally:
-                os.close(fd)
+            _write_new(tmp, stored.data, stored.mode, set())
         else:
             _copy_file(stored.path, tmp, stored.mode)
             if file_digest(tmp) != stored.digest:  # the store was rewritten behind us
@@ -1058,9 +1053,7 @@ def _copy_file(src: str, dst: str, mode: int) -> None:
                 block = os.read(fd, COPY_BLOCK)
                 if not block:
                     break
-                view = memoryview(block)
-                while view:
-                    view = view[os.write(out, view):]
+                _write_all(out, block)
             os.fchmod(out, stat.S_IMODE(mode))
         finally:
             os.close(out)

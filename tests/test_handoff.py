@@ -18,15 +18,6 @@ SECRET = "h4ndoff-secret-value-13"
 RESUME = "pytest-loops run fix.loop --resume 'runs/fix parser'"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _run_log_key_in_a_temporary_state_dir(tmp_path_factory):
-    """The run-log key (pytest_loops.trust) of these tests, never the real home's."""
-    state = tmp_path_factory.mktemp("state")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_STATE_HOME", str(state))
-        mp.delenv("PYTEST_LOOPS_STATE_DIR", raising=False)
-        yield state
-
 
 def make_result(cwd: Path, *, iterations: int = 2, verdict: Verdict = Verdict.NO_PROGRESS,
                 failing_tail: str = "E   assert parse('1+') == 1\nE   ParseError: unexpected end",

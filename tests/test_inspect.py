@@ -19,16 +19,6 @@ from pytest_loops.verdict import Verdict
 HMAC = "0123456789abcdef0123456789abcdef"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _run_log_key_in_a_temporary_state_dir(tmp_path_factory):
-    """The run-log key (pytest_loops.trust) of these tests, never the real home's:
-    XDG_STATE_HOME reaches subprocesses whose environment drops PYTEST_LOOPS_*."""
-    state = tmp_path_factory.mktemp("state")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_STATE_HOME", str(state))
-        mp.delenv("PYTEST_LOOPS_STATE_DIR", raising=False)
-        yield state
-
 
 def make_result(outcomes: list[list[bool]], verdict: Verdict = Verdict.MAX_ITER,
                 reason: str = "the iteration cap was reached") -> LoopResult:

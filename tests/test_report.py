@@ -21,16 +21,6 @@ SECRET = "rep0rt-secret-value-77"
 EVIL = "<script>alert('x')</script>"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _run_log_key_in_a_temporary_state_dir(tmp_path_factory):
-    """The run-log key (pytest_loops.trust) of these tests, never the real home's:
-    XDG_STATE_HOME reaches subprocesses whose environment drops PYTEST_LOOPS_*."""
-    state = tmp_path_factory.mktemp("state")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_STATE_HOME", str(state))
-        mp.delenv("PYTEST_LOOPS_STATE_DIR", raising=False)
-        yield state
-
 
 def run_dict(name: str, outcomes: list[list[bool]], verdict: Verdict | None, reason: str,
              guard: str | None = None) -> dict:

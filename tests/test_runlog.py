@@ -35,16 +35,6 @@ ITERATION_KEYS = {"iter", "verify_exit", "duration_s", "output_tail", "state_has
                   "unchanged_streak", "revise_exit"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _run_log_key_in_a_temporary_state_dir(tmp_path_factory):
-    """The run-log key (pytest_loops.trust) of these tests, never the real home's:
-    XDG_STATE_HOME reaches subprocesses whose environment drops PYTEST_LOOPS_*."""
-    state = tmp_path_factory.mktemp("state")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_STATE_HOME", str(state))
-        mp.delenv("PYTEST_LOOPS_STATE_DIR", raising=False)
-        yield state
-
 
 def fixing_loop(tmp_path: Path, **kw) -> LoopSpec:
     work = tmp_path / "work"
