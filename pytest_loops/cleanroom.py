@@ -5,8 +5,9 @@ Before a loop whose revise step ran may end SUCCESS, every check runs once more:
 - in a fresh copy of the tree as it was when the loop started, with only the
   in-scope changes applied (read-only files come from the guard's private
   store, never from the working tree);
-- with a fresh bytecode cache (``PYTHONPYCACHEPREFIX``), so no forged
-  ``__pycache__`` is read;
+- with a fresh bytecode cache: no ``__pycache__`` of the tree is copied, so no
+  forged one is read (and the bytecode the revise step wrote into the tree was
+  removed after it);
 - with the user's environment without any harness variable or signing key;
 - pytest runs with ``python -P`` (nothing in the tree can stand in for pytest
   or the standard library) and with the harness's witness plugin
@@ -35,7 +36,7 @@ JUDGE_PLUGIN = "pytest_loops.judge"
 # Never passed into the clean room: the harness's own variables and those of the
 # pytest process a loop may run in.
 HARNESS_PREFIXES = ("LOOP_", "PYTEST_LOOPS_", "PYTEST_XDIST_", "COV_CORE_")
-HARNESS_NAMES = frozenset({"PYTEST_CURRENT_TEST", "PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE"})
+HARNESS_NAMES = frozenset({"PYTEST_CURRENT_TEST"})
 MAX_RECORD_BYTES = 64 << 20  # a witness file larger than this is not read
 
 
@@ -140,10 +141,7 @@ class CleanRoom:
         self.workdir = os.path.realpath(workdir)
         self.parent = tempfile.mkdtemp(prefix="pytest-loops-room-")
         self.root = os.path.join(self.parent, os.path.basename(self.workdir) or "tree")
-        self.pycache = os.path.join(self.parent, "pycache")
-        os.makedirs(self.pycache)
         self.env = clean_environment(env, drop=drop)
-        self.env["PYTHONPYCACHEPREFIX"] = self.pycache
 
     def map_path(self, value: str) -> str:
         """A path (or ``--opt=path``) under the working tree, moved into the room."""

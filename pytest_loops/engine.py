@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -320,15 +319,10 @@ class Engine:
         for old in prior:  # the new log holds the whole loop
             log.iteration(old.to_dict())
 
-        # a bytecode cache of the loop's own: a __pycache__ in the tree is never read
+        # Bytecode a revise step writes into the tree is removed after it (the guard), and
+        # the clean room has no __pycache__ at all: no prefix of our own is needed, which
+        # would make every Python process compile the standard library again.
         run_env = dict(self.env)
-        pycache = None
-        if "PYTHONPYCACHEPREFIX" not in run_env:
-            # outside the tree, and emptied after every revise step: bytecode a revise
-            # step forged there never reaches a check
-            pycache = tempfile.mkdtemp(prefix="pytest-loops-pycache-")
-            run_env["PYTHONPYCACHEPREFIX"] = pycache
-        self._pycache = pycache
         visible = [c for c in spec.checks if not c.hidden]
         records: list[IterationRecord] = list(prior)
         verdict: Verdict | None = None
@@ -437,8 +431,6 @@ class Engine:
             if close is not None:
                 close()  # release the change journal (an inotify descriptor) now
             watch.close()  # and the guard's journal and private store
-            if pycache is not None:
-                shutil.rmtree(pycache, ignore_errors=True)
 
         result = LoopResult(
             spec=spec, verdict=verdict, reason=reason, iterations=records,
@@ -605,9 +597,6 @@ class Engine:
         outcome = self.pm.hook.pytest_loop_revise(spec=spec, iteration=record.iter, context=ctx)
         record.revise_duration_s = self.clock() - r0
         passed = watch.after_revise()
-        if self._pycache is not None:
-            shutil.rmtree(self._pycache, ignore_errors=True)
-            os.makedirs(self._pycache, exist_ok=True)
         record.protected_changes = [v.describe() for v in passed.violations]
         record.caches_cleared = len(passed.caches_cleared)
         if passed.violations:

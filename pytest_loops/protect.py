@@ -65,9 +65,9 @@ IGNORED_DIRS = frozenset({
     ".git", ".hg", ".svn", ".pytest_cache", ".pytest-loops", ".hypothesis",
     ".mypy_cache", ".ruff_cache", ".tox", ".nox", "node_modules",
 })
-# Bytecode caches are tracked but never judged: the loop's commands use a cache of
-# their own (PYTHONPYCACHEPREFIX), and whatever a revise step writes into a
-# __pycache__ is removed after it, so a forged one is neither read nor left behind.
+# Bytecode caches are tracked but never judged: whatever a revise step writes into a
+# __pycache__ is removed after it, and the clean room copies none, so a forged one is
+# neither read by the judge nor left behind.
 PYCACHE = "__pycache__"
 CACHE_REASON = "a bytecode cache"
 # Kept for callers that only need a walk of a tree's own files.
@@ -801,6 +801,15 @@ class TreeGuard:
 
     def _restore_rel(self, rel: str) -> bool:
         stored = self.store.get(rel)
+        if stored is None and rel in self.texts:  # an in-scope file replaced by a link
+            try:
+                with open(self.texts[rel], "rb") as f:
+                    data = f.read()
+            except OSError:
+                data = None
+            if data is not None:
+                start = self.start.get(rel)
+                stored = Stored(self.texts[rel], "", len(data), stat.S_IMODE(start.mode) if start else 0o644, data)
         if not _real_parents(self.root, rel, create=stored is not None):
             return False
         return _restore_path(os.path.join(self.root, rel), stored, self.start.get(rel))
@@ -1019,6 +1028,8 @@ def _restore_path(path: str, stored: Stored | None, entry: Entry | None) -> bool
                 os.symlink(entry.target, path)
                 return True
             if entry is not None:
+                if entry.kind == "f":
+                    _remove(path)  # no copy was kept: at least no link or stranger stays
                 return False  # existed, but no copy was kept (a venv's package directory)
             _remove(path)
             return True
