@@ -823,9 +823,9 @@ class TreeGuard:
 
     def build_clean_room(self, dest: str) -> None:
         """``dest`` as the tree was at loop start with only the in-scope changes applied:
-        read-only files from the store, in-scope files from the working tree. Files are
-        hard-linked where the file system allows (the store is not used again, and the
-        read-only files are compared with their digests after the judged run)."""
+        read-only files from the store (hard-linked where the file system allows: the
+        store is not used again, and they are compared with their digests after the
+        judged run), in-scope files copied from the working tree."""
         self._refresh()
         os.makedirs(dest, exist_ok=True)
         made: set[str] = set()
@@ -837,7 +837,13 @@ class TreeGuard:
                 continue  # from the store, below
             if self._violation(rel, start, entry) is not None:
                 continue  # never a read-only path from the working tree
-            _place(os.path.join(self.root, rel), os.path.join(dest, rel), entry.mode, made)
+            # a copy, never a link: what the judged run writes must not reach the tree
+            _makedirs(os.path.dirname(os.path.join(dest, rel)), made)
+            try:
+                shutil.copyfile(os.path.join(self.root, rel), os.path.join(dest, rel), follow_symlinks=False)
+                os.chmod(os.path.join(dest, rel), stat.S_IMODE(entry.mode))
+            except OSError:
+                continue
         for rel, stored in self.store.items():
             start = self.start.get(rel)
             if start is not None and not self._in_venv(rel) \
