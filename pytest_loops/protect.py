@@ -29,7 +29,7 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -1061,25 +1061,8 @@ def _restore_path(path: str, stored: Stored | None, entry: Entry | None) -> bool
 
 
 def _copy_file(src: str, dst: str, mode: int) -> None:
+    """A new file at ``dst`` (never through a link) with the bytes and mode of ``src``."""
     os.makedirs(os.path.dirname(dst), exist_ok=True)
-    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            while True:
-                block = os.read(fd, COPY_BLOCK)
-                if not block:
-                    break
-                _write_all(out, block)
-            os.fchmod(out, stat.S_IMODE(mode))
-        finally:
-            os.close(out)
-    finally:
-        os.close(fd)
-
-
-def iter_rel(paths: Iterable[str], root: str) -> Iterator[str]:
-    for p in paths:
-        rel = os.path.relpath(p, root).replace(os.sep, "/")
-        if not rel.startswith("../"):
-            yield rel
+    _remove(dst)
+    _hash_copy(src, dst)
+    os.chmod(dst, stat.S_IMODE(mode))
