@@ -213,13 +213,70 @@ def usage_error(config: pytest.Config, message: str) -> NoReturn:
     raise pytest.UsageError(message)
 
 
+VALUE_FLAGS = tuple("--loop-" + name.replace("_", "-") for name in OPTIONS)
+
+
+def _given_flags(args: list[str]) -> list[str]:
+    """The value-taking ``--loop-*`` flags on this command line (either form)."""
+    return [a.split("=", 1)[0] for a in args if a.split("=", 1)[0] in VALUE_FLAGS]
+
+
+def _plain_rootdir(config: pytest.Config, args: list[str]) -> Path | None:
+    """The rootdir pytest would take from ``args`` (None when that cannot be asked)."""
+    try:
+        import inspect
+
+        from _pytest.config.findpaths import determine_setup
+
+        kwargs: dict[str, Any] = {
+            "inifile": config.known_args_namespace.inifilename, "args": args,
+            "rootdir_cmd_arg": config.known_args_namespace.rootdir or None,
+            "invocation_dir": Path(config.invocation_params.dir), "override_ini": None}
+        accepted = inspect.signature(determine_setup).parameters
+        return Path(determine_setup(**{k: v for k, v in kwargs.items() if k in accepted})[0])
+    except Exception:  # a private helper: without it, the check below is skipped
+        return None
+
+
+def check_space_form(config: pytest.Config, args: list[str]) -> str | None:
+    """The message when a ``--loop-* VALUE`` (space form) value moved the rootdir.
+
+    pytest settles the rootdir before plugin options are known, so it reads such a value
+    as a test path too: an existing path outside the project drags the rootdir (and with
+    it artifacts, the revise step's cwd and the state) elsewhere.
+    """
+    for i, arg in enumerate(args[:-1]):
+        value = args[i + 1]
+        if arg not in VALUE_FLAGS or value.startswith("-"):
+            continue
+        if not (Path(config.invocation_params.dir) / value).exists():
+            continue
+        positional = [a for j, a in enumerate(args) if not a.startswith("-") and j != i + 1
+                      and not (j > 0 and args[j - 1] in VALUE_FLAGS)]
+        plain = _plain_rootdir(config, positional)
+        if plain is None or plain == Path(config.rootpath):
+            continue
+        return (f"{arg} {value}: pytest reads a value given after a space as a test path too, "
+                f"which moved the rootdir from {plain} to {config.rootpath}; write {arg}={value}")
+    return None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
     # a re-run the harness started (and every run it judges) never starts loops itself
     judged = config.pluginmanager.hasplugin("pytest_loops.judge")
     enabled = bool(config.getoption("loop")) and not os.environ.get(CHILD_ENV) and not judged
+    args = list(config.invocation_params.args)
     if not enabled:
+        given = _given_flags(args)
+        if given and not judged and not os.environ.get(CHILD_ENV):
+            config.issue_config_time_warning(pytest.PytestConfigWarning(
+                f"{', '.join(dict.fromkeys(given))} {'has' if len(set(given)) == 1 else 'have'} no "
+                "effect without --loop: add --loop to run loops"), stacklevel=2)
         return  # without --loop the plugin changes nothing, not even by erroring
+    moved = check_space_form(config, args)
+    if moved:
+        usage_error(config, moved)
     try:
         settings = build_settings(config)
         exitcode = _choice(config, "exitcode", EXITCODE_CHOICES)

@@ -238,22 +238,23 @@ class LoopSession:
         return lines
 
     def reproduce_command(self) -> str:
+        """This session's command line, every ``--loop-*`` value in the ``=`` form (pytest reads
+        a value after a space as a test path too while it settles the rootdir)."""
         s = self.settings
-        args = ["pytest", "--loop"]
-        for key in GUARD_KEYS:
-            args += ["--loop-" + key.replace("_", "-"), _number(s[key])]
+        pairs: list[tuple[str, str]] = [("--loop-" + key.replace("_", "-"), _number(s[key]))
+                                        for key in GUARD_KEYS]
         if s["no_progress_signal"] != "state":
-            args += ["--loop-no-progress-signal", s["no_progress_signal"]]
+            pairs.append(("--loop-no-progress-signal", s["no_progress_signal"]))
         if s["revise"]:
-            args += ["--loop-revise", s["revise"]]
-        for path in s["state_paths"] or []:
-            args += ["--loop-state", path]
+            pairs.append(("--loop-revise", s["revise"]))
+        pairs += [("--loop-state", path) for path in s["state_paths"] or []]
         if self.exitcode != "pytest":
-            args += ["--loop-exitcode", self.exitcode]
+            pairs.append(("--loop-exitcode", self.exitcode))
         # where lessons are read from and artifacts go, also when set by the environment
         for key, flag in (("artifacts", "--loop-artifacts"), ("memory_page", "--loop-memory")):
             if s[key] and s.origin.get(key, "default") != "default":
-                args += [flag, str(s[key])]
+                pairs.append((flag, str(s[key])))
+        args = ["pytest", "--loop", *(f"{flag}={value}" for flag, value in pairs)]
         own = {"--loop", "--loop-revise", "--loop-state", "--loop-exitcode", "--loop-no-progress-signal",
                "--loop-artifacts", "--loop-memory"} | {"--loop-" + k.replace("_", "-") for k in GUARD_KEYS}
         rest: list[str] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import re
+import shlex
 
 import pytest
 from plugin_helpers import Project, header_settings, loop_header
@@ -205,7 +206,7 @@ def test_state_artifacts_and_memory_from_every_layer(project: Project, monkeypat
     assert result.ret == 1
     _, revise, reproduce = loop_header(result)
     assert f"artifacts: {project.path / 'out'}" in revise
-    assert "--loop-state calc.py --loop-state 'lib/*.py'" in reproduce
+    assert "--loop-state=calc.py '--loop-state=lib/*.py'" in reproduce
     # (the working tree's lock stays in <rootdir>/.pytest-loops: it belongs to the tree)
     assert not (project.artifacts / "runs").exists()
     (log,) = (project.path / "out" / "runs").glob("failing-tests-*.json")
@@ -326,3 +327,52 @@ def test_bad_marker_under_xdist_is_a_usage_error(project: Project) -> None:
     result = project.run("--loop", "-n", "2")
     assert_usage_error(result, "test_calc.py::test_add", "0 is not a valid max_iter")
     assert "passed" not in result.stdout.str()
+
+
+# -- option values cannot become paths ----------------------------------------------------------
+
+def test_a_space_separated_value_that_moves_the_rootdir_is_one_usage_line(project: Project) -> None:
+    project.write("test_green.py", GREEN_TEST)
+    script = project.pytester.path / "elsewhere" / "revise.sh"
+    script.parent.mkdir()
+    script.write_text("#!/bin/sh\ntrue\n")
+    result = project.run("--loop", "--loop-revise", str(script))
+    assert result.ret == 4
+    errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
+    assert len(errors) == 1, result.stderr.str()
+    assert f"write --loop-revise={script}" in errors[0]
+    assert "moved the rootdir" in errors[0] and str(project.path) in errors[0]
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert not (project.pytester.path / ".pytest-loops").exists()
+    # the '=' form, and a space-form value that is no path, keep the project's rootdir
+    for args in ([f"--loop-revise={script}"], ["--loop-revise", "true", "--loop-max-iter", "3"]):
+        again = project.run("--loop", *args)
+        assert again.ret == 0, again.stdout.str()
+        assert f"rootdir: {project.path}" in again.stdout.str()
+
+
+def test_a_space_separated_path_inside_the_project_is_harmless(project: Project) -> None:
+    project.write("test_green.py", GREEN_TEST)
+    result = project.run("--loop", "--loop-revise", "edit.py", "--loop-max-iter", "2")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+
+
+def test_loop_options_without_loop_warn_once(project: Project) -> None:
+    project.write("test_green.py", GREEN_TEST)
+    result = project.run("--loop-revise=true", "--loop-max-iter", "2")
+    assert result.ret == 0
+    warned = [line for line in result.stdout.lines if "no effect without --loop" in line]
+    assert len(warned) == 1 and "--loop-revise, --loop-max-iter have no effect" in warned[0]
+    assert not project.exists(".pytest-loops")
+    quiet = project.run()
+    assert "no effect without --loop" not in quiet.stdout.str()
+
+
+def test_the_reproduce_command_uses_the_equals_form(project: Project) -> None:
+    project.write("test_green.py", GREEN_TEST)
+    result = project.run("--loop", "--loop-revise", "python fix.py", "--loop-max-iter", "2", "--loop-state=calc.py")
+    reproduce = loop_header(result)[2].removeprefix("loops: reproduce with: ")
+    args = shlex.split(reproduce)
+    assert "--loop-revise=python fix.py" in args and "--loop-max-iter=2" in args
+    assert "--loop-state=calc.py" in args
+    assert not [a for a in args if a in {"--loop-revise", "--loop-max-iter", "--loop-state"}]
