@@ -57,7 +57,10 @@ class LoopSession:
             self.artifacts_dir = self.rootdir / self.artifacts_dir
         self.rows: list[dict[str, Any]] = []  # one per finished loop (also from xdist workers)
         self.failed_nodeids: list[str] = []  # failing tests outside any marker loop
-        self.passed_nodeids: list[str] = []
+        self.passed_nodeids: list[str] = []  # tests every part of which passed (subtests too)
+        # failed reports per test as pytest counted them in session.testsfailed: one test
+        # with subtests can fail several times (each subtest, and maybe the test itself)
+        self.failed_reports: dict[str, int] = {}
         self.ignored_lines: dict[str, list[Any]] = {}  # loop file -> lines not acted on
         self.collection_errors = 0  # collectors that failed (a bad loop file, an import error)
         self.loop_failures = 0  # marker-loop tests that failed (counted in session.testsfailed)
@@ -370,11 +373,16 @@ class LoopSession:
             if report.failed:
                 self.loop_failures += 1
             return
+        if report.failed and not hasattr(report, "wasxfail"):
+            self.failed_reports[report.nodeid] = self.failed_reports.get(report.nodeid, 0) + 1
         if report.failed and (report.when == "call" or report.when == "setup"):
             if report.nodeid not in self.failed_nodeids:
                 self.failed_nodeids.append(report.nodeid)
+            if report.nodeid in self.passed_nodeids:  # a subtest failed after the test passed
+                self.passed_nodeids.remove(report.nodeid)
         elif report.when == "call" and report.passed:
-            self.passed_nodeids.append(report.nodeid)
+            if report.nodeid not in self.failed_nodeids and report.nodeid not in self.passed_nodeids:
+                self.passed_nodeids.append(report.nodeid)
 
     # -- the session fix-loop ---------------------------------------------------------------
 
@@ -418,26 +426,25 @@ class LoopSession:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         repaired = set(self.failed_nodeids)
         if reporter is not None:
-            still = []
-            for rep in reporter.stats.get("failed", []):
-                if getattr(rep, "nodeid", None) in repaired:
-                    reporter.stats.setdefault("repaired", []).append(rep)
-                else:
-                    still.append(rep)
-            if still:
-                reporter.stats["failed"] = still
-            else:  # an empty key still turns pytest's final summary line red
-                reporter.stats.pop("failed", None)
-            errors = [rep for rep in reporter.stats.get("error", [])
-                      if getattr(rep, "nodeid", None) not in repaired]
-            moved = [rep for rep in reporter.stats.get("error", []) if rep not in errors]
-            if moved:
-                reporter.stats.setdefault("repaired", []).extend(moved)
-                if errors:
-                    reporter.stats["error"] = errors
-                else:
-                    reporter.stats.pop("error", None)
-        session.testsfailed = max(0, session.testsfailed - len(repaired))
+            # one "repaired" per test, whatever its subtests reported: the test's other
+            # failed reports (each subtest) and its "passed" report (a unittest case
+            # whose subTests failed passes itself) no longer count
+            counted: set[str] = set()
+            for key in ("failed", "error", "passed"):
+                kept = []
+                for rep in reporter.stats.get(key, []):
+                    nodeid = getattr(rep, "nodeid", None)
+                    if nodeid not in repaired:
+                        kept.append(rep)
+                    elif key != "passed" and nodeid not in counted:
+                        counted.add(nodeid)
+                        reporter.stats.setdefault("repaired", []).append(rep)
+                if kept:
+                    reporter.stats[key] = kept
+                else:  # an empty key still turns pytest's final summary line red
+                    reporter.stats.pop(key, None)
+        session.testsfailed = max(0, session.testsfailed - sum(self.failed_reports.get(n, 0)
+                                                               for n in repaired))
 
     def _set_exitstatus(self, session: pytest.Session) -> None:
         failed_loops = [row for row in self.rows if row.get("verdict") != "SUCCESS"]

@@ -282,3 +282,50 @@ def test_affected_green_tests_rerun_with_the_failing_ones(project: Project) -> N
     assert log["iterations"][1]["checks"][0]["reason"].startswith(
         "regression: test_calc.py::test_sub passed before the loop and fail now")
     assert (run_dir / "suspects.json").is_file() and (run_dir / "impact.json").is_file()
+
+
+SUBTEST_CALC = "def add(a, b):\n    return a - b if a > 1 else a + b  # BUG\n"
+SUBTESTS = """\
+import unittest
+
+import calc
+
+
+class TestCase(unittest.TestCase):
+    def test_with_subtests(self):
+        for i in range(4):
+            with self.subTest(i=i):
+                self.assertEqual(calc.add(i, 1), i + 1)
+
+
+def test_subtests_fixture(subtests):
+    for i in range(4):
+        with subtests.test(i=i):
+            assert calc.add(i, 1) == i + 1
+
+
+def test_plain():
+    assert calc.add(0, 0) == 0
+"""
+
+
+@pytest.mark.parametrize("args", [["--loop-exitcode=pytest"], ["--loop-exitcode=verdict", "-n", "2"]],
+                         ids=["pytest-exitcode", "verdict-exitcode-xdist"])
+def test_tests_with_failing_subtests_are_repaired_once_each(project: Project, args: list[str]) -> None:
+    if not hasattr(pytest, "Subtests"):  # pytest >= 9 ships subtests
+        pytest.skip("this pytest has no built-in subtests")
+    project.write("calc.py", SUBTEST_CALC)
+    project.write("test_calc.py", SUBTESTS)
+    # a first revise that changes nothing useful, then the fix
+    revise = project.scripted_revise({1: {"notes.txt": "tried\n"},
+                                      2: {"calc.py": "def add(a, b):\n    return a + b\n"}})
+    result = project.run("--loop", f"--loop-revise={revise}", "--loop-max-iter=4", "--loop-no-progress-k=0",
+                         *args)
+    out = result.stdout.str()
+    assert result.ret == 0, out
+    assert "1 passed, 2 repaired" in result.stdout.lines[-1], result.stdout.lines[-1]
+    assert "failed" not in result.stdout.lines[-1]
+    (log,) = project.run_logs()
+    assert log["verdict"] == "SUCCESS" and len(log["iterations"]) == 3
+    reasons = " ".join(check["reason"] for it in log["iterations"] for check in it["checks"])
+    assert "regression" not in reasons  # the unittest case "passed" itself while its subTests failed
