@@ -205,11 +205,19 @@ def artifact_options(config: pytest.Config):
     return options
 
 
+class _VerdictModeUsageError(pytest.exit.Exception):
+    """An exit pytest prints as ``<class name>: <message>``: named so the line reads
+    ``ERROR: ...`` exactly like pytest's own usage errors."""
+
+
+_VerdictModeUsageError.__name__ = _VerdictModeUsageError.__qualname__ = "ERROR"
+
+
 def usage_error(config: pytest.Config, message: str) -> NoReturn:
     """pytest's usage error (exit 4, an `ERROR:` line). Under --loop-exitcode=verdict,
     where 4 means NO_PROGRESS, the same line exits 64 instead: there, 2-5 are verdicts only."""
     if (config.getoption("loop_exitcode") or _ini(config, "exitcode")) == "verdict":
-        pytest.exit(f"ERROR: {message}", returncode=EXIT_USAGE)
+        raise _VerdictModeUsageError(message, returncode=EXIT_USAGE)
     raise pytest.UsageError(message)
 
 

@@ -17,6 +17,8 @@ def test_a_bad_value_is_a_usage_error(project: pytest.Pytester, mode: str, code:
     assert result.ret == code
     assert "'0' is not a valid max_iter" in result.stderr.str() + result.stdout.str()
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
+    errors = [line for line in result.stderr.lines if "is not a valid max_iter" in line]
+    assert len(errors) == 1 and errors[0].startswith("ERROR: --loop-max-iter"), result.stderr.lines
 
 
 @pytest.mark.parametrize(("mode", "code"), [("pytest", 4), ("verdict", 64)])
