@@ -107,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-suspects", action="store_true",
                      help="skip fault localization (when a pytest check fails, its tests re-run under "
                           "coverage to rank suspect lines for the revise step's prompt)")
+    run.add_argument("--mask", action="append", metavar="VALUE", default=None,
+                     help="a value masked in everything written or printed, like a secret-named "
+                          "environment variable's (repeatable)")
     run.add_argument("--quiet", "-q", action="store_true", help="print only the verdict line")
 
     show = sub.add_parser("show", help="show a loop file's parsed shape, or a run's iteration table",
@@ -153,9 +156,12 @@ class _LivePrinter:
 
 
 def _say(text: str, stream) -> None:
-    """Print, but a closed pipe (`pytest-loops run ... | head -1`) never stops a loop."""
+    """Print, masked and without escape sequences, but a closed pipe
+    (`pytest-loops run ... | head -1`) never stops a loop."""
+    from .redact import redact, strip_control
+
     try:
-        print(text, file=stream, flush=True)
+        print(strip_control(redact(text)), file=stream, flush=True)
     except (BrokenPipeError, ValueError):
         pass
 
@@ -324,7 +330,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .finish import make_finishers
     from .hooks import make_plugin_manager
     from .process import ProcessRunner, TerminationGuard
+    from .redact import export_masks
 
+    export_masks(args.mask or ())  # before anything is written or printed
     resume_from = None
     if args.resume:
         spec, extra, resume_from = resume_spec(args)

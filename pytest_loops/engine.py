@@ -585,7 +585,7 @@ class Engine:
             record.guard = "budget"
             return Verdict.TIMEOUT, (f"budget of {spec.guards.budget_seconds:g}s used up before "
                                      f"the revise step of iteration {record.iter}")
-        write_failure_file(ctx.failure_file, failed)
+        write_failure_file(ctx.failure_file, failed, scrub=ctx.scrub)
         if self.localize:
             from .localize import localize
 

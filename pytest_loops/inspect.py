@@ -7,7 +7,6 @@ or from a `.tine` file. Nothing here imports opentine until a `.tine` is read.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,10 +14,10 @@ from typing import Any
 from .artifacts.provenance import load_tine_summary, looks_like_tine, verify_tine
 from .artifacts.runlog import assess, check_shape, load_runlog, trust_note
 from .errors import LoopUsageError
+from .redact import strip_control
 
 PASS, FAIL, HUMAN, NOT_RUN = "✓", "✗", "?", "·"
 _TAIL_LINES = 5
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]|\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
 def load_run(path: str | os.PathLike) -> dict[str, Any]:
@@ -176,7 +175,7 @@ def _last_failures(iterations: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def _cell(value: Any) -> str:
     """Untrusted text, safe to print: no terminal escapes, one line."""
-    return _CONTROL.sub("", str(value).replace("\n", " ")).strip()
+    return strip_control(str(value)).replace("\n", " ").strip()
 
 
 def _dash(value: Any) -> str:

@@ -19,6 +19,7 @@ import pytest
 from filelock import FileLock
 
 from .errors import LoopUsageError
+from .redact import make_redactor, name_slug, redact, redact_obj
 from .reporting import failure_text, loop_properties
 from .results import CheckResult, IterationRecord, LoopResult
 from .spec import Check, Guards, LoopSpec, Pipeline
@@ -56,10 +57,11 @@ class LoopFileCollector(pytest.File):
         session: LoopSession = self.config.stash[SESSION_KEY]
         session.not_acted_on(loop_file)
         for spec in loop_file.loops:
-            yield LoopCollector.from_parent(self, name=spec.name, spec=session.loop_file_spec(spec))
+            # node names are in node ids, the terminal, JUnit XML and stored results: masked
+            yield LoopCollector.from_parent(self, name=redact(spec.name), spec=session.loop_file_spec(spec))
         for pipeline in loop_file.pipelines:
             stages = tuple(session.loop_file_spec(stage) for stage in pipeline.stages)
-            yield PipelineCollector.from_parent(self, name=pipeline.name,
+            yield PipelineCollector.from_parent(self, name=redact(pipeline.name),
                                                 pipeline=Pipeline(pipeline.name, stages, pipeline.source))
 
     def repr_failure(self, excinfo, style=None):
@@ -79,7 +81,7 @@ class PipelineCollector(pytest.Collector):
         previous: LoopCollector | None = None
         for stage in self.pipeline.stages:
             label = stage.name.split(" / ", 1)[-1]
-            collector = LoopCollector.from_parent(self, name=label, spec=stage, after=previous)
+            collector = LoopCollector.from_parent(self, name=redact(label), spec=stage, after=previous)
             previous = collector
             yield collector
 
@@ -95,7 +97,7 @@ class LoopCollector(pytest.Collector):
 
     def collect(self):
         for check in self.spec.checks:
-            yield CheckItem.from_parent(self, name=check.name, check=check)
+            yield CheckItem.from_parent(self, name=redact(check.name), check=check)
 
     def result(self) -> LoopResult:
         """Run the loop once per session (across xdist workers too) and return its result."""
@@ -147,14 +149,17 @@ class CheckItem(pytest.Item):
         if self.check.source and ":" in self.check.source:
             tail = self.check.source.rsplit(":", 1)[-1]
             line = int(tail) - 1 if tail.isdigit() else None
-        return self.path, line, f"{self.loop.spec.name}: {self.check.name}"
+        return self.path, line, redact(f"{self.loop.spec.name}: {self.check.name}")
 
 
 def last_result(result: LoopResult, check_name: str) -> CheckResult | None:
-    """The check's result in the last iteration that ran it."""
+    """The check's result in the last iteration that ran it (names compared masked:
+    a result stored for the other items of the loop holds them masked)."""
+    scrub = make_redactor()
+    wanted = scrub(check_name)
     for record in reversed(result.iterations):
         for check in record.checks:
-            if check.name == check_name:
+            if check.name == check_name or scrub(check.name) == wanted:
                 return check
     return None
 
@@ -175,17 +180,17 @@ SHARED_SCHEMA = "pytest-loops.shared-result/1"
 
 
 def shared_identity(nodeid: str, spec: LoopSpec, loop_file: str | None = None) -> dict[str, str]:
-    """What tells one loop of a session from every other: its file, name and node id."""
-    return {"loop_file": str(loop_file or ""), "loop": spec.name, "nodeid": nodeid}
+    """What tells one loop of a session from every other: its file, name and node id
+    (masked: it is stored, and names the stored file)."""
+    return redact_obj({"loop_file": str(loop_file or ""), "loop": spec.name, "nodeid": nodeid})
 
 
 def shared_result_path(session_dir: Path, identity: dict[str, str]) -> Path:
     """``<readable slug>-<sha256 of the whole identity>.json``: the hash decides, the
     slug (cut short) is only for people listing the directory."""
-    from .spec import slugify
     from .trust import identity_digest
 
-    return session_dir / f"{slugify(identity['nodeid'])[:40]}-{identity_digest(**identity)}.json"
+    return session_dir / f"{name_slug(identity['nodeid'], max_chars=40)}-{identity_digest(**identity)}.json"
 
 
 def _summary_of(result: LoopResult) -> dict[str, Any]:
@@ -194,7 +199,8 @@ def _summary_of(result: LoopResult) -> dict[str, Any]:
                "started_at": result.started_at, "ended_at": result.ended_at,
                "elapsed_s": result.elapsed_s, "run_dir": result.run_dir,
                "memory_page": result.memory_page, "artifacts": result.artifacts}
-    return json.loads(json.dumps(summary, default=str))  # what a reader will see
+    # what a reader will see, secrets masked: the file outlives the session
+    return redact_obj(json.loads(json.dumps(summary, default=str)))
 
 
 def _read_trusted(stored: Path, identity: dict[str, str], key: bytes) -> dict[str, Any] | None:

@@ -3,6 +3,7 @@
 pytest writes the XML when the session finishes; the session loop's outcome
 comes after. The tests the loop covered get its properties (verdict, reasons,
 one per iteration) and, when it repaired them, lose the first run's failure.
+Under ``--loop`` secret values left in it (a node id's parametrize id) are masked.
 """
 
 from __future__ import annotations
@@ -60,3 +61,21 @@ def mark_repaired(xml_path: Path, nodeids: Sequence[str], properties: Sequence[t
     if found:
         tree.write(xml_path, encoding="utf-8", xml_declaration=True)
     return found
+
+
+def mask_xml(xml_path: Path) -> None:
+    """Mask secret values left in the JUnit XML (test names made from node ids).
+    Never raises: the report is pytest's."""
+    from .redact import redact, secret_values
+
+    if not secret_values():
+        return
+    try:
+        text = xml_path.read_text(encoding="utf-8")
+        clean = redact(text)
+        if clean != text:
+            from .artifacts.runlog import atomic_write_text
+
+            atomic_write_text(xml_path, clean)
+    except (OSError, UnicodeDecodeError):
+        pass

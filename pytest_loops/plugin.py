@@ -62,6 +62,8 @@ OPTIONS: dict[str, tuple[str, str]] = {
               "__eq__, pytest in library code, added exits): 'error' (default) ends the loop ESCALATE, "
               "'warn' records the findings, 'off' skips it", "string"),
     "report": ("write a self-contained HTML report of this session's loops to this file", "string"),
+    "mask": ("a value masked in everything the loops write or print, like a secret-named environment "
+             "variable's", "linelist"),
     "sign_key_env": ("sign .tine files with the HMAC key in this environment variable (>= 16 bytes)",
                      "string"),
     "sign_key_file": ("sign .tine files with this Ed25519 private key file", "string"),
@@ -81,8 +83,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for name, (help_text, ini_type) in OPTIONS.items():
         flag = "--loop-" + name.replace("_", "-")
         if ini_type == "linelist":
-            group.addoption(flag, action="append", default=None, metavar="GLOB", dest=f"loop_{name}",
-                            help=help_text + " (repeatable)")
+            group.addoption(flag, action="append", default=None, dest=f"loop_{name}",
+                            metavar="VALUE" if name == "mask" else "GLOB", help=help_text + " (repeatable)")
         else:
             group.addoption(flag, action="store", default=None, dest=f"loop_{name}", help=help_text)
         parser.addini(f"loop_{name}", help_text, type=ini_type, default=None)
@@ -291,13 +293,20 @@ def pytest_configure(config: pytest.Config) -> None:
         artifact_options(config)  # validates the signing key now, before any test runs
         _choice(config, "suspects", SUSPECTS_CHOICES)
         _choice(config, "audit", AUDIT_CHOICES)
+        from .redact import export_masks
+
+        # masked values go to this process's environment for the session only
+        config.add_cleanup(export_masks(config.getoption("loop_mask") or (), where="--loop-mask"))
+        config.add_cleanup(export_masks(_ini(config, "mask") or (), where="ini loop_mask"))
     except LoopUsageError as exc:
         usage_error(config, str(exc))
     from .hooks import register_builtins
+    from .reporting import ReportMasking
     from .session import LoopSession
 
     register_builtins(config.pluginmanager)
     config.pluginmanager.register(LoopSession(config, settings, exitcode), "loop-session")
+    config.pluginmanager.register(ReportMasking(), "loop-report-masking")
     if config.args_source is not pytest.Config.ArgsSource.ARGS:
         known = [Path(a).resolve() for a in config.args]
         for path in config.getini("loop_paths"):

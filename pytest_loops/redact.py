@@ -1,21 +1,37 @@
-"""Keep secrets out of everything pytest-loops writes.
+"""Keep secrets and terminal control sequences out of everything pytest-loops writes.
 
 Check and revise output can echo the environment (``env``, a failing ``curl``,
 a debug print). Before any artifact is written, the value of every environment
-variable whose *name* looks secret is replaced by a marker naming the variable.
+variable whose *name* looks secret is replaced by a marker naming the variable,
+and so is every value given to ``--mask`` / ``--loop-mask`` / ini ``loop_mask``
+(carried, one per line, in ``PYTEST_LOOPS_MASK``, so every writer of the process
+and every nested run masks them too).
+
+Command output can also hold escape sequences (colours, cursor moves, window
+titles): :func:`strip_control` removes them before text reaches a terminal, a
+lesson, a prompt or a hand-off.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import Any
+
+from .errors import LoopUsageError
 
 SECRET_NAME_PARTS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "CREDENTIAL", "AUTH")
 """An environment variable whose upper-cased name contains one of these is a secret."""
 
 MIN_SECRET_LENGTH = 4
 """Shorter values ("1", "on") would blank out ordinary text and protect nothing."""
+
+MASK_ENV = "PYTEST_LOOPS_MASK"
+"""Values to mask whatever their variable's name, one per line."""
+
+MASK_MARKER = "[REDACTED:mask]"
 
 
 def is_secret_name(name: str) -> bool:
@@ -37,7 +53,45 @@ def secret_values(env: Mapping[str, str] | None = None) -> list[tuple[str, str]]
         if is_secret_name(name):
             # Two variables with one value: keep the first name seen, deterministically.
             pairs.setdefault(value, f"[REDACTED:{name}]")
+    masks = source.get(MASK_ENV)
+    if isinstance(masks, str):
+        for value in masks.splitlines():
+            if len(value) >= MIN_SECRET_LENGTH:
+                pairs.setdefault(value, MASK_MARKER)
     return sorted(pairs.items(), key=lambda item: (-len(item[0]), item[0]))
+
+
+def export_masks(values: Iterable[str], where: str = "--mask",
+                 env: MutableMapping[str, str] | None = None) -> Callable[[], None]:
+    """Add ``values`` to ``PYTEST_LOOPS_MASK`` in ``env`` (default: this process's
+    environment), so every writer of this process and every run it starts masks them.
+    Returns what puts the variable back as it was.
+
+    A value shorter than 4 characters is bad input (LoopUsageError naming ``where``,
+    never the value), and nothing is changed: it would not be masked, and the user
+    would believe it is.
+    """
+    target = os.environ if env is None else env
+    before = target.get(MASK_ENV)
+    current = (before or "").splitlines()
+    for value in values:
+        for line in str(value).splitlines() or [""]:  # a value with a newline: each line alone
+            if len(line) < MIN_SECRET_LENGTH:
+                raise LoopUsageError(f"a value of {len(line)} character(s) is too short to mask",
+                                     location=where,
+                                     fix=f"give the whole secret (at least {MIN_SECRET_LENGTH} characters)")
+            if line not in current:
+                current.append(line)
+    if current:
+        target[MASK_ENV] = "\n".join(current)
+
+    def restore() -> None:
+        if before is None:
+            target.pop(MASK_ENV, None)
+        else:
+            target[MASK_ENV] = before
+
+    return restore
 
 
 def _apply(text: str, pairs: list[tuple[str, str]]) -> str:
@@ -79,3 +133,39 @@ def _walk(obj: Any, pairs: list[tuple[str, str]]) -> Any:
     if isinstance(obj, tuple):
         return tuple(_walk(v, pairs) for v in obj)
     return obj
+
+
+# -- terminal control sequences ---------------------------------------------------------
+
+_CONTROL_SEQUENCE = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, erase (7- and 8-bit)
+    r"|(?:\x1b[]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # OSC, DCS, APC...
+    r"|\x1b[ -/]*[0-~]"  # any other escape (charset, keypad, reset)
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # the other C0 controls (not \t, \n), DEL and C1
+)
+
+
+def strip_control(text: str) -> str:
+    """``text`` without terminal control sequences: CSI (colours, cursor moves), OSC
+    (window titles, hyperlinks), DCS and other escapes, and every C0/C1 control
+    character except newline and tab. A carriage return ends a line (``\\r\\n`` is one)."""
+    if not text:
+        return text
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return _CONTROL_SEQUENCE.sub("", text)
+
+
+# -- file names from loop names -------------------------------------------------------------
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+SLUG_HASH_CHARS = 10
+
+
+def name_slug(name: str, *, max_chars: int = 60, env: Mapping[str, str] | None = None) -> str:
+    """A file-name form of a loop's name that no other name shares and no secret is in:
+    a readable part and a short sha256 of the whole (masked) name, so ``a/b``, ``a-b``
+    and ``a b`` never share a lessons page or a run log name."""
+    masked = redact(name, env)
+    readable = _UNSAFE.sub("-", masked).strip("-.")[:max_chars].rstrip("-.") or "loop"
+    digest = hashlib.sha256(masked.encode("utf-8", "surrogatepass")).hexdigest()[:SLUG_HASH_CHARS]
+    return f"{readable}-{digest}"

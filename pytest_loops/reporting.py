@@ -5,8 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import pluggy
+
+from .redact import make_redactor, redact, secret_values, strip_control
 from .results import IterationRecord, LoopResult
 from .spec import LoopSpec
+
+hookimpl = pluggy.HookimplMarker("pytest")
 
 # JUnit properties (report.user_properties) every loop item carries.
 LOOP_PROPERTY = "loop"
@@ -29,7 +34,12 @@ def iteration_line(spec: LoopSpec, record: IterationRecord) -> str:
         extras.append(f"revise exit {record.revise_exit}")
     if record.guard:
         extras.append(f"stop: {record.guard}")
-    return f"[{spec.name}] iter {seen.get('iteration', record.iter)}  {checks}  | " + ", ".join(extras)
+    return shown(f"[{spec.name}] iter {seen.get('iteration', record.iter)}  {checks}  | " + ", ".join(extras))
+
+
+def shown(text: str) -> str:
+    """Text fit for a terminal or a report: secrets masked, escape sequences removed."""
+    return strip_control(redact(text))
 
 
 def format_iterations(records: Sequence[IterationRecord]) -> str:
@@ -66,7 +76,8 @@ def loop_properties(result: LoopResult) -> list[tuple[str, str]]:
     ]
     props += [(f"artifact_{key}", path) for key, path in result.artifacts.items() if key != "run_dir"]
     props += [(f"iteration_{r.iter}", iteration_summary(r)) for r in result.iterations]
-    return props
+    scrub = make_redactor()
+    return [(name, strip_control(scrub(value))) for name, value in props]
 
 
 def is_loop_report(props: dict[str, Any]) -> bool:
@@ -97,7 +108,7 @@ def failure_text(result: LoopResult) -> str:
     artifacts = [f"  {key}: {path}" for key, path in result.artifacts.items() if key != "run_dir"]
     if artifacts:
         parts += ["", "artifacts:", *artifacts]
-    return "\n".join(parts)
+    return shown("\n".join(parts))
 
 
 def summary_rows(rows: Iterable[dict[str, Any]]) -> list[str]:
@@ -110,4 +121,45 @@ def summary_rows(rows: Iterable[dict[str, Any]]) -> list[str]:
         for key, value in row.items():
             if key.startswith("artifact_"):
                 out.append(f"    {key[len('artifact_'):]}: {value}")
-    return out
+    return [shown(line) for line in out]
+
+
+def mask_report(report: Any) -> None:
+    """Secret values out of a test or collect report: its failure text, captured
+    output and properties (what the terminal, JUnit XML and xdist carry). A failure
+    text that held a secret becomes plain text."""
+    if not secret_values():
+        return
+    scrub = make_redactor()
+    longrepr = getattr(report, "longrepr", None)
+    if isinstance(longrepr, tuple):  # a skip: (path, line, reason)
+        report.longrepr = tuple(scrub(x) if isinstance(x, str) else x for x in longrepr)
+    elif longrepr is not None:
+        text = longrepr if isinstance(longrepr, str) else str(longrepr)
+        clean = scrub(text)
+        if clean != text:
+            report.longrepr = clean
+    sections = getattr(report, "sections", None)
+    if sections:
+        report.sections = [(scrub(title), scrub(content)) for title, content in sections]
+    props = getattr(report, "user_properties", None)
+    if props:
+        report.user_properties = [(name, scrub(value) if isinstance(value, str) else value)
+                                  for name, value in props]
+
+
+class ReportMasking:
+    """Registered only under ``--loop``: every test and collect report leaves its
+    hook with secret values masked, whatever wrote them (the test, a loop)."""
+
+    @hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_makereport(self, item: Any, call: Any):
+        report = yield
+        mask_report(report)
+        return report
+
+    @hookimpl(wrapper=True, tryfirst=True)
+    def pytest_make_collect_report(self, collector: Any):
+        report = yield
+        mask_report(report)
+        return report

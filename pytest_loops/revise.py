@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pluggy
 
+from .redact import strip_control
 from .results import CheckResult, CommandResult
 from .spec import LoopSpec
 
@@ -46,13 +48,15 @@ def _read(path: str | None, limit: int | None = None) -> str:
     return data.decode("utf-8", "replace")
 
 
-def write_failure_file(path: Path, failed: list[CheckResult]) -> None:
-    """The full output of this iteration's failing checks, one section each."""
+def write_failure_file(path: Path, failed: list[CheckResult],
+                       scrub: Callable[[str], str] | None = None) -> None:
+    """The full output of this iteration's failing checks, one section each (secrets masked)."""
     parts = []
     for check in failed:
         body = _read(check.output_file) or check.output_tail
         parts.append(f"===== {check.name} ({check.reason}) =====\n{body}")
-    path.write_text("\n".join(parts), encoding="utf-8")
+    text = "\n".join(parts)
+    path.write_text(scrub(text) if scrub is not None else text, encoding="utf-8")
 
 
 def build_prompt(spec: LoopSpec, context: LoopContext, failed: list[CheckResult]) -> str:
@@ -87,7 +91,8 @@ def build_prompt(spec: LoopSpec, context: LoopContext, failed: list[CheckResult]
         lines += ["## Lessons from earlier iterations and runs", ""]
         lines += [f"- {lesson.removeprefix('- ')}" for lesson in context.lessons[-20:]] + [""]
     lines += [f"The full output of the failing checks is in {context.failure_file}."]
-    return "\n".join(lines) + "\n"
+    text = strip_control("\n".join(lines) + "\n")  # an agent's terminal may show it
+    return context.scrub(text) if context.scrub is not None else text
 
 
 class BuiltinRevise:

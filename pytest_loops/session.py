@@ -23,6 +23,7 @@ from .reporting import (
     is_loop_report,
     iteration_line,
     loop_properties,
+    shown,
     summary_rows,
 )
 from .results import CheckResult, LoopResult
@@ -238,7 +239,7 @@ class LoopSession:
             f"loops: revise: {revise}; artifacts: {self.artifacts_dir}",
             "loops: reproduce with: " + self.reproduce_command(),
         ]
-        return lines
+        return [shown(line) for line in lines]
 
     def reproduce_command(self) -> str:
         """This session's command line, every ``--loop-*`` value in the ``=`` form (pytest reads
@@ -259,7 +260,7 @@ class LoopSession:
                 pairs.append((flag, str(s[key])))
         args = ["pytest", "--loop", *(f"{flag}={value}" for flag, value in pairs)]
         own = {"--loop", "--loop-revise", "--loop-state", "--loop-exitcode", "--loop-no-progress-signal",
-               "--loop-artifacts", "--loop-memory"} | {"--loop-" + k.replace("_", "-") for k in GUARD_KEYS}
+               "--loop-artifacts", "--loop-memory", "--loop-mask"} | {"--loop-" + k.replace("_", "-") for k in GUARD_KEYS}
         rest: list[str] = []
         skip = False
         for arg in self.config.invocation_params.args:
@@ -327,7 +328,7 @@ class LoopSession:
         check = Check.test_passes(item.nodeid, options={"pytest_args": self.child_args()})
         spec = self.spec_for(item.nodeid, f"make {item.nodeid} pass", (check,), values)
         seed = CheckResult(name=check.name, kind=CheckKind.PYTEST.value, passed=False, exit_code=1,
-                           duration_s=report.duration, output_tail=report.longreprtext[-2000:],
+                           duration_s=report.duration, output_tail=shown(report.longreprtext)[-2000:],
                            reason="the test failed (in the session)", failing_tests=(item.nodeid,))
         result = self.run_loop(spec, first_results={check.name: seed})
         self._resume_progress_line(item)
@@ -414,12 +415,14 @@ class LoopSession:
         their first-run failure, so CI's test view matches the terminal and exit code."""
         xmlpath = getattr(config.option, "xmlpath", None)
         result = self.session_result
-        if not xmlpath or self.is_worker or result is None:
+        if not xmlpath or self.is_worker:
             return
-        from .junit import mark_repaired
+        from .junit import mark_repaired, mask_xml
 
-        mark_repaired(Path(xmlpath), self.failed_nodeids, loop_properties(result),
-                      repaired=result.succeeded, prefix=getattr(config.option, "junitprefix", None))
+        if result is not None:
+            mark_repaired(Path(xmlpath), self.failed_nodeids, loop_properties(result),
+                          repaired=result.succeeded, prefix=getattr(config.option, "junitprefix", None))
+        mask_xml(Path(xmlpath))  # last: a test's node id (a parametrize id) may hold a secret
 
     def _mark_repaired(self, session: pytest.Session) -> None:
         """Failures the session loop repaired count as repaired, not failed."""
@@ -472,7 +475,7 @@ class LoopSession:
             terminalreporter.section("loop files: lines not acted on")
             for path, lines in self.ignored_lines.items():
                 for line in lines:
-                    terminalreporter.write_line(f"{path}:{line.line}: {line.text.strip()}  ({line.why})")
+                    terminalreporter.write_line(shown(f"{path}:{line.line}: {line.text.strip()}  ({line.why})"))
         if self.rows:
             terminalreporter.section("loops")
             for line in summary_rows(self.rows):

@@ -19,6 +19,8 @@ import pluggy
 
 from .checks import CHILD_ENV, digest_file, pytest_command
 from .engine import LoopContext
+from .redact import redact, strip_control
+from .reporting import shown
 from .results import CheckResult, CommandResult, LoopResult
 from .spec import Check, CheckKind
 
@@ -28,7 +30,6 @@ if TYPE_CHECKING:
 hookimpl = pluggy.HookimplMarker("pytest")
 
 CHECK_NAME = "the failing tests pass"
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def passed_ids(output_file: str | None, tail: str) -> set[str]:
@@ -46,7 +47,7 @@ def passed_ids(output_file: str | None, tail: str) -> set[str]:
             pass
     passed: set[str] = set()
     for line in text.splitlines():
-        line = _ANSI.sub("", line).rstrip()
+        line = strip_control(line).rstrip()
         if line.startswith("PASSED "):
             passed.add(line[len("PASSED "):])
     return passed
@@ -96,6 +97,9 @@ class SessionFixCheck:
         command = pytest_command(f"@{args_file}", str(junit), [*self.pytest_args, "-rA", "-p", "no:randomly"])
         result = context.run_command(command, label=label, extra_env={CHILD_ENV: "1"})
         passed = junit_passed(junit, ids)
+        if context.scrub is not None:  # read: now mask what the child wrote (failure messages)
+            for path in (junit, args_file):
+                _scrub_file(path, context.scrub)
         return result, passed if passed is not None else passed_ids(result.output_file, result.tail)
 
     def _result(self, check: Check, cmd: CommandResult, passed: bool, reason: str) -> CheckResult:
@@ -188,7 +192,8 @@ def run_session_loop(session: LoopSession) -> LoopResult:
     pm.register(fixer, "loop-session-fix")
     try:
         if reporter is not None:
-            reporter.write_sep("=", f"loop: {len(session.failed_nodeids)} failing test(s), revise: {spec.revise}")
+            reporter.write_sep("=", shown(f"loop: {len(session.failed_nodeids)} failing test(s), "
+                                          f"revise: {spec.revise}"))
         return session.run_loop(spec)
     finally:
         pm.unregister(fixer)
@@ -203,4 +208,14 @@ def _failure_texts(reporter: Any, nodeids: list[str]) -> str:
         for rep in reporter.stats.get(key, []):
             if getattr(rep, "nodeid", None) in wanted:
                 parts.append(f"___ {rep.nodeid} ___\n{rep.longreprtext[-3000:]}")
-    return "\n".join(parts)
+    return redact("\n".join(parts))  # the first iteration's output: failure file, prompt, lessons
+
+
+def _scrub_file(path: Path, scrub: Any) -> None:
+    try:
+        text = path.read_text(encoding="utf-8", errors="surrogateescape")
+        clean = scrub(text)
+        if clean != text:
+            path.write_text(clean, encoding="utf-8", errors="surrogateescape")
+    except OSError:
+        pass

@@ -14,9 +14,10 @@ import os
 import re
 from collections.abc import Iterable
 
+from .redact import strip_control
+
 __all__ = ["failure_signature", "first_meaningful_line", "normalize_failure"]
 
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 _SEP = r"[/\\]"
 _PATH_CHAR = r"[^\s'\"()\[\]<>,;:]"
 _NAME_CHAR = r"[^\s'\"()\[\]<>,;:/\\]"  # one path component
@@ -76,7 +77,7 @@ _COMMAND_TAIL_LINES = 40
 def _clean(output: str | bytes) -> str:
     if isinstance(output, bytes):
         output = output.decode("utf-8", "replace")
-    return _ANSI.sub("", output or "").replace("\r\n", "\n").replace("\r", "\n")
+    return strip_control(output or "")
 
 
 def _normalize_line(line: str) -> str:

@@ -230,7 +230,10 @@ class LoopSpec:
 
     @property
     def slug(self) -> str:
-        return slugify(self.name)
+        """The file-name form of the name (run logs, lessons page): unique per name, no secret in it."""
+        from .redact import name_slug
+
+        return name_slug(self.name)
 
     def replace(self, **changes: Any) -> LoopSpec:
         return dataclasses.replace(self, **changes)

@@ -580,7 +580,8 @@ def test_run_paths_put_the_run_dir_beside_the_log(tmp_path):
     assert paths.run_dir == tmp_path / "x" / "run"
     default = resolve_paths(spec, wall=0.0)
     assert default.log.parent == Path(spec.cwd) / ".pytest-loops" / "runs"
-    assert default.memory_page == Path(spec.cwd) / ".pytest-loops" / "lessons" / "engine-test.md"
+    assert default.memory_page == Path(spec.cwd) / ".pytest-loops" / "lessons" / f"{spec.slug}.md"
+    assert spec.slug.startswith("engine-test-")  # readable name, then a short hash of it
     assert resolve_paths(spec.replace(reflexion=False)).memory_page is None
 
 

@@ -20,7 +20,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..redact import make_redactor
+from ..redact import make_redactor, strip_control
 from ..results import CheckResult, LoopResult
 from .provenance import file_tail
 from .runlog import atomic_write_text, recorded_source_file
@@ -42,7 +42,11 @@ def write_handoff(result: LoopResult, path: str | os.PathLike, *, resume_command
     included when the loop's cwd is inside a git work tree; otherwise, or if git
     fails in any way, that section is left out. Never fails because of git.
     """
-    scrub = make_redactor()
+    redact = make_redactor()
+
+    def scrub(text: str) -> str:  # secrets masked, no escape sequence reaches a reader's terminal
+        return strip_control(redact(text))
+
     source = loop_file_state(result)
     sections = [
         _head(result, scrub, source),

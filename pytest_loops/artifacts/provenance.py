@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LoopUsageError
-from ..redact import make_redactor
+from ..redact import make_redactor, strip_control
 from ..results import CheckResult, IterationRecord, LoopResult
 
 Scrub = Callable[[str], str]
@@ -69,8 +69,6 @@ _PEM = re.compile(
     r"(?:\n(?:[\w-]+: [^\n]*|[A-Za-z0-9+/=]*)(?=\n|\Z))*"
     r"(?:\n-----END [A-Z0-9 ]*PRIVATE KEY-----)?"
 )
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _SEPARATED_MARKER = re.compile(r"[ \t]*[:=][ \t]*\[REDACTED")
 
 
@@ -84,8 +82,7 @@ def premask(text: str) -> str:
 def _printable(text: str) -> str:
     # Lone surrogates (a stream cut mid-character) make opentine refuse the run.
     text = text.encode("utf-8", "replace").decode("utf-8", "replace")
-    text = _ANSI.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
-    return _CONTROL.sub("", text)
+    return strip_control(text)
 
 
 def clean_text(text: Any, scrub: Scrub | None = None) -> str:

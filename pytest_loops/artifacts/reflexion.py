@@ -2,18 +2,28 @@
 
 Created lazily on the first failed iteration; appended under a file lock so
 parallel loops never interleave or lose lines; read back into the next prompt.
+Only a regular file is read or written, and only its last :data:`READ_LIMIT`
+bytes are read back: a page pointed at a device or a FIFO, or grown huge, costs
+one warning line, never a hang or the harness's memory. Secrets are masked in
+everything the page holds (its header names the loop and its goal).
 """
 
 from __future__ import annotations
 
 import os
+import stat
+import sys
 import time
 from pathlib import Path
 
 from filelock import FileLock
 
+from ..redact import make_redactor, strip_control
+
 LESSONS_HEADING = "## Lessons"
 MAX_LESSON_CHARS = 300
+READ_LIMIT = 64 * 1024
+"""Bytes read back from the end of a lessons page (whole lines only)."""
 
 
 def _now_iso() -> str:
@@ -29,7 +39,7 @@ def format_lesson(iteration: int, exit_code: int | None, state_moved: bool | str
     """
     moved = {True: "state moved", False: "state unchanged", None: "state first seen",
              "untracked": "state not tracked"}[state_moved]
-    failure = " ".join(failure_line.split())[:MAX_LESSON_CHARS] or "(no output)"
+    failure = " ".join(strip_control(failure_line).split())[:MAX_LESSON_CHARS] or "(no output)"
     prefix = f"{_now_iso()} {loop_name} iter {iteration}" if loop_name else f"{_now_iso()} iter {iteration}"
     return f"- {prefix}: exit {exit_code}, {moved}: {failure}"
 
@@ -43,32 +53,80 @@ class MemoryPage:
         self.goal = goal
         self._lock = FileLock(str(self.path) + ".lock")
         self._has_heading = False  # once seen, the heading stays: skip re-reading
+        self.warning: str | None = None  # the last thing about the page that was warned of
+
+    def _warn(self, message: str) -> None:
+        if message != self.warning:
+            self.warning = message
+            print(f"pytest-loops: warning: lessons page {self.path}: {message}", file=sys.stderr)
 
     def _header(self) -> str:
-        goal = f" Goal: {self.goal.rstrip('.')}." if self.goal else ""
+        scrub = make_redactor()
+        name = strip_control(scrub(self.loop_name))
+        goal = strip_control(scrub(self.goal))
+        goal = f" Goal: {goal.rstrip('.')}." if goal else ""
         return (
             "---\n"
             "kind: pytest-loops.lessons/1\n"
-            f"loop: {self.loop_name!r}\n"
+            f"loop: {name!r}\n"
             f"created: {_now_iso()}\n"
             "---\n\n"
-            f"# Lessons: {self.loop_name}\n\n"
+            f"# Lessons: {name}\n\n"
             "## Origin\n\n"
-            f"Written by pytest-loops for the loop {self.loop_name!r}.{goal} "
+            f"Written by pytest-loops for the loop {name!r}.{goal} "
             "One line per failed iteration; read back into the next run's prompt.\n\n"
             f"{LESSONS_HEADING}\n\n"
         )
 
+    def _read_tail(self, *, reading_back: bool = True) -> tuple[str, bool] | bool:
+        """(the page's last READ_LIMIT bytes from a line start, whether that is the whole
+        page); False when there is no page, True when there is one that is not a regular
+        file or cannot be read (warned)."""
+        try:  # O_NONBLOCK: opening a FIFO nobody writes to returns at once
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            self._warn(f"cannot be read ({exc.strerror or exc}); no lessons read back")
+            return True
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                self._warn("is not a regular file; no lessons read back")
+                return True
+            start = max(0, info.st_size - READ_LIMIT)
+            os.lseek(fd, start, os.SEEK_SET)
+            chunks, left = [], READ_LIMIT
+            while left > 0:
+                chunk = os.read(fd, left)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+        except OSError as exc:
+            self._warn(f"cannot be read ({exc.strerror or exc}); no lessons read back")
+            return True
+        finally:
+            os.close(fd)
+        data = b"".join(chunks)
+        if start > 0 and reading_back:
+            self._warn(f"is {info.st_size} bytes; only the lessons in its last {READ_LIMIT // 1024} KiB "
+                       "are read back")
+            newline = data.find(b"\n")
+            data = data[newline + 1:] if newline >= 0 else b""
+        return data.decode("utf-8", errors="replace"), start == 0
+
     def read_lessons(self) -> list[str]:
         """The lesson lines on the page (bullets under `## Lessons`, else all bullets)."""
-        try:
-            text = self.path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
+        found = self._read_tail()
+        if isinstance(found, bool):
             return []
+        text, whole = found
         lines = text.splitlines()
-        if LESSONS_HEADING in (line.strip() for line in lines):
+        headings = [line.strip() for line in lines if line.strip().startswith("## ")]
+        if LESSONS_HEADING in headings or (headings and not whole):
             section: list[str] = []
-            inside = False
+            inside = not whole  # a tail starts inside the last section lessons were appended to
             for line in lines:
                 stripped = line.strip()
                 if stripped.startswith("## "):
@@ -80,24 +138,39 @@ class MemoryPage:
         return [line.strip() for line in lines if line.strip().startswith("- ")]
 
     def append(self, lesson: str) -> None:
-        """Add one lesson line, creating the page first if needed."""
-        line = " ".join(lesson.splitlines()).strip()
+        """Add one lesson line, creating the page first if needed. A page that is not a
+        regular file is left alone (warned)."""
+        line = " ".join(strip_control(lesson).splitlines()).strip()
         if not line.startswith("- "):
             line = "- " + line
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock:
             prefix = ""
-            if not self.path.exists() or self.path.stat().st_size == 0:
-                prefix = self._header()
+            found = self._read_tail(reading_back=False)
+            if found is True:
+                return  # not a regular file, or unreadable: warned
+            text, whole = found if found else ("", True)
+            if not text:
+                prefix = self._header() if whole else ""
             elif not self._has_heading:
-                text = self.path.read_text(encoding="utf-8", errors="replace")
                 headings = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("## ")]
                 # appended lines land in the last section: unless that is `## Lessons`
                 # (a hand-added section below it), open one, or they are never read back
-                if not headings or headings[-1] != LESSONS_HEADING:
+                if (headings and headings[-1] != LESSONS_HEADING) or (not headings and whole):
                     prefix = ("" if text.endswith("\n") else "\n") + f"\n{LESSONS_HEADING}\n\n"
                 elif not text.endswith("\n"):
                     prefix = "\n"
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(prefix + line + "\n")
+            try:  # O_NONBLOCK: a FIFO put there since is refused (ENXIO), never waited on
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
+                             | getattr(os, "O_NOCTTY", 0), 0o644)
+            except OSError as exc:
+                self._warn(f"cannot be written ({exc.strerror or exc}); lesson not kept")
+                return
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    self._warn("is not a regular file; lesson not kept")
+                    return
+                os.write(fd, (prefix + line + "\n").encode("utf-8"))
+            finally:
+                os.close(fd)
             self._has_heading = True

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LoopUsageError
-from ..redact import make_redactor
+from ..redact import make_redactor, strip_control
 from .provenance import pytest_loops_version, tail_text
 from .runlog import SCHEMA, assess, atomic_write_text, load_runlog, trust_note
 
@@ -101,7 +101,7 @@ class _Page:
 
     def text(self, value: Any) -> str:
         """Untrusted text: secrets redacted, then escaped for HTML and attributes."""
-        return html.escape(self.scrub("" if value is None else str(value)), quote=True)
+        return html.escape(strip_control(self.scrub("" if value is None else str(value))), quote=True)
 
     def render(self, runs: list[Mapping[str, Any]], title: str) -> str:
         counts: dict[str, int] = {}

@@ -24,6 +24,7 @@ from typing import Any
 from filelock import FileLock
 
 from ..errors import LoopUsageError, read_user_text
+from ..redact import redact_obj
 from ..trust import (
     KeyFileError,
     MacChain,
@@ -559,7 +560,7 @@ def append_index(index_path: str | os.PathLike, entry: dict[str, Any]) -> None:
     """One line per finished run in the artifacts directory's index, under a file lock."""
     path = Path(index_path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = _dump({"schema": INDEX_SCHEMA, **entry}) + "\n"
+    line = _dump(redact_obj({"schema": INDEX_SCHEMA, **entry})) + "\n"  # the loop's name may hold a secret
     with FileLock(str(path) + ".lock"):
         with open(path, "a", encoding="utf-8") as f:
             f.write(line)
