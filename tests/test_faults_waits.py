@@ -155,6 +155,23 @@ def test_the_budget_ends_the_wait_for_a_running_holder(tmp_path):
     assert "stopped" not in said[0]
 
 
+def test_a_holder_that_did_not_record_itself_is_still_spoken_of(tmp_path):
+    # an older pytest-loops holds the lock with no record next to it
+    lock_path = tmp_path / "tree.lock"
+    script = tmp_path / "plain.py"
+    script.write_text("import sys, time\nfrom filelock import FileLock\nlock = FileLock(sys.argv[1])\n"
+                      "lock.acquire()\nprint('held', flush=True)\ntime.sleep(600)\n", encoding="utf-8")
+    holder = subprocess.Popen([sys.executable, str(script), str(lock_path)], stdout=subprocess.PIPE, text=True)
+    said: list[str] = []
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(DeadlineReached, match="did not record itself"):
+            TreeLock(lock_path, say=said.append).acquire(lambda: True)
+    finally:
+        end(holder)
+    assert len(said) == 1 and "did not record itself" in said[0]
+
+
 def test_without_a_budget_the_wait_says_still_waiting_until_the_lock_is_free(tmp_path):
     lock_path = tmp_path / "tree.lock"
     holder = start_holder(lock_path)
