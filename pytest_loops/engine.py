@@ -26,6 +26,7 @@ import pluggy
 from . import guards
 from .artifacts.reflexion import MemoryPage, format_lesson
 from .artifacts.runlog import SCHEMA, RunLogWriter, append_index
+from .deadline import DeadlineReached
 from .hooks import make_plugin_manager
 from .results import CheckResult, CommandResult, IterationRecord, LoopResult
 from .revise import CANNOT_START_EXIT_CODES, build_prompt, loop_env, write_failure_file
@@ -260,7 +261,8 @@ class Engine:
     def run(self, spec: LoopSpec, *, log_path: str | os.PathLike | None = None,
             memory_page: str | os.PathLike | None = None,
             first_results: Mapping[str, CheckResult] | None = None,
-            resume_from: Mapping[str, Any] | None = None) -> LoopResult:
+            resume_from: Mapping[str, Any] | None = None,
+            before_start: Callable[[Callable[[], bool] | None], None] | None = None) -> LoopResult:
         """Drive one loop to its verdict.
 
         ``first_results`` (check name -> result) stands in for running those checks
@@ -268,6 +270,8 @@ class Engine:
         ``resume_from`` is a loaded run log (:func:`~pytest_loops.artifacts.runlog.load_runlog`)
         of a killed or stopped run: its iterations, streak and spent time carry
         over, and the new log names the old one.
+        ``before_start(should_stop)`` runs first, on the loop's budget (the working
+        tree's lock is waited for so); it may raise :class:`DeadlineReached`.
         """
         hook = self.pm.hook
         wall0 = self.wall()
@@ -281,6 +285,8 @@ class Engine:
         workdir = Path(spec.cwd).resolve()
         g = spec.guards
         deadline = t0 + g.budget_seconds if g.budget_seconds > 0 else None
+        # long waits and hashes ask this between files and chunks (DeadlineReached)
+        stop = None if deadline is None else (lambda: self.clock() >= deadline)
         page = MemoryPage(paths.memory_page, loop_name=spec.name, goal=spec.goal) if paths.memory_page else None
         lessons_read = page.read_lessons() if page else []
         lessons = list(lessons_read)
@@ -291,6 +297,8 @@ class Engine:
             if paths.memory_page:
                 exclude += [str(paths.memory_page), str(paths.memory_page) + ".lock"]
             fingerprint = self.fingerprint_factory(workdir, list(spec.state_paths), exclude=exclude)
+            if hasattr(fingerprint, "should_stop"):
+                fingerprint.should_stop = stop
 
         from .protect import TreeGuard, check_files
 
@@ -300,7 +308,7 @@ class Engine:
         own_files += [p + ".lock" for p in own_files]
         watch = TreeGuard(workdir, scope=spec.scope, protect=spec.protect, own=own_files,
                           readonly_files=check_files(spec, str(workdir)),
-                          extra_ancestors=[tempfile.gettempdir()])
+                          extra_ancestors=[tempfile.gettempdir()], should_stop=stop)
         self._literals: set[str] = set()
         log = RunLogWriter(paths.log, scrub=self.scrub)
         header = {
@@ -336,7 +344,10 @@ class Engine:
             for c in old.checks:
                 history.setdefault(c.name, []).append(c.passed)
         iteration = len(prior)
+        record: IterationRecord | None = None
         try:
+            if before_start is not None:
+                before_start(stop)
             while verdict is None:
                 iteration += 1
                 elapsed = self.clock() - t0
@@ -423,6 +434,14 @@ class Engine:
                 records.append(record)
                 log.iteration(record.to_dict())
                 hook.pytest_loop_iteration_finished(spec=spec, record=record, context=ctx)
+        except DeadlineReached as exc:  # a wait or a hash ran into the budget
+            verdict = Verdict.TIMEOUT
+            reason = f"budget of {g.budget_seconds:g}s ran out {exc}"
+            if record is not None and (not records or records[-1] is not record):
+                reason = f"budget of {g.budget_seconds:g}s ran out during iteration {record.iter} {exc}"
+                record.guard, record.elapsed_s = "budget", self.clock() - t0
+                records.append(record)
+                log.iteration(record.to_dict())
         except BaseException as exc:
             log.aborted(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
             raise

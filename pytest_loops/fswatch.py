@@ -26,6 +26,8 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
+from .deadline import DeadlineReached, ShouldStop
+
 __all__ = ["Changes", "DirectoryJournal", "JournalLost", "unavailable_reason", "within"]
 
 # <linux/inotify.h>: the same values on every architecture.
@@ -302,10 +304,13 @@ class DirectoryJournal:
 
     # -- events
 
-    def _read(self) -> bytes:
+    def _read(self, should_stop: ShouldStop | None = None) -> bytes:
         chunks: list[bytes] = []
         total = 0
         while True:
+            if should_stop is not None and should_stop():
+                # the events read so far are lost: the caller must walk next time
+                raise DeadlineReached(f"while reading the change journal of {self.root}")
             try:
                 data = os.read(self._fd, _READ_SIZE)
             except BlockingIOError:
@@ -318,12 +323,16 @@ class DirectoryJournal:
                 raise JournalLost("changes arrive faster than they can be read")
         return b"".join(chunks)
 
-    def drain(self, ignore: Callable[[str, str], bool] | None = None) -> Changes:
+    def drain(self, ignore: Callable[[str, str], bool] | None = None, *,
+              should_stop: ShouldStop | None = None) -> Changes:
         """Read every pending event.
 
         ``ignore(path, name)``: events about a child of a watched directory for
         which it returns true are dropped (names the caller never looks at).
-        Raises :class:`JournalLost` when the events cannot be trusted to be complete.
+        Raises :class:`JournalLost` when the events cannot be trusted to be complete,
+        and :class:`~pytest_loops.deadline.DeadlineReached` when ``should_stop()``
+        answers true before every event is read (the journal can then vouch for
+        nothing: close it and walk).
         """
         if self.closed:
             raise JournalLost("the journal is closed", sticky=True)
@@ -336,7 +345,7 @@ class DirectoryJournal:
         gone: set[str] = set()
         deleted: set[int] = set()
         paths = self._paths
-        for wd, mask, name in parse_events(self._read()):
+        for wd, mask, name in parse_events(self._read(should_stop)):
             if mask & IN_Q_OVERFLOW:
                 raise JournalLost("the inotify event queue overflowed")
             path = paths.get(wd)

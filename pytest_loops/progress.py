@@ -17,9 +17,10 @@ import re
 import stat
 import time
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 from . import fswatch
+from .deadline import DeadlineReached, ShouldStop
 from .errors import LoopUsageError
 from .signature import failure_signature, first_meaningful_line, normalize_failure
 
@@ -58,6 +59,10 @@ RACY_WINDOW_NS = 2_000_000_000
 # on how long a change inotify never reports (a write through mmap) can go unseen.
 # A walk costs one stat per file, next to the seconds an iteration takes.
 JOURNAL_REWALK_EVERY = 16
+
+# Files larger than this are hashed chunk by chunk, asking ``should_stop`` between
+# chunks: one big file cannot hold the loop past its budget.
+HASH_CHUNK = 1 << 20
 
 _FORMAT_TAG = b"pytest-loops.state/1\n"
 _MAGIC = re.compile(r"[*?[]")
@@ -267,6 +272,12 @@ class StateFingerprint:
 
     The journal holds a file descriptor: :meth:`close` (or ``with``) releases it,
     as does garbage collection. After :meth:`close`, computes walk.
+
+    ``should_stop`` (the engine sets it from the loop's budget) is asked for every
+    directory listed, before every file read and between chunks of a big file;
+    when it answers true, ``compute()`` raises
+    :class:`~pytest_loops.deadline.DeadlineReached` and keeps nothing of the
+    interrupted compute (the next one starts over from the last complete one).
     """
 
     def __init__(
@@ -275,7 +286,9 @@ class StateFingerprint:
         patterns: Sequence[str],
         *,
         exclude: Sequence[str] = (),
+        should_stop: ShouldStop | None = None,
     ) -> None:
+        self.should_stop = should_stop
         self._root = os.path.abspath(_check_path_argument(root, "state root"))
         self._root_real = os.path.realpath(self._root)
         self._patterns = [p for p in _as_list(patterns, "state pattern") if p.strip()]
@@ -295,6 +308,7 @@ class StateFingerprint:
         self._root_prefix = self._root if self._root.endswith(os.sep) else self._root + os.sep
         self._cache: dict[str, _Cached] = {}
         self._cached_now = 0  # files hashed into the cache by the last compute
+        self._read_now = 0  # files read so far by this compute (said when it is interrupted)
         self._files: list[str] = []  # sorted keys of the last compute
         self._lines: dict[str, str] = {}  # key -> its line in the fingerprinted text
         self._marked = False  # the last text held directory markers
@@ -459,7 +473,7 @@ class StateFingerprint:
 
     def _compute_by_journal(self, journal: fswatch.DirectoryJournal) -> str:
         """Reuse the last compute, redoing only what the events since then name."""
-        changes = journal.drain(self._ignore_event)
+        changes = journal.drain(self._ignore_event, should_stop=self.should_stop)
         invalidated = self._invalidate(changes)
         for path in self._literal_links:
             if os.path.isdir(path):
@@ -653,6 +667,8 @@ class StateFingerprint:
         listing = self._listings.get(path)
         if listing is not None:
             return listing
+        if self.should_stop is not None and self.should_stop():
+            self._stop()
         if self._journal is not None and self._journal_kind(path) != "dir":
             return []
         excluded = self._excluded
@@ -778,9 +794,12 @@ class StateFingerprint:
         listings = self._listings
         trees = self._trees
         journal = self._journal
+        should_stop = self.should_stop
         sep = os.sep
         stack = [(path, key, only)]
         while stack:
+            if should_stop is not None and should_stop():
+                self._stop()
             dir_path, dir_key, rx = stack.pop()
             by_rx = trees.get(dir_path)
             part = by_rx.get(rx) if by_rx is not None else None
@@ -868,8 +887,10 @@ class StateFingerprint:
         links = self._links
         prestat = self._prestat.get
         evaluate = self._evaluate
+        should_stop = self.should_stop
         hashed = 0
         self._cached_now = 0
+        self._read_now = 0
         for key, path in matches.items():
             st = prestat(key)
             if st is not None and is_reg(st.st_mode):
@@ -880,6 +901,8 @@ class StateFingerprint:
                     if st.st_nlink > 1 or key in links:
                         volatile.add(key)
                     continue
+            if should_stop is not None and should_stop():
+                self._stop()
             hashed += evaluate(key, path, st, False, old_cache, new_cache, digests, volatile)
         # Deleted files drop out of the cache here.
         self._cache = new_cache
@@ -911,7 +934,11 @@ class StateFingerprint:
         changed: set[str] = set()
         hashed = 0
         self._cached_now = 0
+        self._read_now = 0
+        should_stop = self.should_stop
         for key in todo:
+            if should_stop is not None and should_stop():
+                self._stop()
             before = digests.get(key)
             hashed += self._evaluate(
                 key, matches[key], None, key in touched, cache, cache, digests, volatile
@@ -967,7 +994,8 @@ class StateFingerprint:
             digests[key] = cached.digest
             new_cache[key] = cached
         else:
-            result = self._hash_file(path)
+            self._read_now += 1
+            result = self._hash_file(path, self.should_stop)
             read = 1
             if isinstance(result, str):  # errors are not cached: tried again next time
                 new_cache.pop(key, None)
@@ -997,9 +1025,18 @@ class StateFingerprint:
         except OSError as exc:
             return _error_marker(exc)
 
+    def _stop(self) -> None:
+        """The budget ran out: say how far this compute got, and stop it."""
+        self._stats = {**self._stats, "hashed": self._read_now, "mode": "interrupted"}
+        raise DeadlineReached(
+            f"while fingerprinting the state ({', '.join(self._patterns)}): "
+            f"{self._read_now} file(s) read before it ran out"
+        )
+
     @staticmethod
-    def _hash_file(path: str) -> _Cached | str:
-        """Hash one file; a marker string if it cannot be read."""
+    def _hash_file(path: str, should_stop: ShouldStop | None = None) -> _Cached | str:
+        """Hash one file; a marker string if it cannot be read. A file larger than
+        :data:`HASH_CHUNK` asks ``should_stop`` between chunks (DeadlineReached)."""
         hashed_at = time.time_ns()
         try:
             fd = os.open(path, _OPEN_FLAGS)
@@ -1011,9 +1048,27 @@ class StateFingerprint:
                 st = os.fstat(f.fileno())
                 if not stat.S_ISREG(st.st_mode):
                     return f"special:{stat.S_IFMT(st.st_mode):o}"
-                digest = hashlib.file_digest(f, "sha256").hexdigest()
+                if should_stop is None or st.st_size <= HASH_CHUNK:
+                    digest = hashlib.file_digest(f, "sha256").hexdigest()
+                else:
+                    digest = _chunked_digest(f, should_stop, path)
         except OSError as exc:
             return _error_marker(exc)
         trusted = st.st_mtime_ns < hashed_at - RACY_WINDOW_NS
         return _Cached(_stat_signature(st), digest, trusted)
 
+
+
+def _chunked_digest(f: BinaryIO, should_stop: ShouldStop, path: str) -> str:
+    """sha256 of an open file, read :data:`HASH_CHUNK` bytes at a time, asking
+    ``should_stop`` before each chunk (as fast as ``hashlib.file_digest``)."""
+    h = hashlib.sha256()
+    buf = bytearray(HASH_CHUNK)
+    view = memoryview(buf)
+    while True:
+        if should_stop():
+            raise DeadlineReached(f"while fingerprinting the state: in the middle of hashing {path}")
+        n = f.readinto(buf)
+        if not n:
+            return h.hexdigest()
+        h.update(view[:n])

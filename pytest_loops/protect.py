@@ -35,6 +35,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from .deadline import DeadlineReached, ShouldStop
 from .spec import CheckKind, LoopSpec
 
 if TYPE_CHECKING:
@@ -291,8 +292,9 @@ class RevisePass:
     walked: bool = False  # the journal could not vouch: the tree was walked
 
 
-def _hash_copy(src: str, dst: str | None) -> tuple[str, int]:
-    """sha256 of ``src`` (and a copy of it at ``dst``), read once."""
+def _hash_copy(src: str, dst: str | None, should_stop: ShouldStop | None = None) -> tuple[str, int]:
+    """sha256 of ``src`` (and a copy of it at ``dst``), read once; ``should_stop`` is
+    asked between blocks (:class:`~pytest_loops.deadline.DeadlineReached`)."""
     h = hashlib.sha256()
     size = 0
     fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -302,6 +304,8 @@ def _hash_copy(src: str, dst: str | None) -> tuple[str, int]:
             out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             while True:
+                if should_stop is not None and size and should_stop():
+                    raise DeadlineReached(f"while the tree guard copied {src} into its loop-start store")
                 block = os.read(fd, COPY_BLOCK)
                 if not block:
                     break
@@ -338,12 +342,18 @@ class TreeGuard:
         files the checks name.
     :param extra_ancestors: more directories whose configuration files are
         watched (where the clean room will be built).
+    :param should_stop: the loop's budget, asked while :meth:`begin` walks and
+        copies the tree (between directories, files and blocks): it raises
+        :class:`~pytest_loops.deadline.DeadlineReached` and no revise step runs.
+        Never asked after a revise step: undoing its changes to read-only paths
+        is not cut short.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, scope: Sequence[str] = (),
                  protect: Sequence[str] = (), own: Sequence[str] = (),
                  test_files: Sequence[str] = (), readonly_files: Sequence[str] = (),
-                 extra_ancestors: Sequence[str] = (), journal: bool = True) -> None:
+                 extra_ancestors: Sequence[str] = (), journal: bool = True,
+                 should_stop: ShouldStop | None = None) -> None:
         self.root = os.path.realpath(os.fspath(root))
         self.scope = tuple(scope)
         self.protect = tuple(protect)
@@ -363,6 +373,8 @@ class TreeGuard:
         self._journal: DirectoryJournal | None = None
         self._journal_reason: str | None = None
         self.started = False
+        self.should_stop = should_stop
+        self._stop_now: ShouldStop | None = None  # should_stop while begin() runs, else None
         self.walks = 0
         self.dirs: set[str] = set()  # directories listed (so a new one is walked whole)
         self.files_in: dict[str, set[str]] = {}  # directory -> its files in the state
@@ -514,6 +526,7 @@ class TreeGuard:
         """A directory and everything below it."""
         stack = [rel_dir]
         while stack:
+            self._deadline("walked the tree")
             stack.extend(self._list(stack.pop(), changes))
 
     def _forget_dir(self, rel_dir: str, changes: dict[str, Entry | None], *, keep_venv: bool = False) -> None:
@@ -575,11 +588,23 @@ class TreeGuard:
 
     # -- the loop's life ---------------------------------------------------------------
 
+    def _deadline(self, doing: str) -> None:
+        if self._stop_now is not None and self._stop_now():
+            raise DeadlineReached(f"while the tree guard {doing} at loop start "
+                                  f"({len(self.store)} read-only file(s) copied)")
+
     def begin(self) -> None:
         """At loop start: record the tree, copy read-only (and audited) files to the store."""
         if self.started:
             return
         self.started = True
+        self._stop_now = self.should_stop
+        try:
+            self._begin()
+        finally:
+            self._stop_now = None
+
+    def _begin(self) -> None:
         if self.use_journal:
             from .fswatch import DirectoryJournal, JournalLost
 
@@ -594,6 +619,7 @@ class TreeGuard:
         for rel, entry in self.state.items():
             if entry.kind != "f":
                 continue
+            self._deadline("copied read-only files")
             reason = self.readonly_reason(rel, entry, new=False)
             if reason == CACHE_REASON:
                 continue
@@ -613,7 +639,7 @@ class TreeGuard:
     def _copy_in(self, src: str, dst: str, entry: Entry) -> Stored | None:
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         try:
-            digest, size = _hash_copy(src, dst)
+            digest, size = _hash_copy(src, dst, self._stop_now)
         except OSError:
             return None
         data = None

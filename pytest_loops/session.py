@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from filelock import FileLock
 
 from .config import GUARD_KEYS, Resolved
 from .engine import ARTIFACTS_DIRNAME, Engine
@@ -136,10 +135,14 @@ class LoopSession:
         revises = spec.revise or len(self.config.pluginmanager.hook.pytest_loop_revise.get_hookimpls()) > 1
         if not revises:  # a loop that changes nothing needs no lock
             return self._run(spec, **kwargs)
-        lock_path = self.rootdir / ARTIFACTS_DIRNAME / "tree.lock"
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(lock_path)):
-            return self._run(spec, **kwargs)
+        from .treelock import TreeLock, terminal_say
+
+        # the wait is spoken and counts against the loop's budget (TIMEOUT naming the holder)
+        lock = TreeLock(self.rootdir / ARTIFACTS_DIRNAME / "tree.lock", say=terminal_say(self.config))
+        try:
+            return self._run(spec, before_start=lock.acquire, **kwargs)
+        finally:
+            lock.release()
 
     def _run(self, spec: LoopSpec, **kwargs: Any) -> LoopResult:
         """Ctrl-C or SIGTERM of pytest first ends the loop's running command, whole tree."""

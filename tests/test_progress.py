@@ -1017,7 +1017,7 @@ def test_queue_overflow_walks_once_then_the_journal_resumes(
 def test_overflow_event_means_the_account_is_lost(tmp_path: Path, journal: None) -> None:
     j = fswatch.DirectoryJournal(str(tmp_path))
     try:
-        j._read = lambda: struct.pack("iIII", -1, fswatch.IN_Q_OVERFLOW, 0, 0)
+        j._read = lambda *_: struct.pack("iIII", -1, fswatch.IN_Q_OVERFLOW, 0, 0)
         with pytest.raises(fswatch.JournalLost, match="overflowed") as info:
             j.drain()
         assert not info.value.sticky
@@ -1127,7 +1127,7 @@ def test_interrupted_journal_compute_walks_next_time(
     sf.compute()
     write(tmp_path, "a.txt", "2")
 
-    def interrupted(path: str) -> progress._Cached | str:
+    def interrupted(path: str, should_stop: object = None) -> progress._Cached | str:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(StateFingerprint, "_hash_file", staticmethod(interrupted))
