@@ -104,11 +104,15 @@ class Cgroup:
         return f"Cgroup({self.path!r}, v{self.version})"
 
     def pids(self) -> list[int]:
-        try:
-            with open(self.procs, "rb") as f:
-                return [int(word) for word in f.read().split()]
-        except (OSError, ValueError):
-            return []
+        """The processes in the leaf and in any cgroup made below it (a nested harness's)."""
+        pids: list[int] = []
+        for directory, _subdirs, _files in os.walk(self.path):
+            try:
+                with open(os.path.join(directory, "cgroup.procs"), "rb") as f:
+                    pids += [int(word) for word in f.read().split()]
+            except (OSError, ValueError):
+                pass
+        return pids
 
     @property
     def procs(self) -> str:
@@ -142,15 +146,16 @@ class Cgroup:
         """rmdir the leaf, waiting for killed members to be gone from it; False if it stays."""
         end = time.monotonic() + within
         while True:
-            try:
-                os.rmdir(self.path)
+            for directory, _subdirs, _files in os.walk(self.path, topdown=False):
+                try:
+                    os.rmdir(directory)  # cgroups below it first: a nested harness's
+                except OSError:
+                    pass
+            if not os.path.exists(self.path):
                 return True
-            except FileNotFoundError:
-                return True
-            except OSError:
-                if time.monotonic() > end:
-                    return False
-                time.sleep(0.005)
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.005)
 
 
 def _write(path: str, text: str) -> bool:
