@@ -82,7 +82,8 @@ def _revise(token: str) -> str:
     return f"sleep 300.{token} & (setsid env -i /bin/sleep 300.{token} &) ; touch up; sleep 300.{token}"
 
 
-def _start(entry: str, project: Path, revise: str, budget: float) -> subprocess.Popen:
+def _start(entry: str, project: Path, revise: str, budget: float,
+           env: dict[str, str] | None = None) -> subprocess.Popen:
     if entry == "cli":
         argv = [sys.executable, "-m", "pytest_loops", "run", "--verify", "false", "--revise", revise,
                 "--max-iter", "3", "--budget-seconds", str(budget), "--no-tine", "--no-suspects",
@@ -93,7 +94,7 @@ def _start(entry: str, project: Path, revise: str, budget: float) -> subprocess.
                                            f'  after 3 tries: stop\n  budget: {budget} seconds\n')
         (project / "pytest.ini").write_text("[pytest]\n")
         argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "--loop", "tree.loop"]
-    return subprocess.Popen(argv, cwd=project, env=clean_env(), stdout=subprocess.PIPE,
+    return subprocess.Popen(argv, cwd=project, env=clean_env(env), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
@@ -111,6 +112,20 @@ ENTRIES = ["cli", "pytest"]
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_sigkill_of_the_harness_kills_the_revise_tree(entry, token, tmp_path):
     proc = _start(entry, tmp_path, _revise(token), budget=120)
+    _kill_when_up(proc, tmp_path, token)
+    assert _survivors(token) == []
+    assert _leaves_of(proc.pid) == []  # the watchdog removed the command's cgroup leaves
+
+
+def test_sigkill_of_the_harness_kills_the_revise_group_without_cgroups(token, tmp_path):
+    """Without a cgroup the watchdog still kills the revise step's process group."""
+    proc = _start("cli", tmp_path, f"sleep 300.{token} & touch up; sleep 300.{token}", budget=120,
+                  env={"PYTEST_LOOPS_CGROUP": "off"})
+    _kill_when_up(proc, tmp_path, token)
+    assert _survivors(token) == []
+
+
+def _kill_when_up(proc: subprocess.Popen, tmp_path: Path, token: str) -> None:
     try:
         _wait_for(tmp_path / "up", proc)
         assert _with_token(token), "the revise step's processes should be running"
@@ -118,8 +133,6 @@ def test_sigkill_of_the_harness_kills_the_revise_tree(entry, token, tmp_path):
         proc.wait(timeout=30)
     finally:
         _end(proc)
-    assert _survivors(token) == []
-    assert _leaves_of(proc.pid) == []  # the watchdog removed the command's cgroup leaves
 
 
 def _leaves_of(pid: int, within: float = 10.0) -> list[str]:

@@ -874,3 +874,18 @@ def test_the_watchdog_never_outlives_the_harness(how, tmp_path):
     except ChildProcessError:
         pass
     assert not pid_alive(dog)
+
+
+def test_finds_nothing_counts_lines_of_any_length(tmp_path):
+    from pytest_loops.checks import _output_lines
+    from pytest_loops.results import CommandResult
+
+    path = tmp_path / "o"
+    path.write_bytes(b"\n  \n" + b"x" * 200_000 + b"\n\t\nlast")
+    result = CommandResult(command="c", exit_code=0, duration_s=0.0, output_file=str(path),
+                           output_bytes=path.stat().st_size)
+    assert _output_lines(result) == 2
+    path.write_bytes(b"y" * 200_000)
+    assert _output_lines(result) == 1
+    path.write_bytes(b" \n\n")
+    assert _output_lines(result) == 0
