@@ -1,9 +1,10 @@
-"""Subprocesses for checks and revise steps: own session, deadline, full log, tail.
+"""Subprocesses for checks and revise steps: own session, deadline, capped log, tail.
 
 Every command runs through ``/bin/sh`` in a new session, with stdin from
-``/dev/null`` and stdout+stderr going straight into a file (never a pipe that
-can fill up). No descendant outlives its command: when the command ends or its
-deadline passes, its process group, every descendant seen while it ran, and
+``/dev/null`` and stdout+stderr going through a pipe that a thread copies into
+a file, at most ``output_cap`` bytes of it (see :mod:`pytest_loops.output`).
+No descendant outlives its command: when the command ends or its deadline
+passes, its process group, every descendant seen while it ran, and
 every orphan that can be traced back to it get SIGTERM, then SIGKILL after a
 short grace, and are reaped.
 
@@ -12,7 +13,10 @@ escape with ``setsid`` are re-parented to it instead of to init, and it walks
 ``/proc`` while a command runs to learn the command's whole process tree.
 Orphans are attributed to a command by that tree, by its process group or
 session, or by a per-command tag in their environment; nothing else is ever
-signalled. Elsewhere only the process group is cleaned up.
+signalled. Where a cgroup hierarchy is writable, each command also gets a
+cgroup leaf of its own, which makes all this exact, and a watchdog process
+kills what is left if the harness itself is killed (see :mod:`pytest_loops.reaper`).
+Elsewhere only the process group is cleaned up.
 """
 
 from __future__ import annotations
@@ -84,11 +88,7 @@ def _enable_subreaper() -> None:
             pass
 
 
-# --- the process table ------------------------------------------------------
-
-_Proc = Proc
-_read_stat = read_stat
-_snapshot = snapshot
+# --- the process table (read by reaper.snapshot) -------------------------------
 
 
 def _environ_has(pid: int, needle: bytes) -> bool:
@@ -148,7 +148,7 @@ class _Running:
         self.main_start: int | None = None  # the main process's start time (clock ticks)
         self.sole: Callable[[], bool] = lambda: False  # is it the only command running?
 
-    def members(self, table: dict[int, _Proc] | None) -> dict[int, _Proc]:
+    def members(self, table: dict[int, Proc] | None) -> dict[int, Proc]:
         """The processes in ``table`` that belong to this command (and remember them)."""
         if table is None:
             return {}
@@ -204,7 +204,7 @@ class _Running:
             self.known[pid] = entry.start
         return result
 
-    def signal(self, sig: int, table: dict[int, _Proc] | None) -> list[_Proc]:
+    def signal(self, sig: int, table: dict[int, Proc] | None) -> list[Proc]:
         """Send ``sig`` to the group and every live member; return the live members."""
         if not self.group_gone and not _killpg(self.pid, sig) and self.proc.returncode is not None:
             self.group_gone = True
@@ -220,7 +220,7 @@ class _Running:
 
     def alive(self) -> bool:
         """Whether any process of this command still runs (zombies do not count)."""
-        table = _snapshot()
+        table = snapshot()
         if table is None:
             if self.proc.returncode is None:
                 return True
@@ -268,8 +268,8 @@ class ProcessRunner:
 
         Output (stdout and stderr together) goes through a pipe to ``output_path``
         (parent directories are created) or to a temporary file that is deleted
-        once its tail is read; at most ``output_cap`` bytes of it are kept. ``env=None`` inherits ``os.environ``. A command that cannot
-        start gives ``exit_code=None`` and a one-line ``start_error``; this
+        once its tail is read; at most ``output_cap`` bytes of it are kept.
+        ``env=None`` inherits ``os.environ``. A command that cannot start gives ``exit_code=None`` and a one-line ``start_error``; this
         method does not raise for that. A command killed by a signal has a
         negative ``exit_code`` (``-signal``), as in :mod:`subprocess`.
         """
@@ -289,7 +289,7 @@ class ProcessRunner:
         _enable_subreaper()
         dog = reaper.watchdog()  # before the command: never taken for one of its children
         if self._strays:
-            self._reap_strays(_snapshot())
+            self._reap_strays(snapshot())
 
         tag = f"{os.getpid()}-{next(_tags)}-{time.monotonic_ns()}"
         child_env = dict(os.environ if env is None else env)
@@ -402,12 +402,12 @@ class ProcessRunner:
             return
         for running in runs:
             running.terminated = True
-            running.signal(signal.SIGTERM, _snapshot())
+            running.signal(signal.SIGTERM, snapshot())
         end = time.monotonic() + self.grace_seconds
         while time.monotonic() < end and any(r.alive() for r in runs):
             time.sleep(_POLL_MAX)
         for running in runs:
-            running.signal(signal.SIGKILL, _snapshot())
+            running.signal(signal.SIGKILL, snapshot())
 
     # -- internals --
 
@@ -433,7 +433,7 @@ class ProcessRunner:
                 if deadline is not None and now >= deadline:
                     return True
                 if now >= next_scan:
-                    running.members(_snapshot())  # learn descendants before they escape
+                    running.members(snapshot())  # learn descendants before they escape
                     scan_gap = min(scan_gap * 1.5, _SCAN_MAX)
                     next_scan = time.monotonic() + scan_gap
                 if pidfd is not None:
@@ -467,7 +467,7 @@ class ProcessRunner:
         give_up: float | None = None
         while True:
             proc.poll()
-            table = _snapshot()
+            table = snapshot()
             members = {
                 pid: p
                 for pid, p in running.members(table).items()
@@ -513,14 +513,14 @@ class ProcessRunner:
         return children <= others
 
     @staticmethod
-    def _reaped(entry: _Proc, main_pid: int) -> bool:
+    def _reaped(entry: Proc, main_pid: int) -> bool:
         """waitpid a member that is our own zombie child; never the main process,
         which belongs to its Popen object."""
         if entry.pid == main_pid or not entry.zombie or entry.ppid != os.getpid():
             return False
         return _waitpid(entry.pid)
 
-    def _reap_strays(self, table: dict[int, _Proc] | None) -> None:
+    def _reap_strays(self, table: dict[int, Proc] | None) -> None:
         if table is None:
             return
         me = os.getpid()
