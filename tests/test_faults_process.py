@@ -231,3 +231,20 @@ def test_pytest_rejects_a_bad_output_cap(tmp_path):
                           text=True, timeout=120)
     assert proc.returncode != 0
     assert "--loop-output-cap" in proc.stderr and "not a valid output_cap" in proc.stderr
+
+
+@pytest.mark.parametrize(("raw", "size"), [("16M", 16 << 20), ("16MiB", 16 << 20), ("512k", 512 << 10),
+                                           ("1G", 1 << 30), ("0", 0), (" 123 ", 123), (4096, 4096)])
+def test_output_cap_sizes(raw, size):
+    from pytest_loops.config import parse_size
+
+    assert parse_size(raw, "here") == size
+
+
+@pytest.mark.parametrize("raw", ["", "M", "-1", "1.5M", "1T", "lots", True])
+def test_output_cap_rejects_naming_where(raw):
+    from pytest_loops.config import parse_size
+    from pytest_loops.errors import LoopUsageError
+
+    with pytest.raises(LoopUsageError, match="here.*not a valid output_cap"):
+        parse_size(raw, "here")
