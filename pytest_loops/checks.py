@@ -165,14 +165,17 @@ def _output_lines(cmd: CommandResult) -> int:
     if not cmd.output_file:
         return len([line for line in cmd.tail.splitlines() if line.strip()]) or (1 if cmd.output_bytes else 0)
     count = 0
+    blank = True
     try:
         with open(cmd.output_file, "rb") as f:
-            for line in f:
-                if line.strip():
-                    count += 1
+            while piece := f.readline(1 << 16):  # pieces: a line may be as long as the output
+                blank = blank and not piece.strip()
+                if piece.endswith(b"\n"):
+                    count += not blank
+                    blank = True
     except OSError:
         return 1  # unreadable output is not "nothing"
-    return count
+    return count + (not blank)
 
 
 def run_command_check(check: Check, context: LoopContext) -> CheckResult:

@@ -16,7 +16,15 @@ from typing import Any, NoReturn
 
 import pluggy
 
-from .config import GUARD_KEYS, env_layer, parse_guard, parse_signal, read_runner_config, resolve
+from .config import (
+    GUARD_KEYS,
+    env_layer,
+    parse_guard,
+    parse_signal,
+    parse_size,
+    read_runner_config,
+    resolve,
+)
 from .errors import LoopUsageError
 from .reporting import iteration_line
 from .spec import Check, Guards, LoopSpec
@@ -84,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
                                             "--state), failure (the same failure K times in a row), or both")
     run.add_argument("--escalate-after", type=_guard_type("escalate_after"), metavar="N",
                      help="hand off to a human after N failed iterations; 0 = off (default)")
+    run.add_argument("--output-cap", type=lambda v: parse_size(v, "--output-cap"), metavar="SIZE",
+                     help="bytes of each command's output kept (first and last halves), e.g. 16M; 0 = all "
+                          "(default 16M)")
     run.add_argument("--log", metavar="PATH", help="run log path (default .pytest-loops/runs/NAME-TIME.json)")
     run.add_argument("--episodic", metavar="PATH", help="the reflexion page for lessons (markdown)")
     run.add_argument("--no-reflexion", action="store_true", help="write and read no lessons")
@@ -197,7 +208,7 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
     flags.update(revise=args.revise, state_paths=args.state, verify=args.verify,
                  no_progress_signal=args.no_progress_signal, protect=args.protect, scope=args.scope,
                  memory_page=args.episodic, log_path=args.log, artifacts=args.artifacts,
-                 reflexion=False if args.no_reflexion else None)
+                 reflexion=False if args.no_reflexion else None, output_cap=args.output_cap)
     layers.append(("command line", flags))
     settings = resolve(layers)
     verify = settings["verify"]
@@ -220,7 +231,7 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
     for key in _OUTPUT_PATHS:
         _check_output_path(settings.values.get(key), key, settings.origin.get(key, ""), cwd)
     return spec, {"log_path": settings["log_path"], "unknown_keys": unknown, "config": config_path,
-                  "artifacts": settings.values.get("artifacts")}
+                  "artifacts": settings.values.get("artifacts"), "output_cap": settings["output_cap"]}
 
 
 # setting -> (flag, config file key, environment variable) that may have set it
@@ -288,7 +299,9 @@ def resume_spec(args: argparse.Namespace) -> tuple[LoopSpec, dict[str, Any], dic
     _check_output_path(args.artifacts, "artifacts", "command line", cwd)
     if spec.reflexion:
         _check_output_path(spec.memory_page, "memory_page", "", cwd, where=f"{where}: memory_page")
-    return spec.replace(**changes), {"log_path": args.log, "unknown_keys": [], "config": None}, data
+    cap = resolve([("environment", env_layer()), ("command line", {"output_cap": args.output_cap})])["output_cap"]
+    return spec.replace(**changes), {"log_path": args.log, "unknown_keys": [], "config": None,
+                                     "output_cap": cap}, data
 
 
 def _command_line_loop(args: argparse.Namespace) -> tuple[LoopSpec | None, list[str] | None]:
@@ -350,7 +363,7 @@ def cmd_run(args: argparse.Namespace) -> int:
              f"budget={g.budget_seconds:g}s no_progress_k={g.no_progress_k} "
              f"escalate_after={g.escalate_after}; state: {', '.join(spec.state_paths) or '(none: no-progress off)'}",
              out)
-    runner = ProcessRunner()
+    runner = ProcessRunner(output_cap=extra["output_cap"])
     engine = Engine(runner=runner, plugin_manager=pm, artifacts_dir=extra.get("artifacts", args.artifacts),
                     finishers=finishers, localize=not args.no_suspects, audit=args.audit,
                     hide_env=[args.sign_key_env or ""])

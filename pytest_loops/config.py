@@ -23,6 +23,7 @@ from .spec import (
     DEFAULT_ESCALATE_AFTER,
     DEFAULT_MAX_ITER,
     DEFAULT_NO_PROGRESS_K,
+    DEFAULT_OUTPUT_CAP,
     NO_PROGRESS_SIGNALS,
     validate_guard_values,
 )
@@ -43,6 +44,7 @@ DEFAULTS: dict[str, Any] = {
     "reflexion": True,
     "memory_page": None,
     "log_path": None,
+    "output_cap": DEFAULT_OUTPUT_CAP,
 }
 
 ENV_PREFIX = "PYTEST_LOOPS_"
@@ -58,6 +60,7 @@ ENV_NAMES = {
     "state_paths": "PYTEST_LOOPS_STATE",
     "memory_page": "PYTEST_LOOPS_MEMORY",
     "artifacts": "PYTEST_LOOPS_ARTIFACTS",
+    "output_cap": "PYTEST_LOOPS_OUTPUT_CAP",
 }
 
 _VALID_HINT = {
@@ -91,6 +94,23 @@ def parse_guard(name: str, raw: Any, where: str) -> Any:
     if validate_guard_values(**{name: value}):
         raise LoopUsageError(f"{raw!r} is not a valid {name}; valid: {_VALID_HINT[name]}",
                              location=where)
+    return value
+
+
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def parse_size(raw: Any, where: str) -> int:
+    """A byte count: ``16777216``, ``16M``, ``512k``, ``1GiB`` (powers of 1024)."""
+    text = str(raw).strip().lower().removesuffix("b").removesuffix("i")
+    unit = text[-1:] if text[-1:] in _SIZE_UNITS else ""
+    try:
+        value = int(text[:len(text) - len(unit)].strip()) * _SIZE_UNITS[unit]
+    except ValueError:
+        value = -1
+    if isinstance(raw, bool) or value < 0:
+        raise LoopUsageError(f"{raw!r} is not a valid output_cap; valid: a number of bytes >= 0 with an "
+                             "optional K, M or G suffix, e.g. 16M (0 keeps all output)", location=where)
     return value
 
 
@@ -149,6 +169,8 @@ def env_layer(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
             layer[key] = parse_signal(raw, f"environment variable {var}")
         elif key == "state_paths":
             layer[key] = [p for p in raw.split(os.pathsep) if p]
+        elif key == "output_cap":
+            layer[key] = parse_size(raw, f"environment variable {var}")
         else:
             layer[key] = raw
     return layer

@@ -37,13 +37,9 @@ def failing_tests(failed: list[CheckResult]) -> list[str]:
 
         if narrow_pytest_command(check.command) is None:
             continue
-        text = check.output_tail
-        if check.output_file:
-            try:
-                text = Path(check.output_file).read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                pass
-        for line in text.splitlines():
+        from .output import output_lines
+
+        for line in output_lines(check.output_file, check.output_tail):
             match = _FAILED_LINE.match(line)
             if match:
                 ids.setdefault(match.group(1), None)

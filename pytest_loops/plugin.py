@@ -20,10 +20,12 @@ from .config import (
     env_layer,
     parse_guard,
     parse_signal,
+    parse_size,
     read_runner_config,
     resolve,
 )
 from .errors import LoopUsageError
+from .spec import DEFAULT_OUTPUT_CAP
 from .verdict import EXIT_USAGE
 
 MARKER = (
@@ -67,6 +69,8 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "sign_key_env": ("sign .tine files with the HMAC key in this environment variable (>= 16 bytes)",
                      "string"),
     "sign_key_file": ("sign .tine files with this Ed25519 private key file", "string"),
+    "output_cap": ("bytes of each command's output kept (first and last halves), e.g. 16M; 0 = all "
+                   "(default 16M)", "string"),
 }
 
 
@@ -109,6 +113,8 @@ def _layer(config: pytest.Config, read, where) -> dict[str, Any]:
     raw = read("no_progress_signal")
     if raw is not None:
         layer["no_progress_signal"] = parse_signal(raw, where("no_progress_signal"))
+    if read("output_cap") is not None:
+        layer["output_cap"] = parse_size(read("output_cap"), where("output_cap"))
     for key, target in (("revise", "revise"), ("state", "state_paths"), ("memory", "memory_page"),
                         ("artifacts", "artifacts")):
         raw = read(key)
@@ -143,7 +149,7 @@ def build_settings(config: pytest.Config, environ: Mapping[str, str] | None = No
     defaults = {"max_iter": 6, "budget_seconds": 900.0, "no_progress_k": 2, "escalate_after": 0,
                 "no_progress_signal": "state",
                 "revise": None, "state_paths": [], "memory_page": None, "reflexion": True,
-                "artifacts": None}
+                "artifacts": None, "output_cap": DEFAULT_OUTPUT_CAP}
     return resolve(layers, defaults=defaults)
 
 

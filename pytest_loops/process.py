@@ -1,9 +1,10 @@
-"""Subprocesses for checks and revise steps: own session, deadline, full log, tail.
+"""Subprocesses for checks and revise steps: own session, deadline, capped log, tail.
 
 Every command runs through ``/bin/sh`` in a new session, with stdin from
-``/dev/null`` and stdout+stderr going straight into a file (never a pipe that
-can fill up). No descendant outlives its command: when the command ends or its
-deadline passes, its process group, every descendant seen while it ran, and
+``/dev/null`` and stdout+stderr going through a pipe that a thread copies into
+a file, at most ``output_cap`` bytes of it (see :mod:`pytest_loops.output`).
+No descendant outlives its command: when the command ends or its deadline
+passes, its process group, every descendant seen while it ran, and
 every orphan that can be traced back to it get SIGTERM, then SIGKILL after a
 short grace, and are reaped.
 
@@ -12,7 +13,10 @@ escape with ``setsid`` are re-parented to it instead of to init, and it walks
 ``/proc`` while a command runs to learn the command's whole process tree.
 Orphans are attributed to a command by that tree, by its process group or
 session, or by a per-command tag in their environment; nothing else is ever
-signalled. Elsewhere only the process group is cleaned up.
+signalled. Where a cgroup hierarchy is writable, each command also gets a
+cgroup leaf of its own, which makes all this exact, and a watchdog process
+kills what is left if the harness itself is killed (see :mod:`pytest_loops.reaper`).
+Elsewhere only the process group is cleaned up.
 """
 
 from __future__ import annotations
@@ -27,13 +31,16 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from . import reaper
+from .output import Capture, grow_pipe
+from .reaper import Proc, read_stat, snapshot
 from .results import CommandResult
+from .spec import DEFAULT_OUTPUT_CAP
 
-__all__ = ["ProcessRunner", "TerminationGuard", "TAG_VARIABLE", "pid_alive"]
+__all__ = ["ProcessRunner", "TerminationGuard", "TAG_VARIABLE", "DEFAULT_OUTPUT_CAP", "pid_alive"]
 
 TAG_VARIABLE = "PYTEST_LOOPS_COMMAND_TAG"
 """Set in every command's environment; lets orphans be traced back to their command."""
@@ -43,6 +50,10 @@ _POLL_MAX = 0.01  # seconds between exit checks: keeps deadlines precise to ~10 
 _SCAN_FIRST = 0.05  # first /proc walk: most commands that escape live longer; sooner costs short ones
 _SCAN_MAX = 0.2  # later walks further apart, to stay cheap on long commands
 _REAP_WAIT = 2.0  # how long to wait for SIGKILLed processes to become reapable
+# the command's shell joins its cgroup leaf before it runs anything, then becomes
+# the usual `/bin/sh -c COMMAND` (a write from Python after Popen() would race
+# with the command's first forks; a preexec_fn costs a full fork() of the harness)
+_JOIN = ("/bin/sh", "-c", '{ echo $$ >"$0"; } 2>/dev/null; exec /bin/sh -c "$1"')
 
 _tags = itertools.count(1)  # with the pid, makes each command's tag unique
 _subreaper_lock = threading.Lock()
@@ -77,55 +88,7 @@ def _enable_subreaper() -> None:
             pass
 
 
-# --- the process table ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Proc:
-    """One line of the process table, as read from /proc/PID/stat."""
-
-    pid: int
-    ppid: int
-    pgid: int
-    sid: int
-    start: int  # start time in clock ticks since boot: (pid, start) never repeats
-    zombie: bool
-
-
-def _read_stat(pid: int) -> _Proc | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    # the command name is in parentheses and may itself contain ") "
-    fields = data[data.rindex(b")") + 2 :].split()
-    try:
-        return _Proc(
-            pid=pid,
-            ppid=int(fields[1]),
-            pgid=int(fields[2]),
-            sid=int(fields[3]),
-            start=int(fields[19]),
-            zombie=fields[0] in (b"Z", b"X"),
-        )
-    except (IndexError, ValueError):
-        return None
-
-
-def _snapshot() -> dict[int, _Proc] | None:
-    """Every visible process by pid, or None where there is no /proc."""
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return None
-    table: dict[int, _Proc] = {}
-    for name in names:
-        if name.isdigit():
-            proc = _read_stat(int(name))
-            if proc is not None:
-                table[proc.pid] = proc
-    return table if table else None
+# --- the process table (read by reaper.snapshot) -------------------------------
 
 
 def _environ_has(pid: int, needle: bytes) -> bool:
@@ -170,9 +133,12 @@ class _Running:
     single dict/set operation.
     """
 
-    def __init__(self, proc: subprocess.Popen[bytes], tag: str) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], tag: str, cgroup: reaper.Cgroup | None = None) -> None:
         self.proc = proc
+        self.cgroup = cgroup  # its cgroup leaf: every descendant, whatever it did
+        self.dog = reaper.watchdog()  # told every member, to kill them if the harness dies
         self.pid = proc.pid  # also its process group and session id
+        self.tag = tag
         self.needle = f"{TAG_VARIABLE}={tag}".encode() + b"\0"
         self.known: dict[int, int] = {}  # pid -> start time of every member ever seen
         self.not_ours: set[tuple[int, int]] = set()  # children of ours without the tag
@@ -182,7 +148,7 @@ class _Running:
         self.main_start: int | None = None  # the main process's start time (clock ticks)
         self.sole: Callable[[], bool] = lambda: False  # is it the only command running?
 
-    def members(self, table: dict[int, _Proc] | None) -> dict[int, _Proc]:
+    def members(self, table: dict[int, Proc] | None) -> dict[int, Proc]:
         """The processes in ``table`` that belong to this command (and remember them)."""
         if table is None:
             return {}
@@ -195,6 +161,8 @@ class _Running:
             entry = table.get(pid)
             if entry is not None and entry.start == start:
                 found.add(pid)
+        if self.cgroup is not None:
+            found.update(pid for pid in self.cgroup.pids() if pid in table)
         if not self.group_gone:
             # while any member of the group/session exists, its id cannot be reused
             group = [p.pid for p in table.values() if self.pid in (p.pgid, p.sid)]
@@ -228,15 +196,23 @@ class _Running:
                     found.add(child)
                     todo.append(child)
         found.discard(me)
+        found.discard(self.dog.pid)
         result = {pid: table[pid] for pid in found}
         for pid, entry in result.items():
+            if self.known.get(pid) != entry.start:
+                self.dog.send("P", self.tag, pid, entry.start)
             self.known[pid] = entry.start
         return result
 
-    def signal(self, sig: int, table: dict[int, _Proc] | None) -> list[_Proc]:
+    def signal(self, sig: int, table: dict[int, Proc] | None) -> list[Proc]:
         """Send ``sig`` to the group and every live member; return the live members."""
         if not self.group_gone and not _killpg(self.pid, sig) and self.proc.returncode is not None:
             self.group_gone = True
+        if self.cgroup is not None:
+            if sig == signal.SIGKILL:
+                self.cgroup.kill(within=0)
+            else:
+                self.cgroup.signal(sig)
         live = [p for p in self.members(table).values() if not p.zombie]
         for entry in live:
             _kill(entry.pid, sig)
@@ -244,7 +220,7 @@ class _Running:
 
     def alive(self) -> bool:
         """Whether any process of this command still runs (zombies do not count)."""
-        table = _snapshot()
+        table = snapshot()
         if table is None:
             if self.proc.returncode is None:
                 return True
@@ -264,11 +240,15 @@ class ProcessRunner:
 
     :param grace_seconds: time between SIGTERM and SIGKILL when a command is stopped.
     :param tail_chars: how many characters of the output end up in ``CommandResult.tail``.
+    :param output_cap: bytes of a command's output kept in its file (0: no cap); beyond
+        it the first and last halves are kept, with a line saying how much was dropped.
     """
 
-    def __init__(self, *, grace_seconds: float = 0.2, tail_chars: int = 2000) -> None:
+    def __init__(self, *, grace_seconds: float = 0.2, tail_chars: int = 2000,
+                 output_cap: int = DEFAULT_OUTPUT_CAP) -> None:
         self.grace_seconds = max(0.0, float(grace_seconds))
         self.tail_chars = max(0, int(tail_chars))
+        self.output_cap = max(0, int(output_cap))
         self._active: dict[int, _Running] = {}
         self._strays: dict[int, int] = {}  # killed but not yet reaped: pid -> start time
         self._terminations = 0  # bumped by every terminate_all(), seen by starting commands
@@ -286,10 +266,10 @@ class ProcessRunner:
     ) -> CommandResult:
         """Run ``command`` with ``/bin/sh`` in ``cwd`` and wait for it, at most ``timeout`` s.
 
-        Output (stdout and stderr together) goes to ``output_path`` (parent
-        directories are created) or to a temporary file that is deleted once its
-        tail is read. ``env=None`` inherits ``os.environ``. A command that cannot
-        start gives ``exit_code=None`` and a one-line ``start_error``; this
+        Output (stdout and stderr together) goes through a pipe to ``output_path``
+        (parent directories are created) or to a temporary file that is deleted
+        once its tail is read; at most ``output_cap`` bytes of it are kept.
+        ``env=None`` inherits ``os.environ``. A command that cannot start gives ``exit_code=None`` and a one-line ``start_error``; this
         method does not raise for that. A command killed by a signal has a
         negative ``exit_code`` (``-signal``), as in :mod:`subprocess`.
         """
@@ -307,8 +287,9 @@ class ProcessRunner:
         if problem:
             return failed(problem)
         _enable_subreaper()
+        dog = reaper.watchdog()  # before the command: never taken for one of its children
         if self._strays:
-            self._reap_strays(_snapshot())
+            self._reap_strays(snapshot())
 
         tag = f"{os.getpid()}-{next(_tags)}-{time.monotonic_ns()}"
         child_env = dict(os.environ if env is None else env)
@@ -327,6 +308,8 @@ class ProcessRunner:
             return failed(f"cannot write the output file {output_path}: {exc.strerror or exc}")
 
         running: _Running | None = None
+        capture: Capture | None = None
+        cgroup = reaper.new_cgroup()
         children_before = _own_children() or set()
         ticks_before = _ticks_now()
         terminations = self._terminations
@@ -335,26 +318,34 @@ class ProcessRunner:
             # until the command is registered, a TerminationGuard defers raising in
             # this thread: an exception inside Popen() would lose the running child
             self._starting.add(thread)
+            pipe_r, pipe_w = os.pipe()
+            grow_pipe(pipe_w)
             try:
                 proc = subprocess.Popen(
-                    command,
-                    shell=True,
+                    ["/bin/sh", "-c", command] if cgroup is None else [*_JOIN, cgroup.procs, command],
                     cwd=cwd,
                     env=child_env,
                     stdin=subprocess.DEVNULL,
-                    stdout=out_fd,
+                    stdout=pipe_w,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                     close_fds=True,
                 )
             except (OSError, ValueError, TypeError, subprocess.SubprocessError) as exc:
+                os.close(pipe_r)
+                os.close(out_fd)
                 _unlink(path)
+                _drop_cgroup(cgroup)
                 reason = getattr(exc, "strerror", None) or str(exc)
                 return failed(f"cannot start the command in {os.fspath(cwd)}: {reason}")
             finally:
-                os.close(out_fd)  # the child has its own copy
+                os.close(pipe_w)  # the child has its own copy
+            capture = Capture(pipe_r, out_fd, self.output_cap)
             # registered at once, so terminate_all() from a signal handler sees it
-            running = _Running(proc, tag)
+            running = _Running(proc, tag, cgroup)
+            started_at = read_stat(proc.pid)
+            dog.send("C", tag, proc.pid, started_at.start if started_at else 0,
+                     cgroup.path if cgroup is not None else "-", cgroup.version if cgroup is not None else 0)
             running.children_before = children_before
             running.main_start = ticks_before
             running.sole = lambda: len(self._active) == 1
@@ -370,6 +361,8 @@ class ProcessRunner:
             # KeyboardInterrupt or SystemExit from a signal handler: leave nothing behind
             if running is not None:
                 self._stop(running)
+            if capture is not None:
+                capture.finish()
             if not keep_output:
                 _unlink(path)
             raise
@@ -377,10 +370,13 @@ class ProcessRunner:
             self._starting.discard(thread)
             if running is not None:
                 self._active.pop(id(running), None)
+                if _drop_cgroup(running.cgroup):
+                    dog.send("D", tag)
             self._resume_deferred()
+        size = capture.finish()
         duration = time.monotonic() - started
 
-        tail, size = _read_tail(path, self.tail_chars)
+        tail, _ = _read_tail(path, self.tail_chars)
         if not keep_output:
             _unlink(path)
         return CommandResult(
@@ -406,12 +402,12 @@ class ProcessRunner:
             return
         for running in runs:
             running.terminated = True
-            running.signal(signal.SIGTERM, _snapshot())
+            running.signal(signal.SIGTERM, snapshot())
         end = time.monotonic() + self.grace_seconds
         while time.monotonic() < end and any(r.alive() for r in runs):
             time.sleep(_POLL_MAX)
         for running in runs:
-            running.signal(signal.SIGKILL, _snapshot())
+            running.signal(signal.SIGKILL, snapshot())
 
     # -- internals --
 
@@ -437,7 +433,7 @@ class ProcessRunner:
                 if deadline is not None and now >= deadline:
                     return True
                 if now >= next_scan:
-                    running.members(_snapshot())  # learn descendants before they escape
+                    running.members(snapshot())  # learn descendants before they escape
                     scan_gap = min(scan_gap * 1.5, _SCAN_MAX)
                     next_scan = time.monotonic() + scan_gap
                 if pidfd is not None:
@@ -471,7 +467,7 @@ class ProcessRunner:
         give_up: float | None = None
         while True:
             proc.poll()
-            table = _snapshot()
+            table = snapshot()
             members = {
                 pid: p
                 for pid, p in running.members(table).items()
@@ -508,21 +504,23 @@ class ProcessRunner:
             return False
         if any(pid != running.pid for pid in running.known) or _killpg(running.pid, 0):
             return False
+        if running.cgroup is not None and running.cgroup.pids():
+            return False
         children = _own_children()
         if children is None:
             return False
-        others = {r.pid for r in list(self._active.values()) if r is not running}
+        others = {r.pid for r in list(self._active.values()) if r is not running} | {running.dog.pid}
         return children <= others
 
     @staticmethod
-    def _reaped(entry: _Proc, main_pid: int) -> bool:
+    def _reaped(entry: Proc, main_pid: int) -> bool:
         """waitpid a member that is our own zombie child; never the main process,
         which belongs to its Popen object."""
         if entry.pid == main_pid or not entry.zombie or entry.ppid != os.getpid():
             return False
         return _waitpid(entry.pid)
 
-    def _reap_strays(self, table: dict[int, _Proc] | None) -> None:
+    def _reap_strays(self, table: dict[int, Proc] | None) -> None:
         if table is None:
             return
         me = os.getpid()
@@ -535,6 +533,11 @@ class ProcessRunner:
                 self._strays.pop(pid, None)
             elif not entry.zombie:
                 _kill(pid, signal.SIGKILL)
+
+
+def _drop_cgroup(cgroup: reaper.Cgroup | None) -> bool:
+    """Remove a command's cgroup leaf; False while something is still in it."""
+    return cgroup is None or cgroup.remove(within=0.5)
 
 
 def _ticks_now() -> int | None:

@@ -36,27 +36,16 @@ def loop_env(spec: LoopSpec, context: LoopContext) -> dict[str, str]:
     }
 
 
-def _read(path: str | None, limit: int | None = None) -> str:
-    if not path:
-        return ""
-    try:
-        data = Path(path).read_bytes()
-    except OSError:
-        return ""
-    if limit is not None and len(data) > limit:
-        data = data[-limit:]
-    return data.decode("utf-8", "replace")
-
-
 def write_failure_file(path: Path, failed: list[CheckResult],
                        scrub: Callable[[str], str] | None = None) -> None:
     """The full output of this iteration's failing checks, one section each (secrets masked)."""
-    parts = []
-    for check in failed:
-        body = _read(check.output_file) or check.output_tail
-        parts.append(f"===== {check.name} ({check.reason}) =====\n{body}")
-    text = "\n".join(parts)
-    path.write_text(scrub(text) if scrub is not None else text, encoding="utf-8")
+    from .output import output_lines
+
+    mask = scrub if scrub is not None else (lambda text: text)
+    with open(path, "w", encoding="utf-8") as out:  # streamed: an output may be up to the output cap
+        for i, check in enumerate(failed):
+            out.write(mask(("\n" if i else "") + f"===== {check.name} ({check.reason}) =====\n"))
+            out.writelines(mask(line) for line in output_lines(check.output_file, check.output_tail))
 
 
 def build_prompt(spec: LoopSpec, context: LoopContext, failed: list[CheckResult]) -> str:

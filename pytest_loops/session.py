@@ -109,8 +109,10 @@ class LoopSession:
             return StateFingerprint(root, patterns, exclude=[*exclude, *TREE_EXCLUDES])
 
         from .plugin import AUDIT_CHOICES, SUSPECTS_CHOICES, _choice, _option
+        from .process import ProcessRunner
 
-        return Engine(plugin_manager=self.config.pluginmanager, artifacts_dir=self.artifacts_dir,
+        return Engine(runner=ProcessRunner(output_cap=self.settings["output_cap"]),
+                      plugin_manager=self.config.pluginmanager, artifacts_dir=self.artifacts_dir,
                       fingerprint_factory=exclude_trees, finishers=self.finishers,
                       localize=_choice(self.config, "suspects", SUSPECTS_CHOICES) == "on",
                       audit=_choice(self.config, "audit", AUDIT_CHOICES),

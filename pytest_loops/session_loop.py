@@ -38,15 +38,10 @@ def passed_ids(output_file: str | None, tail: str) -> set[str]:
     The whole rest of the line is the node id (parametrize ids may hold spaces);
     colour codes (PY_COLORS / FORCE_COLOR in the environment) are ignored.
     """
-    text = tail
-    if output_file:
-        try:
-            with open(output_file, encoding="utf-8", errors="replace") as f:
-                text = f.read()
-        except OSError:
-            pass
+    from .output import output_lines
+
     passed: set[str] = set()
-    for line in text.splitlines():
+    for line in output_lines(output_file, tail):
         line = strip_control(line).rstrip()
         if line.startswith("PASSED "):
             passed.add(line[len("PASSED "):])

@@ -22,6 +22,7 @@ DEFAULT_MAX_ITER = 6
 DEFAULT_BUDGET_SECONDS = 900.0
 DEFAULT_NO_PROGRESS_K = 2
 DEFAULT_ESCALATE_AFTER = 0
+DEFAULT_OUTPUT_CAP = 16 << 20  # bytes of a command's output kept: the first and last halves
 NO_PROGRESS_SIGNALS = ("state", "failure", "both")
 """What the no-progress guard watches: the state fingerprint (default), the
 failure signature (the same failure K times in a row, even when files changed),

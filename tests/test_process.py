@@ -16,11 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pytest_loops.output import Capture, output_lines
 from pytest_loops.process import (
     TAG_VARIABLE,
     ProcessRunner,
     TerminationGuard,
     _read_tail,
+    pid_alive,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -732,3 +734,158 @@ def test_read_tail_matches_decoding_the_whole_file(data, chars):
 
 def test_read_tail_of_missing_file_is_empty(tmp_path):
     assert _read_tail(str(tmp_path / "gone"), 10) == ("", 0)
+
+
+# --- the output cap --------------------------------------------------------------
+
+
+def _expected_capture(blob: bytes, cap: int) -> bytes:
+    if not cap or len(blob) <= cap:
+        return blob
+    head, tail = cap - cap // 2, cap // 2
+    dropped = len(blob) - head - tail
+    marker = f"\n[pytest-loops: {dropped} bytes of output dropped here (output_cap={cap})]\n".encode()
+    return blob[:head] + marker + (blob[-tail:] if tail else b"")
+
+
+@settings(max_examples=40, deadline=None)
+@given(chunks=st.lists(st.binary(min_size=1, max_size=300), max_size=12),
+       cap=st.integers(min_value=0, max_value=700))
+def test_capture_keeps_head_marker_and_tail(chunks, cap):
+    read_fd, write_fd = os.pipe()
+    fd, path = tempfile.mkstemp()
+    try:
+        capture = Capture(read_fd, fd, cap)
+        for chunk in chunks:
+            os.write(write_fd, chunk)
+        os.close(write_fd)
+        total = capture.finish()
+        with open(path, "rb") as f:
+            kept = f.read()
+    finally:
+        os.unlink(path)
+    blob = b"".join(chunks)
+    assert total == len(blob)
+    assert kept == _expected_capture(blob, cap)
+
+
+def test_output_beyond_the_cap_keeps_its_start_and_end(tmp_path):
+    runner = ProcessRunner(output_cap=1000, tail_chars=20)
+    out = tmp_path / "o"
+    result = runner.run("printf START; yes | head -c 100000; printf END", cwd=tmp_path, output_path=out)
+    data = out.read_bytes()
+    assert data.startswith(b"START") and data.endswith(b"END")
+    assert b"[pytest-loops: 99008 bytes of output dropped here (output_cap=1000)]" in data
+    assert len(data) < 1100
+    assert result.output_bytes == 100008  # what the command wrote, not what was kept
+    assert result.tail.endswith("END")
+
+
+def test_output_within_the_cap_and_with_no_cap_is_whole(tmp_path):
+    for cap in (100008, 0):
+        out = tmp_path / f"o{cap}"
+        ProcessRunner(output_cap=cap).run("printf START; yes | head -c 100000; printf END",
+                                          cwd=tmp_path, output_path=out)
+        assert out.stat().st_size == 100008
+
+
+def test_output_of_an_escaped_writer_does_not_hold_the_command_open(tmp_path, pidfile):
+    """A descendant that outlives its command cannot keep the output open: the run returns."""
+    runner = ProcessRunner(output_cap=1000)
+    result = runner.run(f"(yes & echo $! >> {pidfile}) ; sleep 0.2", cwd=tmp_path, timeout=30)
+    assert result.exit_code == 0
+    assert wait_gone(read_pids(pidfile, 1)) == []
+
+
+def test_output_lines_are_streamed_in_bounded_pieces(tmp_path):
+    path = tmp_path / "o"
+    path.write_bytes(b"a" * 150_000 + b"\n\xff\nlast")
+    pieces = list(output_lines(str(path), longest=1 << 16))
+    assert [len(p) for p in pieces] == [65536, 65536, 150_000 - 131072 + 1, 2, 4]
+    assert pieces[-2:] == ["\ufffd\n", "last"]
+    assert list(output_lines(str(tmp_path / "gone"), "x\ny")) == ["x\n", "y"]
+    assert list(output_lines(None, "")) == []
+
+
+# --- cgroups and the watchdog ---------------------------------------------------------
+
+
+def _hierarchies() -> list[str]:
+    from pytest_loops import reaper
+
+    return sorted({"v2" if version == 2 else "v1" for _, version in reaper._hierarchies()})
+
+
+@linux_only
+@pytest.mark.parametrize("choice", ["v2", "v1"])
+def test_a_cgroup_catches_what_escaped_while_other_commands_ran(choice, tmp_path, pidfile, monkeypatch):
+    """With two commands running, an orphan with a cleared environment in its own
+    session cannot be told apart by /proc alone; its cgroup says whose it is."""
+    from pytest_loops import reaper
+
+    monkeypatch.setenv(reaper.CGROUP_VARIABLE, choice)
+    monkeypatch.setattr(reaper, "_bases", None)
+    if choice not in _hierarchies():
+        pytest.skip(f"no writable cgroup {choice} hierarchy here")
+    runner = ProcessRunner()
+    other = threading.Thread(target=runner.run, args=("sleep 1",), kwargs={"cwd": tmp_path})
+    other.start()
+    try:
+        result = runner.run(f"setsid env -i sh -c 'echo $$ >> {pidfile}; exec sleep 300' & "
+                            f"while [ ! -s {pidfile} ]; do sleep 0.01; done",
+                            cwd=tmp_path, timeout=30)
+    finally:
+        other.join(30)
+    assert result.exit_code == 0
+    assert wait_gone(read_pids(pidfile, 1)) == []
+    base = reaper._bases[0][0]
+    assert not [n for n in os.listdir(base) if n.startswith(f"pytest-loops-{os.getpid()}-")]
+
+
+WATCHED = """\
+import os, sys, time
+from pytest_loops.process import ProcessRunner
+from pytest_loops import reaper
+runner = ProcessRunner()
+runner.run("true", cwd=".")
+print(reaper.watchdog().pid, flush=True)
+if sys.argv[1] == "hang":
+    time.sleep(300)
+"""
+
+
+@linux_only
+@pytest.mark.parametrize("how", ["exit", "sigkill"])
+def test_the_watchdog_never_outlives_the_harness(how, tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", WATCHED, "hang" if how == "sigkill" else "exit"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    with proc:
+        dog = int(proc.stdout.readline())
+        assert _exists(dog)
+        if how == "sigkill":
+            proc.kill()
+        proc.wait(30)
+    # this process is a subreaper too: the orphaned watchdog may end up its zombie
+    end = time.monotonic() + 10
+    while pid_alive(dog) and time.monotonic() < end:
+        time.sleep(0.02)
+    try:
+        os.waitpid(dog, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    assert not pid_alive(dog)
+
+
+def test_finds_nothing_counts_lines_of_any_length(tmp_path):
+    from pytest_loops.checks import _output_lines
+    from pytest_loops.results import CommandResult
+
+    path = tmp_path / "o"
+    path.write_bytes(b"\n  \n" + b"x" * 200_000 + b"\n\t\nlast")
+    result = CommandResult(command="c", exit_code=0, duration_s=0.0, output_file=str(path),
+                           output_bytes=path.stat().st_size)
+    assert _output_lines(result) == 2
+    path.write_bytes(b"y" * 200_000)
+    assert _output_lines(result) == 1
+    path.write_bytes(b" \n\n")
+    assert _output_lines(result) == 0
