@@ -49,6 +49,7 @@ from benchlib import (  # noqa: E402
     med,
     ms,
     run_timed,
+    user_env,
 )
 
 FILES = 25
@@ -108,7 +109,7 @@ def import_time(module: str) -> Sample:
         probe.write_text(IMPORT_PROBE)
         result = out / "result.txt"
         with open(result, "w") as f:
-            subprocess.run([sys.executable, str(probe), module], stdout=f, check=True)
+            subprocess.run([sys.executable, str(probe), module], stdout=f, check=True, env=user_env())
         return Sample(float(result.read_text()), 0)
     finally:
         shutil.rmtree(out, ignore_errors=True)
@@ -137,7 +138,8 @@ def bench_overhead(pytest: str, root: Path, rounds: int, tests: int) -> Table:
     jobs = {name: job(args, name) for name, args in arms.items()}
     jobs["import pytest_loops.plugin"] = lambda: import_time("pytest_loops.plugin")
     jobs["import yaml"] = lambda: import_time("yaml")
-    jobs["-p no:loop"]()  # warm-up
+    jobs["-p no:loop"]()  # warm-up (and the bytecode caches written)
+    jobs["installed, unused"]()
     samples = interleaved(jobs, rounds, "pytest overhead:")
     t = {name: [s.seconds for s in v] for name, v in samples.items()}
 
