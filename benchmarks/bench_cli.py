@@ -180,9 +180,11 @@ def tree_run(cli: str, tree: Path, n: int, ws: Workspace, first: list[float],
         shutil.rmtree(d, ignore_errors=True)
 
 
-def per_iter(samples: dict[str, list[Sample]], arm: str, lo: int, hi: int) -> list[float]:
-    """Seconds per iteration, one figure per round: (T(hi) - T(lo)) / (hi - lo) of that round."""
-    return [(h.seconds - low.seconds) / (hi - lo)
+def per_iter(samples: dict[str, list[Sample]], arm: str, lo: int, hi: int,
+             what: str = "seconds") -> list[float]:
+    """Seconds (wall, or ``what="cpu"``) per iteration, one figure per round:
+    (T(hi) - T(lo)) / (hi - lo) of that round."""
+    return [(getattr(h, what) - getattr(low, what)) / (hi - lo)
             for h, low in zip(samples[f"{arm}@{hi}"], samples[f"{arm}@{lo}"], strict=True)]
 
 
@@ -218,6 +220,18 @@ def bench_trivial(cli: str, ws: Workspace, harness: Path, rounds: int, lo: int, 
     tine = med([a - b for a, b in zip(per["cli"], per["cli --no-tine"], strict=True)])
     table.add(".tine provenance (cli - cli --no-tine)", ms(tine), "", None,
               f"<= {TARGET_TINE_MS} ms/iter", tine * 1000 <= TARGET_TINE_MS)
+    cpu = {name: per_iter(samples, name, lo, hi, "cpu") for name in arms}
+    c = {name: med(v) for name, v in cpu.items()}
+    table.add("CPU: floor", ms(c["floor"]))
+    table.add("CPU: minimal Python harness", ms(c["harness"]), f"floor {ms(c['floor'])}", c["harness"] / c["floor"])
+    for name in CLI_ARMS:
+        x_harness = med([a / b for a, b in zip(cpu[name], cpu["harness"], strict=True)])
+        table.add(f"CPU: pytest-loops run, {name[4:] or 'defaults'}", ms(c[name]), f"harness {ms(c['harness'])}",
+                  x_harness, f"<= {TARGET_CLI_X_HARNESS}x harness" if name == "cli" else "",
+                  x_harness <= TARGET_CLI_X_HARNESS if name == "cli" else None)
+    tine_cpu = med([a - b for a, b in zip(cpu["cli"], cpu["cli --no-tine"], strict=True)])
+    table.add("CPU: .tine provenance (cli - cli --no-tine)", ms(tine_cpu), "", None,
+              f"<= {TARGET_TINE_MS} ms/iter", tine_cpu * 1000 <= TARGET_TINE_MS)
     grow = {name: med(rss_per_iter(samples, name, lo, hi)) for name in CLI_ARMS}
     tine_kb = med([a - b for a, b in zip(rss_per_iter(samples, "cli", lo, hi),
                                          rss_per_iter(samples, "cli --no-tine", lo, hi), strict=True)])
@@ -235,6 +249,8 @@ def bench_trivial(cli: str, ws: Workspace, harness: Path, rounds: int, lo: int, 
     print(table.render())
     print("\nrounds, ms per iteration: " + "; ".join(
         f"{name} " + ", ".join(f"{v * 1000:.2f}" for v in vals) for name, vals in per.items()))
+    print("rounds, CPU ms per iteration: " + "; ".join(
+        f"{name} " + ", ".join(f"{v * 1000:.2f}" for v in vals) for name, vals in cpu.items()))
     print("whole runs, median seconds: " + "; ".join(
         f"{key} {med([s.seconds for s in vals]):.3f}" for key, vals in samples.items()))
     if hi < 400:
@@ -269,6 +285,12 @@ def bench_trees(cli: str, ws: Workspace, trees: dict[int, Path], empty: Path, ro
         table.add(f"{size:,} files: over the floor", ms(over_floor), "", None,
                   "" if target is None else f"<= {target:g} ms/iter",
                   None if target is None else over_floor * 1000 <= target)
+        cpu = {name: per_iter(samples, name, lo, hi, "cpu") for name in arms}
+        cpu_over = med([t - f for t, f in zip(cpu["tree"], cpu["floor"], strict=True)])
+        table.add(f"{size:,} files: CPU per iteration over the floor", ms(cpu_over),
+                  f"floor CPU {ms(med(cpu['floor']))}", None,
+                  "" if target is None else f"<= {target:g} ms/iter",
+                  None if target is None else cpu_over * 1000 <= target)
         table.add(f"{size:,} files: over a one-file tree", ms(over_empty),
                   f"one-file tree {ms(med(per['empty']))}", med(per["tree"]) / med(per["empty"]))
         in_log = med(steady["tree"]) - med(steady["empty"])

@@ -66,9 +66,9 @@ FAILING = "test_m00.py::test_add"
 IMPORT_PROBE = """\
 import sys, time
 import pytest  # noqa: F401  (already paid by every pytest run)
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 __import__(sys.argv[1])
-print(time.perf_counter() - t0)
+print(time.perf_counter() - t0, time.process_time() - c0)
 """
 
 
@@ -110,7 +110,8 @@ def import_time(module: str) -> Sample:
         result = out / "result.txt"
         with open(result, "w") as f:
             subprocess.run([sys.executable, str(probe), module], stdout=f, check=True, env=user_env())
-        return Sample(float(result.read_text()), 0)
+        wall, cpu = (float(x) for x in result.read_text().split())
+        return Sample(wall, 0, cpu)
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
@@ -155,10 +156,22 @@ def bench_overhead(pytest: str, root: Path, rounds: int, tests: int) -> Table:
         o = over(name, base)
         table.add(name, f"{med(t[name]):.3f} s (+{o:.1%})" if o >= 0 else f"{med(t[name]):.3f} s ({o:.1%})",
                   f"{base} {med(t[base]):.3f} s", 1 + o, f"<= +{target:.0%}", o <= target)
+    c = {name: [s.cpu for s in v] for name, v in samples.items()}
+    for name, base, target in (("installed, unused", "-p no:loop", TARGET_UNUSED),
+                               ("--loop, nothing to loop", "-p no:loop", TARGET_LOOP),
+                               ("-n 4, installed, unused", "-n 4 -p no:loop", TARGET_XDIST),
+                               ("-n 4 --loop, nothing to loop", "-n 4 -p no:loop", TARGET_XDIST)):
+        o = med([a / b - 1 for a, b in zip(c[name], c[base], strict=True)])
+        table.add(f"CPU: {name}", f"{med(c[name]):.3f} s ({o:+.1%})", f"{base} {med(c[base]):.3f} s", 1 + o,
+                  f"<= +{target:.0%}", o <= target)
     table.add("import pytest_loops.plugin (after pytest)", ms(med(t["import pytest_loops.plugin"])),
               f"-p no:loop run {med(t['-p no:loop']):.3f} s",
               med(t["import pytest_loops.plugin"]) / med(t["-p no:loop"]))
     table.add("  of which: import yaml (alone, after pytest)", ms(med(t["import yaml"])))
+    table.add("CPU: import pytest_loops.plugin (after pytest)", ms(med(c["import pytest_loops.plugin"])),
+              f"-p no:loop run CPU {med(c['-p no:loop']):.3f} s",
+              med(c["import pytest_loops.plugin"]) / med(c["-p no:loop"]))
+    table.add("  of which: import yaml (alone, after pytest)", ms(med(c["import yaml"])))
     for name in arms:
         table.add(f"peak RSS, {name}", mb(med([s.rss_kb for s in samples[name]])))
     print(table.render())
@@ -190,7 +203,8 @@ def bench_fixloop(pytest: str, root: Path, rounds: int, tests: int) -> Table:
             clean(root)
         for key, s in zip(parts, (full, fix, rerun), strict=True):
             parts[key].append(s.seconds)
-        return Sample(full.seconds + fix.seconds + rerun.seconds, max(full.rss_kb, rerun.rss_kb))
+        return Sample(full.seconds + fix.seconds + rerun.seconds, max(full.rss_kb, rerun.rss_kb),
+                      full.cpu + fix.cpu + rerun.cpu)
 
     minimum()  # warm-up
     for values in parts.values():
@@ -204,6 +218,11 @@ def bench_fixloop(pytest: str, root: Path, rounds: int, tests: int) -> Table:
                   f"median of {rounds} interleaved rounds")
     table.add("fix-loop (defaults)", f"{med(loop):.3f} s", f"minimum {med(least):.3f} s", x_min,
               f"<= {TARGET_FIXLOOP_X}x minimum", x_min <= TARGET_FIXLOOP_X)
+    loop_cpu = [s.cpu for s in samples["fix-loop"]]
+    least_cpu = [s.cpu for s in samples["minimum"]]
+    x_cpu = med([a / b for a, b in zip(loop_cpu, least_cpu, strict=True)])
+    table.add("CPU: fix-loop (defaults)", f"{med(loop_cpu):.3f} s", f"minimum {med(least_cpu):.3f} s", x_cpu,
+              f"<= {TARGET_FIXLOOP_X}x minimum", x_cpu <= TARGET_FIXLOOP_X)
     table.add("  against two full runs", f"{med(loop):.3f} s", f"2 x full run {2 * med(parts['full run']):.3f} s",
               x_two)
     for key, values in parts.items():

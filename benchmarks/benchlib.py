@@ -1,7 +1,9 @@
 """Shared pieces of the whole-process benchmarks (bench_cli.py, bench_pytest.py).
 
-Every figure is a whole process timed from spawn to reap, with the peak RSS of
-that process from ``os.wait4`` (on Linux the kernel folds the peaks of the
+Every figure is a whole process timed from spawn to reap, with its CPU time
+(user + system, its reaped children included: unlike wall time, it barely moves
+when other work shares the machine) and the peak RSS of that process from
+``os.wait4`` (on Linux the kernel folds the peaks of the
 children it reaped into it, so it is the peak of the biggest process of the
 tree). Arms are interleaved round by round, in an order that rotates and flips
 every round, and reported as medians: the machines here are shared and noisy,
@@ -26,6 +28,7 @@ from pathlib import Path
 class Sample:
     seconds: float
     rss_kb: int  # peak resident set size, KiB (ru_maxrss on Linux)
+    cpu: float = 0.0  # user + system seconds of the process and the children it reaped
 
 
 def console_script(name: str) -> str:
@@ -72,7 +75,7 @@ def run_timed(argv: Sequence[str], *, cwd: str | os.PathLike | None = None,
             tail = out.read().decode(errors="replace")[-3000:]
             raise SystemExit(f"error: {what or argv[0]} exited {proc.returncode}, expected {expect}:\n"
                              f"$ {' '.join(map(str, argv))}\n{tail}")
-    return Sample(took, usage.ru_maxrss)
+    return Sample(took, usage.ru_maxrss, usage.ru_utime + usage.ru_stime)
 
 
 def interleaved(jobs: dict[str, Callable[[], Sample]], rounds: int,
