@@ -384,7 +384,7 @@ class Engine:
             "spec": _shown_spec(spec), "spec_digest": spec.digest(),
             "memory_page": str(paths.memory_page) if paths.memory_page else None,
             "lessons_read": lessons_read, "run_dir": str(paths.run_dir),
-            "pytest_loops_version": _version(), "pid": os.getpid(),
+            "pytest_loops_version": _version(),
         }
         if resume_from is not None:
             header["resumed_from"] = resume_from.get("log_path") or (resume_from.get("artifacts") or {}).get("log")
@@ -394,7 +394,7 @@ class Engine:
             # a killed run's revise step (or check) may still be running in its own
             # process group: stop it, or it would finish beside the one run again
             stop_leftovers(resume_from.get("run_dir"))
-        log.start(header)
+        log.start({**header, "pid": os.getpid()})  # who holds the log (the summary need not say)
         for old in prior:  # the new log holds the whole loop
             decided = g_plan.decided if old is prior[-1] else None
             log.iteration(old.to_dict(), verdict=decided[0] if decided else None,

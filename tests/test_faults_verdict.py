@@ -12,7 +12,6 @@ import builtins
 import errno
 import fnmatch
 import io
-import json
 import os
 import signal
 import subprocess
@@ -258,14 +257,3 @@ def test_ctrl_c_in_the_session_fix_loop_is_one_line(pytester: pytest.Pytester, e
     assert len(lines) == 1 and lines[0].startswith("Exit: interrupted (Ctrl-C)"), err
     (log,) = (pytester.path / ".pytest-loops" / "runs").glob("*.json")
     assert load_runlog(log)["reason"] == "KeyboardInterrupt"  # recorded, resumable
-
-
-def test_runlog_events_stay_json(tmp_path: Path) -> None:
-    """The verdict and revise events are JSON lines a reader turns into the run."""
-    writer = runlog.RunLogWriter(tmp_path / "r.json", key=None)
-    writer.start({"loop": "x", "spec": {}})
-    writer.revise_start({"iter": 1, "started_at": "t"})
-    writer.revise_end(1, 0)
-    writer.iteration({"iter": 1, "started_at": "t"}, verdict="MAX_ITER", reason="cap")
-    events = [json.loads(line)["event"] for line in (tmp_path / "r.json").read_text().splitlines()]
-    assert events == ["start", "revise_start", "revise_end", "iteration"]

@@ -1,0 +1,178 @@
+"""Exact resume: `pytest-loops run` killed (SIGKILL) at chosen points, then `--resume`,
+ends with the verdict and iteration count of an uninterrupted run. One writer per
+run log; a log with duplicate iterations is not resumed.
+
+Each kill point is reached by a step that signals readiness through a file and
+then waits; the test kills the runner as soon as the file appears.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import clean_env
+
+from pytest_loops.artifacts.runlog import load_runlog, sign_events
+from pytest_loops.trust import runlog_key
+
+pytestmark = pytest.mark.faults
+
+CLI = [sys.executable, "-m", "pytest_loops", "run"]
+
+# After the iteration line that decided SUCCESS, before the summary: the finish window.
+HOLD_PLUGIN = """\
+import os, pathlib, time
+import pluggy
+
+hookimpl = pluggy.HookimplMarker("pytest")
+
+
+@hookimpl
+def pytest_loop_iteration_finished(spec, record):
+    if record.passed:
+        pathlib.Path("ready").write_text(str(os.getpid()))
+        time.sleep(120)
+"""
+
+# One step per iteration (idempotent: re-running iteration N's step changes nothing);
+# the check passes once two steps are in. The first revise of iteration 2 makes its
+# change, then hangs until it is killed: a kill *during* the revise step.
+REVISE = """\
+import os, pathlib, time
+
+n = os.environ["LOOP_ITERATION"]
+pathlib.Path("steps").mkdir(exist_ok=True)
+pathlib.Path("steps", n).write_text(n)
+if n == "2" and not pathlib.Path("killed-once").exists():
+    pathlib.Path("killed-once").write_text("")
+    pathlib.Path("ready").write_text(str(os.getpid()))
+    time.sleep(120)
+"""
+CHECK = "import pathlib, sys\nsys.exit(0 if len(list(pathlib.Path('steps').glob('*'))) >= 2 else 1)\n"
+
+
+def _project(path: Path) -> Path:
+    path.mkdir()
+    (path / "rev.py").write_text(REVISE)
+    (path / "check.py").write_text(CHECK)
+    (path / "hold.py").write_text(HOLD_PLUGIN)
+    return path
+
+
+def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], cwd=cwd, env=clean_env({"PYTHONPATH": str(cwd)}),
+                          capture_output=True, text=True, timeout=120)
+
+
+def _start_and_kill_when_ready(cwd: Path, *args: str, while_held=None) -> None:
+    proc = subprocess.Popen([*CLI, *args], cwd=cwd, env=clean_env({"PYTHONPATH": str(cwd)}),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not (cwd / "ready").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert (cwd / "ready").exists(), proc.communicate(timeout=30)
+        if while_held is not None:
+            while_held(proc)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+LOOP = ["--verify", "python check.py", "--revise", "python rev.py", "--max-iter", "6",
+        "--no-progress-k", "0", "--no-suspects"]
+
+
+def test_kill_in_the_finish_window_resumes_to_the_same_verdict(tmp_path: Path) -> None:
+    whole = _project(tmp_path / "whole")
+    (whole / "killed-once").write_text("")
+    done = _run(whole, *LOOP)
+    assert done.returncode == 0 and "SUCCESS (exit 0) after 3 iteration(s)" in done.stdout, done.stderr
+
+    cut = _project(tmp_path / "cut")
+    (cut / "killed-once").write_text("")
+    _start_and_kill_when_ready(cut, *LOOP, "--log", "run.json", "-p", "hold")
+    assert load_runlog(cut / "run.json")["decided"]["verdict"] == "SUCCESS"
+    resumed = _run(cut, "--resume", "run.json", "--log", "resumed.json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "SUCCESS (exit 0) after 3 iteration(s)" in resumed.stdout
+    data = load_runlog(cut / "resumed.json")
+    assert data["verified"] is True and data["iterations_run"] == 3
+    assert [r["iter"] for r in data["iterations"]] == [1, 2, 3]
+
+
+def test_kill_during_revise_reruns_it_once_and_keeps_the_count(tmp_path: Path) -> None:
+    whole = _project(tmp_path / "whole")
+    (whole / "killed-once").write_text("")
+    done = _run(whole, *LOOP)
+    assert done.returncode == 0 and "SUCCESS (exit 0) after 3 iteration(s)" in done.stdout, done.stderr
+
+    cut = _project(tmp_path / "cut")
+    second: list[subprocess.CompletedProcess[str]] = []
+
+    def same_log_while_held(proc: subprocess.Popen[str]) -> None:
+        # one writer per run log: a second run given the same --log is refused
+        second.append(_run(cut, *LOOP, "--log", "run.json"))
+
+    _start_and_kill_when_ready(cut, *LOOP, "--log", "run.json", while_held=same_log_while_held)
+    (refused,) = second
+    assert refused.returncode == 64
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "another run is writing this run log" in lines[0], refused.stderr
+    assert "held by pid " in lines[0] and " since " in lines[0]
+
+    orphan = int((cut / "ready").read_text())
+    try:
+        killed = load_runlog(cut / "run.json")
+        assert killed["revise_interrupted"]["iter"] == 2 and killed["iterations_run"] == 1
+
+        resumed = _run(cut, "--resume", "run.json", "--log", "resumed.json")
+        assert resumed.returncode == 0, resumed.stderr
+        assert "SUCCESS (exit 0) after 3 iteration(s)" in resumed.stdout  # as the uninterrupted run
+        assert not _alive(orphan), "the killed run's revise step was left running"
+    finally:
+        if _alive(orphan):
+            os.kill(orphan, signal.SIGKILL)
+    data = load_runlog(cut / "resumed.json")
+    assert [r["iter"] for r in data["iterations"]] == [1, 2, 3]
+
+
+def test_resume_refuses_duplicate_iterations(tmp_path: Path) -> None:
+    cut = _project(tmp_path / "cut")
+    (cut / "killed-once").write_text("")
+    done = _run(cut, "--verify", "false", "--max-iter", "2", "--no-suspects", "--log", "run.json")
+    assert done.returncode == 2, done.stderr
+    summary = load_runlog(cut / "run.json")
+    # the same loop as an events log whose iteration 1 was written twice (two writers)
+    header = {k: v for k, v in summary.items()
+              if k not in ("iterations", "verdict", "exit_code", "reason", "iterations_run", "ended_at",
+                           "elapsed_s", "artifacts", "lessons", "log_path", "verified", "unverified_why")}
+    first = summary["iterations"][0]
+    events = [{"event": "start", **header}, {"event": "iteration", "record": first},
+              {"event": "iteration", "record": first}]
+    key = runlog_key(create=True)
+    (cut / "dup.json").write_text("\n".join(sign_events(events, key)) + "\n")
+    assert load_runlog(cut / "dup.json")["verified"] is True
+    refused = _run(cut, "--resume", "dup.json")
+    assert refused.returncode == 64
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "duplicate or missing iterations" in lines[0], refused.stderr
+    assert "Traceback" not in refused.stderr
+    json.loads((cut / "run.json").read_text())  # the finished log is untouched
