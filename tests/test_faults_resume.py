@@ -100,30 +100,32 @@ LOOP = ["--verify", "python check.py", "--revise", "python rev.py", "--max-iter"
         "--no-progress-k", "0", "--no-suspects"]
 
 
-def test_kill_in_the_finish_window_resumes_to_the_same_verdict(tmp_path: Path) -> None:
-    whole = _project(tmp_path / "whole")
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The verdict line of the loop run without a kill: what every resume must reach."""
+    whole = _project(tmp_path_factory.mktemp("resume") / "whole")
     (whole / "killed-once").write_text("")
-    done = _run(whole, *LOOP)
-    assert done.returncode == 0 and "SUCCESS (exit 0) after 3 iteration(s)" in done.stdout, done.stderr
+    done = _run(whole, *LOOP, "-q")
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.strip().splitlines()[-1]
+    assert line.startswith("SUCCESS (exit 0) after 3 iteration(s)")
+    return line.split(" in ")[0]
 
+
+def test_kill_in_the_finish_window_resumes_to_the_same_verdict(tmp_path: Path, uninterrupted: str) -> None:
     cut = _project(tmp_path / "cut")
     (cut / "killed-once").write_text("")
     _start_and_kill_when_ready(cut, *LOOP, "--log", "run.json", "-p", "hold")
     assert load_runlog(cut / "run.json")["decided"]["verdict"] == "SUCCESS"
     resumed = _run(cut, "--resume", "run.json", "--log", "resumed.json")
     assert resumed.returncode == 0, resumed.stderr
-    assert "SUCCESS (exit 0) after 3 iteration(s)" in resumed.stdout
+    assert uninterrupted in resumed.stdout
     data = load_runlog(cut / "resumed.json")
     assert data["verified"] is True and data["iterations_run"] == 3
     assert [r["iter"] for r in data["iterations"]] == [1, 2, 3]
 
 
-def test_kill_during_revise_reruns_it_once_and_keeps_the_count(tmp_path: Path) -> None:
-    whole = _project(tmp_path / "whole")
-    (whole / "killed-once").write_text("")
-    done = _run(whole, *LOOP)
-    assert done.returncode == 0 and "SUCCESS (exit 0) after 3 iteration(s)" in done.stdout, done.stderr
-
+def test_kill_during_revise_reruns_it_once_and_keeps_the_count(tmp_path: Path, uninterrupted: str) -> None:
     cut = _project(tmp_path / "cut")
     second: list[subprocess.CompletedProcess[str]] = []
 
@@ -145,7 +147,7 @@ def test_kill_during_revise_reruns_it_once_and_keeps_the_count(tmp_path: Path) -
 
         resumed = _run(cut, "--resume", "run.json", "--log", "resumed.json")
         assert resumed.returncode == 0, resumed.stderr
-        assert "SUCCESS (exit 0) after 3 iteration(s)" in resumed.stdout  # as the uninterrupted run
+        assert uninterrupted in resumed.stdout
         assert not _alive(orphan), "the killed run's revise step was left running"
     finally:
         if _alive(orphan):
@@ -155,24 +157,20 @@ def test_kill_during_revise_reruns_it_once_and_keeps_the_count(tmp_path: Path) -
 
 
 def test_resume_refuses_duplicate_iterations(tmp_path: Path) -> None:
+    """Two writers once left one log with an iteration twice; resume would count it twice."""
     cut = _project(tmp_path / "cut")
-    (cut / "killed-once").write_text("")
-    done = _run(cut, "--verify", "false", "--max-iter", "2", "--no-suspects", "--log", "run.json")
-    assert done.returncode == 2, done.stderr
-    summary = load_runlog(cut / "run.json")
-    # the same loop as an events log whose iteration 1 was written twice (two writers)
-    header = {k: v for k, v in summary.items()
-              if k not in ("iterations", "verdict", "exit_code", "reason", "iterations_run", "ended_at",
-                           "elapsed_s", "artifacts", "lessons", "log_path", "verified", "unverified_why")}
-    first = summary["iterations"][0]
-    events = [{"event": "start", **header}, {"event": "iteration", "record": first},
-              {"event": "iteration", "record": first}]
-    key = runlog_key(create=True)
-    (cut / "dup.json").write_text("\n".join(sign_events(events, key)) + "\n")
+    _start_and_kill_when_ready(cut, *LOOP, "--log", "run.json")  # killed in iteration 2's revise
+    lines = [json.loads(line) for line in (cut / "run.json").read_text().splitlines()]
+    events = [e for e in lines if e["event"] in ("start", "iteration")]
+    assert [e["event"] for e in events] == ["start", "iteration"]
+    doubled = [*events, events[-1]]
+    (cut / "dup.json").write_text("\n".join(sign_events(doubled, runlog_key(create=True))) + "\n")
     assert load_runlog(cut / "dup.json")["verified"] is True
     refused = _run(cut, "--resume", "dup.json")
     assert refused.returncode == 64
-    lines = refused.stderr.strip().splitlines()
-    assert len(lines) == 1 and "duplicate or missing iterations" in lines[0], refused.stderr
+    out = refused.stderr.strip().splitlines()
+    assert len(out) == 1 and "duplicate or missing iterations" in out[0], refused.stderr
     assert "Traceback" not in refused.stderr
-    json.loads((cut / "run.json").read_text())  # the finished log is untouched
+    orphan = int((cut / "ready").read_text())
+    if _alive(orphan):
+        os.kill(orphan, signal.SIGKILL)
