@@ -174,3 +174,24 @@ def test_resume_refuses_duplicate_iterations(tmp_path: Path) -> None:
     orphan = int((cut / "ready").read_text())
     if _alive(orphan):
         os.kill(orphan, signal.SIGKILL)
+
+
+def test_resume_plan_keeps_a_decided_verdict_unless_its_limit_was_raised(tmp_path: Path) -> None:
+    from pytest_loops import Check, Guards, LoopSpec
+    from pytest_loops.engine import resume_plan
+    from pytest_loops.results import IterationRecord
+
+    spec = LoopSpec(name="x", checks=(Check.command_passes("false"),), guards=Guards(max_iter=2),
+                    cwd=str(tmp_path))
+    prior = [IterationRecord(iter=1, started_at="t"), IterationRecord(iter=2, started_at="t")]
+    logged = {"guards": spec.guards.to_dict(), "incomplete": True,
+              "decided": {"iter": 2, "verdict": "MAX_ITER", "reason": "cap"}}
+    assert resume_plan(logged, spec, prior).decided == ("MAX_ITER", "cap")
+    raised = spec.replace(guards=Guards(max_iter=4))
+    assert resume_plan(logged, raised, prior).decided is None  # the cap was raised: go on
+    success = {**logged, "decided": {"iter": 2, "verdict": "SUCCESS", "reason": "passed"}}
+    assert resume_plan(success, raised, prior).decided == ("SUCCESS", "passed")
+    stale = {**logged, "decided": {"iter": 1, "verdict": "SUCCESS", "reason": "passed"}}
+    assert resume_plan(stale, spec, prior).decided is None  # not the last iteration's
+    pending = {"revise_interrupted": IterationRecord(iter=3, started_at="t").to_dict()}
+    assert resume_plan(pending, spec, prior).revise.iter == 3
