@@ -317,14 +317,23 @@ class Engine:
         self.artifact_errors = []
         paths = resolve_paths(spec, artifacts_dir=self.artifacts_dir, log_path=log_path,
                               memory_page=memory_page, wall=wall0)
-        lock = self._hold_log(paths.log)
+        locks = []
         try:
+            # the log resumed from too: a run still writing it, or a second resume of
+            # it, would count its iterations twice
+            old = (resume_from or {}).get("log_path")
+            if old and Path(old).resolve() != paths.log.resolve():
+                locks.append(self._hold_log(Path(old), what="the run log to resume is still being written",
+                                            fix="wait for that run to end, or stop it"))
+            locks.append(self._hold_log(paths.log))
             return self._run(spec, paths, wall0, first_results, resume_from)
         finally:
-            if lock is not None:
-                lock.release()
+            for lock in reversed(locks):
+                if lock is not None:
+                    lock.release()
 
-    def _hold_log(self, log: Path) -> Any:
+    def _hold_log(self, log: Path, *, what: str = "another run is writing this run log",
+                  fix: str = "give each run its own --log") -> Any:
         """The run log's lock, held for the run (None when the lock file cannot be made:
         an artifact error, not a lost verdict)."""
         from filelock import FileLock, Timeout
@@ -336,8 +345,7 @@ class Engine:
         except Timeout:
             from .errors import LoopUsageError
 
-            raise LoopUsageError(f"another run is writing this run log ({_log_holder(log)})",
-                                 location=str(log), fix="give each run its own --log") from None
+            raise LoopUsageError(f"{what} ({_log_holder(log)})", location=str(log), fix=fix) from None
         except OSError as exc:
             self._artifact_failed(str(log) + ".lock", exc)
             return None

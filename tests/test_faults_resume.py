@@ -130,15 +130,19 @@ def test_kill_during_revise_reruns_it_once_and_keeps_the_count(tmp_path: Path, u
     second: list[subprocess.CompletedProcess[str]] = []
 
     def same_log_while_held(proc: subprocess.Popen[str]) -> None:
-        # one writer per run log: a second run given the same --log is refused
+        # one writer per run log: a second run given the same --log is refused, and so
+        # is resuming a log that is still being written
         second.append(_run(cut, *LOOP, "--log", "run.json"))
+        second.append(_run(cut, "--resume", "run.json", "--log", "early.json"))
 
     _start_and_kill_when_ready(cut, *LOOP, "--log", "run.json", while_held=same_log_while_held)
-    (refused,) = second
+    refused, early = second
     assert refused.returncode == 64
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and "another run is writing this run log" in lines[0], refused.stderr
     assert "held by pid " in lines[0] and " since " in lines[0]
+    assert early.returncode == 64 and "the run log to resume is still being written" in early.stderr
+    assert len(early.stderr.strip().splitlines()) == 1
 
     orphan = int((cut / "ready").read_text())
     try:
