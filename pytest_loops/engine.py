@@ -856,7 +856,10 @@ def resume_plan(resume_from: Mapping[str, Any] | None, spec: LoopSpec,
         return ResumePlan()
     pending = resume_from.get("revise_interrupted")
     if isinstance(pending, dict):
-        record = IterationRecord.from_dict(pending)
+        try:
+            record = IterationRecord.from_dict(pending)
+        except (TypeError, ValueError, AttributeError):
+            return ResumePlan()  # not a record: verify that iteration afresh
         if record.iter == len(prior) + 1:
             return ResumePlan(revise=record)
     decided = resume_from.get("decided")

@@ -199,3 +199,5 @@ def test_resume_plan_keeps_a_decided_verdict_unless_its_limit_was_raised(tmp_pat
     assert resume_plan(stale, spec, prior).decided is None  # not the last iteration's
     pending = {"revise_interrupted": IterationRecord(iter=3, started_at="t").to_dict()}
     assert resume_plan(pending, spec, prior).revise.iter == 3
+    broken = {"revise_interrupted": {"iter": 3, "no_such_field": 1}}
+    assert resume_plan(broken, spec, prior) == resume_plan(None, spec, prior)  # verify afresh
