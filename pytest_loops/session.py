@@ -149,9 +149,6 @@ class LoopSession:
                 result = engine.run(spec, resume_from=self.resume_point(spec), **kwargs)
                 self.artifact_errors += engine.artifact_errors
                 return result
-            except LoopUsageError as exc:  # the run log to resume is held by a running session
-                code = EXIT_USAGE if self.exitcode == "verdict" else int(pytest.ExitCode.USAGE_ERROR)
-                pytest.exit(f"ERROR: {exc}", returncode=code)
             except SystemExit as exc:
                 # the guard turns SIGTERM into SystemExit(143), which pytest would
                 # report as an INTERNALERROR with a traceback and exit 3
