@@ -168,13 +168,24 @@ class _LivePrinter:
 
 def _say(text: str, stream) -> None:
     """Print, masked and without escape sequences, but a closed pipe
-    (`pytest-loops run ... | head -1`) never stops a loop."""
+    (`pytest-loops run ... | head -1`) or a full device (`> /dev/full`) never stops a
+    loop nor changes its exit code: as Python's documentation advises for SIGPIPE, the
+    stream's descriptor is pointed at /dev/null and the loop carries on unheard."""
     from .redact import redact, strip_control
 
     try:
         print(strip_control(redact(text)), file=stream, flush=True)
-    except (BrokenPipeError, ValueError):
-        pass
+    except (OSError, ValueError):
+        _to_devnull(stream)
+
+
+def _to_devnull(stream) -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass  # closed or not a real file: nothing is flushed to it at exit
 
 
 def verdict_lines(result: Any) -> list[str]:
@@ -371,6 +382,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = engine.run(spec, log_path=extra["log_path"], resume_from=resume_from)
     lines = verdict_lines(result)
     _say("\n".join(lines[:1] if args.quiet else lines), out)
+    from .finish import artifact_errors_line
+
+    problem = artifact_errors_line(engine.artifact_errors)
+    if problem:
+        _say(problem, sys.stderr)
     return result.exit_code
 
 

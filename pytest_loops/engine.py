@@ -98,6 +98,8 @@ class LoopContext:
     clean_room: CleanRoom | None = None  # set while the checks run in the clean room
     label_prefix: str = ""  # output file names of this context's commands start with it
     audit_literals: frozenset[str] = frozenset()  # literals of the failing assertions so far
+    # called with (path, OSError) when an artifact cannot be written; None: raise
+    artifact_error: Callable[[str, OSError], None] | None = None
 
     @property
     def iteration_dir(self) -> Path:
@@ -143,8 +145,16 @@ class LoopContext:
             env.update(loop_env(self.spec, self))
         if extra_env:
             env.update(extra_env)
+        output_path: Path | None = self.run_dir / f"iter-{self.iteration:03d}" / f"{label}.out"
+        try:
+            self.iteration_dir  # noqa: B018 - creates it
+        except OSError as exc:
+            if self.artifact_error is None:
+                raise
+            self.artifact_error(str(output_path.parent), exc)
+            output_path = None  # the runner keeps the output in a temporary file
         result = self.runner.run(command, cwd=self.workdir, env=env, timeout=effective,
-                                 output_path=self.iteration_dir / f"{label}.out")
+                                 output_path=output_path)
         if result.timed_out and budget_limited:
             self.budget_hit = True
         if self.scrub is not None:
@@ -255,6 +265,35 @@ class Engine:
         self.write_index = write_index
         self.localize = localize
         self.finishers = list(finishers)
+        # "PATH: [Errno N] message" for each artifact the last run could not write
+        self.artifact_errors: list[str] = []
+        self._log: RunLogWriter | None = None  # the run log of the loop running now
+
+    def _artifact_failed(self, path: str | os.PathLike, exc: OSError) -> None:
+        """An artifact could not be written: note it and carry on. Artifacts record a
+        loop; they never decide or lose its verdict."""
+        what = f"[Errno {exc.errno}] {exc.strerror}" if exc.errno else str(exc) or type(exc).__name__
+        self.artifact_errors.append(f"{path}: {what}")
+
+    def _run_check(self, check: Check, ctx: LoopContext) -> Any:
+        """A check that cannot write what it needs to run (a full disk) fails, naming
+        the file and the errno; the loop goes on to a verdict."""
+        try:
+            return self.pm.hook.pytest_loop_run_check(check=check, context=ctx)
+        except OSError as exc:
+            where = getattr(exc, "filename", None) or ctx.run_dir
+            self._artifact_failed(where, exc)
+            return CheckResult(name=check.name, kind=check.kind.value, passed=False, exit_code=None,
+                               duration_s=0.0, reason=f"could not run: {self.artifact_errors[-1]}")
+
+    def _write(self, path: str | os.PathLike, write: Callable[[], Any]) -> bool:
+        """``write()``, with an OSError turned into an artifact error; True when it worked."""
+        try:
+            write()
+            return True
+        except OSError as exc:
+            self._artifact_failed(getattr(exc, "filename", None) or path, exc)
+            return False
 
     # -- one loop -----------------------------------------------------------------
 
@@ -269,19 +308,63 @@ class Engine:
         in iteration 1, when the caller has just run them (a failed pytest test).
         ``resume_from`` is a loaded run log (:func:`~pytest_loops.artifacts.runlog.load_runlog`)
         of a killed or stopped run: its iterations, streak and spent time carry
-        over, and the new log names the old one.
+        over, and the new log names the old one. A revise step the killed run
+        had started and not finished is run again, once; a verdict it had decided
+        and not yet written out is kept (see :func:`resume_plan`).
         ``before_start(should_stop)`` runs first, on the loop's budget (the working
         tree's lock is waited for so); it may raise :class:`DeadlineReached`.
+
+        One run writes a run log at a time: a second run given the same log path
+        raises LoopUsageError naming the run that holds it.
         """
-        hook = self.pm.hook
         wall0 = self.wall()
+        self.artifact_errors = []
+        paths = resolve_paths(spec, artifacts_dir=self.artifacts_dir, log_path=log_path,
+                              memory_page=memory_page, wall=wall0)
+        locks = []
+        try:
+            # the log resumed from too: a run still writing it, or a second resume of
+            # it, would count its iterations twice
+            old = (resume_from or {}).get("log_path")
+            if old and Path(old).resolve() != paths.log.resolve():
+                locks.append(self._hold_log(Path(old), what="the run log to resume is still being written",
+                                            fix="wait for that run to end, or stop it"))
+            locks.append(self._hold_log(paths.log))
+            return self._run(spec, paths, wall0, first_results, resume_from, before_start)
+        finally:
+            for lock in reversed(locks):
+                if lock is not None:
+                    lock.release()
+
+    def _hold_log(self, log: Path, *, what: str = "another run is writing this run log",
+                  fix: str = "give each run its own --log") -> Any:
+        """The run log's lock, held for the run (None when the lock file cannot be made:
+        an artifact error, not a lost verdict)."""
+        from filelock import FileLock, Timeout
+
+        lock = FileLock(str(log) + ".lock", timeout=0)
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            lock.acquire()
+        except Timeout:
+            from .errors import LoopUsageError
+
+            raise LoopUsageError(f"{what} ({_log_holder(log)})", location=str(log), fix=fix) from None
+        except OSError as exc:
+            self._artifact_failed(str(log) + ".lock", exc)
+            return None
+        return lock
+
+    def _run(self, spec: LoopSpec, paths: RunPaths, wall0: float,
+             first_results: Mapping[str, CheckResult] | None,
+             resume_from: Mapping[str, Any] | None,
+             before_start: Callable[[Callable[[], bool] | None], None] | None = None) -> LoopResult:
+        hook = self.pm.hook
         prior = [IterationRecord.from_dict(r) for r in (resume_from or {}).get("iterations", [])]
         spent = float((resume_from or {}).get("elapsed_s") or 0.0)
         if prior and not spent:
             spent = prior[-1].elapsed_s
         t0 = self.clock() - max(0.0, spent)  # the budget counts the time already spent
-        paths = resolve_paths(spec, artifacts_dir=self.artifacts_dir, log_path=log_path,
-                              memory_page=memory_page, wall=wall0)
         workdir = Path(spec.cwd).resolve()
         g = spec.guards
         deadline = t0 + g.budget_seconds if g.budget_seconds > 0 else None
@@ -310,7 +393,7 @@ class Engine:
                           readonly_files=check_files(spec, str(workdir)),
                           extra_ancestors=[tempfile.gettempdir()], should_stop=stop)
         self._literals: set[str] = set()
-        log = RunLogWriter(paths.log, scrub=self.scrub)
+        log = RunLogWriter(paths.log, scrub=self.scrub, on_error=self._artifact_failed)
         header = {
             "loop": spec.name, "goal": spec.goal, "source": spec.source,
             "guards": g.to_dict(), "state_paths": list(spec.state_paths),
@@ -323,9 +406,17 @@ class Engine:
         if resume_from is not None:
             header["resumed_from"] = resume_from.get("log_path") or (resume_from.get("artifacts") or {}).get("log")
             header["resumed_after_iterations"] = len(prior)
-        log.start(header)
+        g_plan = resume_plan(resume_from, spec, prior)
+        if resume_from is not None and resume_from.get("incomplete"):
+            # a killed run's revise step (or check) may still be running in its own
+            # process group: stop it, or it would finish beside the one run again
+            stop_leftovers(resume_from.get("run_dir"))
+        log.start({**header, "pid": os.getpid()})  # who holds the log (the summary need not say)
         for old in prior:  # the new log holds the whole loop
-            log.iteration(old.to_dict())
+            decided = g_plan.decided if old is prior[-1] else None
+            log.iteration(old.to_dict(), verdict=decided[0] if decided else None,
+                          reason=decided[1] if decided else "")
+        self._log = log
 
         # Bytecode a revise step writes into the tree is removed after it (the guard), and
         # the clean room has no __pycache__ at all: no prefix of our own is needed, which
@@ -345,6 +436,9 @@ class Engine:
                 history.setdefault(c.name, []).append(c.passed)
         iteration = len(prior)
         record: IterationRecord | None = None
+        pending = g_plan.revise  # the record of an iteration whose revise step was cut off
+        if g_plan.decided is not None:
+            verdict, reason = Verdict(g_plan.decided[0]), g_plan.decided[1]
         try:
             if before_start is not None:
                 before_start(stop)
@@ -361,19 +455,36 @@ class Engine:
                     reason = (f"max_iter={g.max_iter} already reached by the resumed run; "
                               "raise the cap (--max-iter) to continue")
                     break
-                record = IterationRecord(iter=iteration, started_at=_iso(self.wall()))
+                resumed = pending is not None and pending.iter == iteration
+                record = pending if resumed else IterationRecord(iter=iteration, started_at=_iso(self.wall()))
+                pending = None
                 it0 = self.clock()
                 ctx = LoopContext(spec=spec, iteration=iteration, workdir=workdir,
                                   run_dir=paths.run_dir, runner=self.runner, clock=self.clock,
                                   deadline=deadline, base_env=run_env, lessons=lessons,
-                                  scrub=self.scrub, previous=records[-1] if records else None)
+                                  scrub=self.scrub, previous=records[-1] if records else None,
+                                  artifact_error=self._artifact_failed)
+                if resumed:
+                    # verify, progress, lesson and guards ran before the kill: only the
+                    # revise step is run again, so no iteration is counted twice
+                    failed = [c for c in record.checks if not c.passed]
+                    previous_hash = record.state_hash or previous_hash
+                    streak = record.unchanged_streak
+                    previous_signature = record.failure_signature
+                    same_failure = record.same_failure_streak
+                    for c in record.checks:
+                        history.setdefault(c.name, []).append(c.passed)
+                    verdict, reason = self._revise(spec, ctx, record, failed, watch)
+                    verdict, reason = self._end_iteration(spec, record, verdict, reason, iteration, t0, it0,
+                                                          fingerprint, records, log, ctx)
+                    continue
 
                 # verify (hidden checks run only in the clean room, before SUCCESS)
                 for check in visible:
                     if iteration == 1 and not prior and first_results and check.name in first_results:
                         result = first_results[check.name]
                     else:
-                        result = hook.pytest_loop_run_check(check=check, context=ctx)
+                        result = self._run_check(check, ctx)
                     if not isinstance(result, CheckResult):
                         raise TypeError(
                             f"pytest_loop_run_check returned {type(result).__name__} for {check.name!r}; "
@@ -419,7 +530,7 @@ class Engine:
                                              loop_name=spec.name)
                         if self.scrub is not None:
                             line = self.scrub(line)
-                        page.append(line)
+                        self._write(page.path, lambda line=line: page.append(line))
                         record.lesson = line
                         written_lessons.append(line)
                         lessons.append(line)
@@ -428,12 +539,8 @@ class Engine:
                                                    history=history)
                 if verdict is None:
                     verdict, reason = self._revise(spec, ctx, record, failed, watch)
-                record.guards_seen = self._guards_seen(spec, record, iteration, t0, fingerprint is not None)
-                record.duration_s = self.clock() - it0
-                record.elapsed_s = self.clock() - t0
-                records.append(record)
-                log.iteration(record.to_dict())
-                hook.pytest_loop_iteration_finished(spec=spec, record=record, context=ctx)
+                verdict, reason = self._end_iteration(spec, record, verdict, reason, iteration, t0, it0,
+                                                      fingerprint, records, log, ctx)
         except DeadlineReached as exc:  # a wait or a hash ran into the budget
             verdict = Verdict.TIMEOUT
             reason = f"budget of {g.budget_seconds:g}s ran out {exc}"
@@ -441,11 +548,12 @@ class Engine:
                 reason = f"budget of {g.budget_seconds:g}s ran out during iteration {record.iter} {exc}"
                 record.guard, record.elapsed_s = "budget", self.clock() - t0
                 records.append(record)
-                log.iteration(record.to_dict())
+                log.iteration(record.to_dict(), verdict=verdict.value, reason=reason)
         except BaseException as exc:
             log.aborted(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
             raise
         finally:
+            self._log = None
             close = getattr(fingerprint, "close", None)
             if close is not None:
                 close()  # release the change journal (an inotify descriptor) now
@@ -462,20 +570,51 @@ class Engine:
             result.artifacts["memory"] = str(paths.memory_page)
         if (paths.run_dir / "suspects.json").is_file():
             result.artifacts["suspects"] = str(paths.run_dir / "suspects.json")
+        # The verdict is decided: from here on an artifact that cannot be written is
+        # an artifact error (reported, recorded where possible), never a lost verdict.
         for finish in self.finishers:
-            finish(result, paths)
+            try:
+                finish(result, paths)
+            except OSError as exc:
+                self._artifact_failed(getattr(exc, "filename", None) or paths.run_dir, exc)
+        self.artifact_errors += [v for k, v in result.artifacts.items() if k.endswith("_error")]
         summary = {"schema": SCHEMA, **header, **summarize(result), "lessons": written_lessons}
-        log.finish(summary)
+        if self.artifact_errors:
+            summary["artifact_errors"] = list(self.artifact_errors)
+        if not log.finish(summary):
+            # the log stays the killed-run events (resumable); a .tine claiming a
+            # verdict the log does not hold would contradict it, so there is none
+            for key in ("tine",):
+                written = result.artifacts.pop(key, None)
+                if written:
+                    Path(written).unlink(missing_ok=True)
+        # the run log's own failure is named first: it is the one a reader looks for
+        self.artifact_errors.sort(key=lambda e: not e.startswith(f"{paths.log}:"))
         if self.write_index:
-            append_index(paths.artifacts_dir / "index.jsonl", {
-                "loop": spec.name, "verdict": result.verdict.value, "exit_code": result.exit_code,
-                "iterations_run": result.iterations_run, "elapsed_s": round(result.elapsed_s, 3),
-                "started_at": result.started_at, "log": str(paths.log),
-            })
+            self._write(paths.artifacts_dir / "index.jsonl", lambda: append_index(
+                paths.artifacts_dir / "index.jsonl", {
+                    "loop": spec.name, "verdict": result.verdict.value, "exit_code": result.exit_code,
+                    "iterations_run": result.iterations_run, "elapsed_s": round(result.elapsed_s, 3),
+                    "started_at": result.started_at, "log": str(paths.log),
+                }))
         hook.pytest_loop_finished(spec=spec, result=result)
         return result
 
     # -- the steps ----------------------------------------------------------------
+
+    def _end_iteration(self, spec: LoopSpec, record: IterationRecord, verdict: Verdict | None, reason: str,
+                       iteration: int, t0: float, it0: float, fingerprint: Any,
+                       records: list[IterationRecord], log: RunLogWriter,
+                       ctx: LoopContext) -> tuple[Verdict | None, str]:
+        record.guards_seen = self._guards_seen(spec, record, iteration, t0, fingerprint is not None)
+        record.duration_s = self.clock() - it0
+        record.elapsed_s = self.clock() - t0
+        records.append(record)
+        # the verdict goes into the same line as its iteration: a run killed after it
+        # resumes to this verdict, never to one more iteration
+        log.iteration(record.to_dict(), verdict=verdict.value if verdict else None, reason=reason)
+        self.pm.hook.pytest_loop_iteration_finished(spec=spec, record=record, context=ctx)
+        return verdict, reason
 
     def _after_verify(self, spec: LoopSpec, ctx: LoopContext, record: IterationRecord,
                       failed: list[CheckResult], watch: TreeGuard) -> tuple[Verdict | None, str]:
@@ -504,7 +643,7 @@ class Engine:
     def _hidden_here(self, spec: LoopSpec, ctx: LoopContext, record: IterationRecord) -> tuple[Verdict | None, str]:
         """Without a clean room (a runner that spawns nothing): the hidden checks run here."""
         for check in (c for c in spec.checks if c.hidden):
-            result = self.pm.hook.pytest_loop_run_check(check=check, context=ctx)
+            result = self._run_check(check, ctx)
             if isinstance(result, CheckResult):
                 record.clean_room.append(result)
                 if not result.passed:
@@ -534,7 +673,7 @@ class Engine:
                                 base_env=dict(room.env), scrub=self.scrub, clean_room=room,
                                 label_prefix="cleanroom-")
             for check in spec.checks:
-                result = self.pm.hook.pytest_loop_run_check(check=check, context=clean)
+                result = self._run_check(check, clean)
                 if not isinstance(result, CheckResult):
                     raise TypeError(f"pytest_loop_run_check returned {type(result).__name__} for "
                                     f"{check.name!r} in the clean room; expected a CheckResult")
@@ -604,17 +743,29 @@ class Engine:
             record.guard = "budget"
             return Verdict.TIMEOUT, (f"budget of {spec.guards.budget_seconds:g}s used up before "
                                      f"the revise step of iteration {record.iter}")
-        write_failure_file(ctx.failure_file, failed, scrub=ctx.scrub)
+        failure_file = ctx.failure_file
+        self._write(failure_file, lambda: write_failure_file(failure_file, failed, scrub=ctx.scrub))
         if self.localize:
             from .localize import localize
 
-            if localize(ctx, failed) is not None:
-                record.suspects_file = str(ctx.iteration_dir / "suspects.json")
-        ctx.prompt_file.write_text(build_prompt(spec, ctx, failed), encoding="utf-8")
+            try:
+                if localize(ctx, failed) is not None:
+                    record.suspects_file = str(ctx.iteration_dir / "suspects.json")
+            except OSError as exc:
+                self._artifact_failed(getattr(exc, "filename", None) or failure_file.parent, exc)
+        prompt = build_prompt(spec, ctx, failed)
+        self._write(failure_file.with_name("prompt.md"),
+                    lambda: ctx.prompt_file.write_text(prompt, encoding="utf-8"))
         r0 = self.clock()
         watch.before_revise()
+        # the iteration so far (verify, guards): a run killed during the revise step
+        # resumes by running it again, not by verifying this iteration twice
+        if self._log is not None:
+            self._log.revise_start(record.to_dict())
         outcome = self.pm.hook.pytest_loop_revise(spec=spec, iteration=record.iter, context=ctx)
         record.revise_duration_s = self.clock() - r0
+        if self._log is not None:
+            self._log.revise_end(record.iter, _exit_of(outcome))
         passed = watch.after_revise()
         record.protected_changes = [v.describe() for v in passed.violations]
         record.caches_cleared = len(passed.caches_cleared)
@@ -703,6 +854,101 @@ class Engine:
             if not result.succeeded:
                 break
         return results
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """What a resumed run does first: run an interrupted revise step again, or write
+    out a verdict the killed run had decided; neither (the default): verify next."""
+
+    revise: IterationRecord | None = None
+    decided: tuple[str, str] | None = None  # (verdict, reason)
+
+
+def resume_plan(resume_from: Mapping[str, Any] | None, spec: LoopSpec,
+                prior: Sequence[IterationRecord]) -> ResumePlan:
+    """The plan for resuming from ``resume_from`` (a loaded run log) with ``spec``.
+
+    A verdict the killed run had decided (its last iteration line names it) is
+    kept, unless it is MAX_ITER or TIMEOUT and the resumed run raised that limit.
+    """
+    if not resume_from:
+        return ResumePlan()
+    pending = resume_from.get("revise_interrupted")
+    if isinstance(pending, dict):
+        try:
+            record = IterationRecord.from_dict(pending)
+        except (TypeError, ValueError, AttributeError):
+            return ResumePlan()  # not a record: verify that iteration afresh
+        if record.iter == len(prior) + 1:
+            return ResumePlan(revise=record)
+    decided = resume_from.get("decided")
+    if not isinstance(decided, dict) or not prior or decided.get("iter") != prior[-1].iter:
+        return ResumePlan()
+    try:
+        verdict = Verdict(decided.get("verdict"))
+    except ValueError:
+        return ResumePlan()
+    logged = resume_from.get("guards") if isinstance(resume_from.get("guards"), dict) else {}
+    raised = {Verdict.MAX_ITER: "max_iter", Verdict.TIMEOUT: "budget_seconds"}.get(verdict)
+    if raised and logged.get(raised) != getattr(spec.guards, raised):
+        return ResumePlan()
+    return ResumePlan(decided=(verdict.value, str(decided.get("reason") or "")))
+
+
+def stop_leftovers(run_dir: Any, *, wait_s: float = 10.0) -> list[int]:
+    """Kill the processes a killed run left behind: those whose environment names its
+    run directory (``LOOP_RUN_DIR``). Linux (/proc) only; returns their pids."""
+    import signal
+
+    if not isinstance(run_dir, str) or not run_dir or not os.path.isdir("/proc"):
+        return []
+    needle = f"LOOP_RUN_DIR={run_dir}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle not in f.read().split(b"\0"):
+                    continue
+            os.kill(int(entry), signal.SIGKILL)
+            found.append(int(entry))
+        except OSError:
+            continue
+    end = time.monotonic() + wait_s
+    while found and time.monotonic() < end and any(_alive(pid) for pid in found):
+        time.sleep(0.02)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"  # a zombie is gone
+    except OSError:
+        return False
+
+
+def _exit_of(outcome: Any) -> int | None:
+    if isinstance(outcome, CommandResult):
+        return outcome.exit_code
+    return outcome if isinstance(outcome, int) and not isinstance(outcome, bool) else None
+
+
+def _log_holder(log: Path) -> str:
+    """"held by pid N since T" from the start line of the run log being written."""
+    import json
+
+    try:
+        with open(log, encoding="utf-8") as f:
+            start = json.loads(f.readline())
+        pid, since = start.get("pid"), start.get("started_at")
+    except (OSError, ValueError, AttributeError):
+        pid = since = None
+    if pid is None:
+        return "held by a run that has not written its start line yet"
+    return f"held by pid {pid} since {since}"
 
 
 def _shown_spec(spec: LoopSpec) -> dict[str, Any]:

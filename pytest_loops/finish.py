@@ -1,14 +1,15 @@
 """What a finished loop leaves besides its run log: `.tine` provenance and a hand-off.
 
 Both are written after the verdict and before the run-log summary, so the
-summary lists them. A failure to write either is recorded in the summary and
-never loses the run log.
+summary lists them. A failure to write either is recorded in the summary
+(``tine_error`` / ``handoff_error``: the file and the errno) and never loses the
+run log or the verdict.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,7 +76,7 @@ def make_finishers(options: ArtifactOptions) -> list[Callable[[LoopResult, RunPa
                 result.artifacts["tine"] = write_tine(result, target, hmac_key=key,
                                                       ed25519_key_path=options.ed25519_key)
             except Exception as exc:  # noqa: BLE001 - provenance must never cost the run log
-                result.artifacts["tine_error"] = f"{type(exc).__name__}: {exc}"
+                result.artifacts["tine_error"] = artifact_error(target, exc)
 
         finishers.append(tine)
 
@@ -90,7 +91,22 @@ def make_finishers(options: ArtifactOptions) -> list[Callable[[LoopResult, RunPa
             try:
                 result.artifacts["handoff"] = write_handoff(result, target, resume_command=command)
             except Exception as exc:  # noqa: BLE001 - same: the run log comes first
-                result.artifacts["handoff_error"] = f"{type(exc).__name__}: {exc}"
+                result.artifacts["handoff_error"] = artifact_error(target, exc)
 
         finishers.append(handoff)
     return finishers
+
+
+def artifact_error(path: str | os.PathLike, exc: BaseException) -> str:
+    """One line naming the file and the errno: "PATH: [Errno 28] No space left on device"."""
+    if isinstance(exc, OSError) and exc.errno:
+        return f"{getattr(exc, 'filename', None) or path}: [Errno {exc.errno}] {exc.strerror}"
+    return f"{path}: {type(exc).__name__}: {exc}"
+
+
+def artifact_errors_line(errors: Sequence[str]) -> str | None:
+    """The one stderr line for the artifacts a run could not write (None: all written)."""
+    if not errors:
+        return None
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"pytest-loops: could not write {errors[0]}{more}; the verdict stands"

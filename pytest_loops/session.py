@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shlex
 import signal
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,7 @@ class LoopSession:
         self.collection_errors = 0  # collectors that failed (a bad loop file, an import error)
         self.loop_failures = 0  # marker-loop tests that failed (counted in session.testsfailed)
         self.session_result: LoopResult | None = None
+        self.artifact_errors: list[str] = []  # artifacts the loops could not write (one line at the end)
         workerinput = getattr(config, "workerinput", None)
         self.testrunuid = workerinput["testrunuid"] if workerinput else uuid.uuid4().hex
         # authenticates the results the check items of a loop share: made here on the
@@ -153,7 +155,9 @@ class LoopSession:
         engine = self.make_engine()
         with TerminationGuard(engine.runner):
             try:
-                return engine.run(spec, resume_from=self.resume_point(spec), **kwargs)
+                result = engine.run(spec, resume_from=self.resume_point(spec), **kwargs)
+                self.artifact_errors += engine.artifact_errors
+                return result
             except SystemExit as exc:
                 # the guard turns SIGTERM into SystemExit(143), which pytest would
                 # report as an INTERNALERROR with a traceback and exit 3
@@ -407,7 +411,15 @@ class LoopSession:
                 reporter.write_sep("=", f"loop: not started: the session stopped early ({stopped}); "
                                         "run without -x / --maxfail to repair the failing tests")
         elif self.failed_nodeids and self.settings["revise"] and exitstatus in (0, 1):
-            self.session_result = run_session_loop(self)
+            try:
+                self.session_result = run_session_loop(self)
+            except KeyboardInterrupt:
+                # one line, no traceback; pytest's "interrupted" exit (2), or 130 under
+                # --loop-exitcode=verdict where 2 means MAX_ITER (as `pytest-loops run`)
+                code = 130 if self.exitcode == "verdict" else int(pytest.ExitCode.INTERRUPTED)
+                pytest.exit(f"interrupted (Ctrl-C) during the fix-loop {SESSION_LOOP_NAME!r}; its running "
+                            f"command was stopped and its run log in {self.artifacts_dir / 'runs'} can be "
+                            "continued with --loop-resume", returncode=code)
             self.rows.append(dict(loop_properties(self.session_result)))
             if self.session_result.succeeded:
                 self._mark_repaired(session)
@@ -420,14 +432,36 @@ class LoopSession:
         their first-run failure, so CI's test view matches the terminal and exit code."""
         xmlpath = getattr(config.option, "xmlpath", None)
         result = self.session_result
-        if not xmlpath or self.is_worker:
-            return
-        from .junit import mark_repaired, mask_xml
+        if xmlpath and not self.is_worker:
+            from .junit import mark_repaired, mask_xml
 
-        if result is not None:
-            mark_repaired(Path(xmlpath), self.failed_nodeids, loop_properties(result),
-                          repaired=result.succeeded, prefix=getattr(config.option, "junitprefix", None))
-        mask_xml(Path(xmlpath))  # last: a test's node id (a parametrize id) may hold a secret
+            try:
+                if result is not None:
+                    mark_repaired(Path(xmlpath), self.failed_nodeids, loop_properties(result),
+                                  repaired=result.succeeded, prefix=getattr(config.option, "junitprefix", None))
+                mask_xml(Path(xmlpath))  # last: a test's node id (a parametrize id) may hold a secret
+            except OSError as exc:
+                self._artifact_failed(xmlpath, exc)
+        self._report_artifact_errors()
+
+    def _artifact_failed(self, path: str | Path, exc: OSError) -> None:
+        from .finish import artifact_error
+
+        self.artifact_errors.append(artifact_error(path, exc))
+
+    def _report_artifact_errors(self) -> None:
+        """One stderr line for every artifact this session could not write; pytest's
+        exit code stays its own (an artifact records a result, it is not one)."""
+        from .finish import artifact_errors_line
+
+        line = artifact_errors_line(self.artifact_errors)
+        if line is None:
+            return
+        try:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
 
     def _mark_repaired(self, session: pytest.Session) -> None:
         """Failures the session loop repaired count as repaired, not failed."""
@@ -485,7 +519,13 @@ class LoopSession:
             terminalreporter.section("loops")
             for line in summary_rows(self.rows):
                 terminalreporter.write_line(line)
-        report = self.write_report()  # also with no loop: a CI upload step expects the file
+        try:
+            report = self.write_report()  # also with no loop: a CI upload step expects the file
+        except OSError as exc:
+            from .plugin import _option
+
+            self._artifact_failed(_option(self.config, "report"), exc)
+            report = None
         if report:
             terminalreporter.write_line(f"loops: HTML report: {report}")
 

@@ -564,3 +564,24 @@ def test_verify_turns_any_internal_failure_into_a_line(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Run, "verify_integrity", staticmethod(boom))
     assert verify_tine(path) == (False, f"{path}: cannot verify: unexpected failure")
+
+
+def test_write_tine_is_whole_or_absent(tmp_path, monkeypatch):
+    """A .tine is written by atomic rename: a save that fails (a full disk) leaves
+    neither the target nor a temporary file, and an older .tine stays as it was."""
+    target = tmp_path / "run.tine"
+    target.write_text("older")
+
+    def full(payloads, metadata, succeeded, path, *args):
+        Path(path).write_text("half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(provenance, "_save", full)
+    with pytest.raises(OSError):
+        write_tine(make_result(), target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.tine"]
+    assert target.read_text() == "older"
+    monkeypatch.undo()
+    write_tine(make_result(), target)
+    assert verify_tine(target)[0] is True
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.tine"]

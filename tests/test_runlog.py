@@ -292,3 +292,58 @@ def test_parallel_index_appends_never_interleave_or_lose_lines(tmp_path, child_e
         assert entry["schema"] == INDEX_SCHEMA and entry["pad"] == "x" * 200
         seen.setdefault(entry["worker"], []).append(entry["n"])
     assert seen == {w: list(range(PER_WORKER)) for w in range(WORKERS)}
+
+
+def test_a_write_error_goes_to_on_error_and_the_loop_log_stops(tmp_path, monkeypatch):
+    """With on_error, a failed event append is reported once and no later event is
+    written (the MAC chain would have a hole); the summary is still tried."""
+    seen = []
+    log = tmp_path / "run.json"
+    writer = RunLogWriter(log, key=None, on_error=lambda path, exc: seen.append((path, exc.errno)))
+    writer.start({"loop": "x", "guards": {}})
+    real_open = open
+
+    def full(file, mode="r", *args, **kwargs):
+        if os.fspath(file) == str(log) and "a" in mode:
+            raise OSError(28, "No space left on device")
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", full)
+    writer.iteration({"iter": 1})
+    writer.iteration({"iter": 2})
+    monkeypatch.undo()
+    assert seen == [(str(log), 28)] and writer.broken
+    writer.iteration({"iter": 3})  # still nothing: the chain is broken
+    assert [json.loads(line)["event"] for line in log.read_text().splitlines()] == ["start"]
+    monkeypatch.setattr(runlog.os, "replace", lambda src, dst: (_ for _ in ()).throw(OSError(28, "full")))
+    assert writer.finish({"schema": SCHEMA, "iterations": []}) is False
+    assert seen[-1] == (str(log), 28)
+    monkeypatch.undo()
+    assert writer.finish({"schema": SCHEMA, "iterations": [], "verdict": "MAX_ITER"}) is True
+
+
+def test_revise_events_and_the_deciding_verdict_are_read_back(tmp_path):
+    log = tmp_path / "run.json"
+    writer = RunLogWriter(log)
+    writer.start({"loop": "x", "spec": {}})
+    writer.revise_start({"iter": 1, "started_at": "t"})
+    writer.revise_end(1, 0)
+    writer.iteration({"iter": 1, "started_at": "t"})
+    writer.revise_start({"iter": 2, "started_at": "t"})
+    events = [json.loads(line)["event"] for line in log.read_text().splitlines()]
+    assert events == ["start", "revise_start", "revise_end", "iteration", "revise_start"]
+    run = load_runlog(log)
+    assert run["verified"] is True and run["iterations_run"] == 1
+    assert run["revise_interrupted"]["iter"] == 2 and "decided" not in run
+    writer.revise_end(2, 1)
+    writer.iteration({"iter": 2, "started_at": "t"}, verdict="MAX_ITER", reason="cap")
+    run = load_runlog(log)
+    assert "revise_interrupted" not in run
+    assert run["decided"] == {"iter": 2, "verdict": "MAX_ITER", "reason": "cap"}
+
+
+def test_check_resumable_refuses_duplicate_iterations():
+    data = {"iterations": [{"iter": 1}, {"iter": 1}]}
+    with pytest.raises(LoopUsageError, match="numbered 1 .duplicate or missing iterations"):
+        runlog.check_resumable(data, "--resume run.json")
+    runlog.check_resumable({"iterations": [{"iter": 1}, {"iter": 2}]}, "--resume run.json")

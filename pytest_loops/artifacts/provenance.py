@@ -15,6 +15,7 @@ import hashlib
 import math
 import os
 import re
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -195,17 +196,27 @@ def write_tine(
     metadata = _metadata(result, scrub)
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    _save(payloads, metadata, result.succeeded, target, sign_key, algorithm)
-    # opentine redacts on save and cannot be told not to; it may drop the rest of
-    # a multi-line string after a `token:`. Reading back (~20 ms) is far cheaper
-    # than a second redaction pass, and the rare file that changed is re-saved
-    # with the changed strings masked line by line, so nothing else is lost.
-    for _ in range(_REFITS):
-        stored = _bodies_of(Run.load(target).steps)
-        if stored == _bodies(payloads):
-            break
-        payloads = _refit(payloads, stored, Run)
-        _save(payloads, metadata, result.succeeded, target, sign_key, algorithm)
+    # written whole or not at all: a temporary file in the same directory, renamed
+    # over the target only once it is complete (a full disk leaves no half file)
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tine")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        _save(payloads, metadata, result.succeeded, tmp, sign_key, algorithm)
+        # opentine redacts on save and cannot be told not to; it may drop the rest of
+        # a multi-line string after a `token:`. Reading back (~20 ms) is far cheaper
+        # than a second redaction pass, and the rare file that changed is re-saved
+        # with the changed strings masked line by line, so nothing else is lost.
+        for _ in range(_REFITS):
+            stored = _bodies_of(Run.load(tmp).steps)
+            if stored == _bodies(payloads):
+                break
+            payloads = _refit(payloads, stored, Run)
+            _save(payloads, metadata, result.succeeded, tmp, sign_key, algorithm)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return str(target)
 
 

@@ -10,6 +10,7 @@ everything the page holds (its header names the loop and its goal).
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
@@ -164,7 +165,9 @@ class MemoryPage:
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
                              | getattr(os, "O_NOCTTY", 0), 0o644)
             except OSError as exc:
-                self._warn(f"cannot be written ({exc.strerror or exc}); lesson not kept")
+                if exc.errno != errno.ENXIO:
+                    raise  # a full disk, no permission: the caller's artifact error
+                self._warn("is a FIFO nobody reads; lesson not kept")
                 return
             try:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):

@@ -69,11 +69,19 @@ class RunLogWriter:
     its own, under ``key`` (default: the per-user run-log key, made on first use).
     When there is no usable key the log is written without MACs, never lost for
     it; readers then call it unverified. ``key_error`` says why.
+
+    With ``on_error`` an OSError while writing (a full disk, a read-only mount) is
+    passed to it as ``(path, error)`` instead of raised: the loop and its verdict
+    go on. After a failed event no more events are appended (the chain would have
+    a hole); the summary, a whole-file replacement, is still tried at the end.
     """
 
     def __init__(self, path: str | os.PathLike, scrub: Callable[[str], str] | None = None,
-                 key: bytes | None = _FROM_STATE) -> None:
+                 key: bytes | None = _FROM_STATE,
+                 on_error: Callable[[str, OSError], None] | None = None) -> None:
         self.path = Path(path)
+        self.on_error = on_error
+        self.broken = False  # an event could not be written
         self.scrub = scrub  # masks secret values in everything written
         self._key_arg = key
         self._chain: MacChain | None = None
@@ -114,15 +122,30 @@ class RunLogWriter:
             return text
         return text[:-1] + (", " if obj else "") + f'"mac": "{value}"}}'
 
+    def _failed(self, exc: OSError) -> None:
+        if self.on_error is None:
+            raise exc
+        self.on_error(str(self.path), exc)
+
     def _append(self, event: dict[str, Any]) -> None:
+        if self.broken:
+            return
         line = self._signed_line(self._text(_dump(event)))
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        try:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+        except OSError as exc:
+            self.broken = True
+            self._failed(exc)
 
     def start(self, header: dict[str, Any]) -> None:
         self._load_key()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text("", encoding="utf-8")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text("", encoding="utf-8")
+        except OSError as exc:
+            self.broken = True
+            self._failed(exc)
         if self._chain is not None:
             self._chain.last = ""  # a new log starts a new chain
         header = dict(header)
@@ -133,18 +156,37 @@ class RunLogWriter:
         self.source_file = header.get("source_file")
         self._append({"event": "start", "schema": SCHEMA, **header})
 
-    def iteration(self, record: dict[str, Any]) -> None:
-        self._append({"event": "iteration", "record": record})
+    def iteration(self, record: dict[str, Any], *, verdict: str | None = None, reason: str = "") -> None:
+        """One finished iteration; ``verdict`` when it ended the loop (written in the
+        same line, so a run killed after it resumes to that verdict)."""
+        event: dict[str, Any] = {"event": "iteration", "record": record}
+        if verdict is not None:
+            event.update(verdict=verdict, reason=reason)
+        self._append(event)
+
+    def revise_start(self, record: dict[str, Any]) -> None:
+        """The iteration so far (verify, progress, guards), before its revise step runs."""
+        self._append({"event": "revise_start", "record": record})
+
+    def revise_end(self, iteration: int, exit_code: int | None) -> None:
+        self._append({"event": "revise_end", "iter": iteration, "revise_exit": exit_code})
 
     def aborted(self, reason: str) -> None:
         self._append({"event": "aborted", "reason": reason})
 
-    def finish(self, summary: dict[str, Any]) -> None:
+    def finish(self, summary: dict[str, Any]) -> bool:
+        """Replace the events by the summary (atomic rename); False when it could not
+        be written (reported to ``on_error``): the events stay as they were."""
         self._load_key()
         if self.source_file is not None and "source_file" not in summary:
             summary = {**summary, "source_file": self.source_file}
         text = self._text(json.dumps(summary, ensure_ascii=False, indent=2, default=str, allow_nan=False))
-        atomic_write_text(self.path, sign_summary(text, self.key) + "\n")
+        try:
+            atomic_write_text(self.path, sign_summary(text, self.key) + "\n")
+        except OSError as exc:
+            self._failed(exc)
+            return False
+        return True
 
 
 def source_file_of(header: dict[str, Any]) -> dict[str, str] | None:
@@ -248,6 +290,8 @@ def _reader_key(key: Any) -> tuple[bytes | None, str | None]:
 def _from_events(lines: list[str], path: Path, verifier: _Verifier) -> dict[str, Any]:
     run: dict[str, Any] | None = None
     iterations: list[dict[str, Any]] = []
+    pending: dict[str, Any] | None = None  # revise_start without its iteration
+    decided: dict[str, Any] | None = None
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -266,6 +310,11 @@ def _from_events(lines: list[str], path: Path, verifier: _Verifier) -> dict[str,
             run = {k: v for k, v in event.items() if k != "event"}
         elif kind == "iteration" and isinstance(event.get("record"), dict):
             iterations.append(event["record"])
+            pending = None
+            decided = ({"iter": event["record"].get("iter"), "verdict": event["verdict"],
+                        "reason": event.get("reason", "")} if isinstance(event.get("verdict"), str) else None)
+        elif kind == "revise_start" and isinstance(event.get("record"), dict):
+            pending = event["record"]
         elif kind == "aborted":
             if run is not None:
                 run["reason"] = str(event.get("reason", ""))
@@ -276,6 +325,10 @@ def _from_events(lines: list[str], path: Path, verifier: _Verifier) -> dict[str,
                iterations_run=len(iterations), incomplete=True)
     if iterations:
         run["elapsed_s"] = iterations[-1].get("elapsed_s", 0.0)
+    if pending is not None:
+        run["revise_interrupted"] = pending
+    if decided is not None:
+        run["decided"] = decided
     return run
 
 
@@ -356,6 +409,9 @@ def check_resumable(data: dict[str, Any], where: str) -> None:
     for index, record in enumerate(data.get("iterations") or [], 1):
         if not isinstance(record, dict):
             raise bad(f"iteration record {index} is not an object")
+        if record.get("iter", index) != index:  # two writers, or an edit: never count twice
+            raise bad(f"iteration record {index} is numbered {record.get('iter')!r} "
+                      "(duplicate or missing iterations)")
         for key in ("unchanged_streak", "same_failure_streak"):
             if key in record and not count(record[key]):
                 raise bad(f"iteration record {index}: {key} {record[key]!r} is not a count")
