@@ -91,6 +91,9 @@ def check_size(path: str | os.PathLike, what: str, limit: int) -> None:
 def _yaml_error(exc: yaml.YAMLError, where: str) -> LoopFileError:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if "nesting depth" in problem and mark is not None:  # libyaml's own bound, met before ours
+        return LoopFileError(f"nested deeper than {MAX_YAML_DEPTH} levels", where, mark.line + 1,
+                             mark.column + 1, fix="flatten the YAML: a loop or config file needs a few levels")
     if mark is None:
         return LoopFileError(f"not valid YAML: {problem}", where, fix="fix the YAML syntax")
     return LoopFileError(f"not valid YAML: {problem}", where, mark.line + 1, mark.column + 1,
