@@ -26,6 +26,7 @@ from .config import (
     resolve,
 )
 from .errors import LoopUsageError
+from .outputs import check_output_path
 from .reporting import iteration_line
 from .spec import Check, Guards, LoopSpec
 from .verdict import EXIT_INTERNAL, EXIT_USAGE
@@ -241,6 +242,9 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
     )
     for key in _OUTPUT_PATHS:
         _check_output_path(settings.values.get(key), key, settings.origin.get(key, ""), cwd)
+    if settings.values.get("artifacts") is None:  # the default: where the run log and lessons go
+        check_output_path(".pytest-loops", "--artifacts (default .pytest-loops under --cwd)", base=cwd,
+                          directory=True)
     return spec, {"log_path": settings["log_path"], "unknown_keys": unknown, "config": config_path,
                   "artifacts": settings.values.get("artifacts"), "output_cap": settings["output_cap"]}
 
@@ -260,14 +264,7 @@ def _check_output_path(value: str | None, key: str, origin: str, cwd: Path, wher
     flag, file_key, variable = _OUTPUT_PATHS[key]
     where = where or {"command line": flag, "environment": f"environment variable {variable}"}.get(
         origin, f"{origin}: {file_key}")
-    path = cwd / value  # an absolute value stays as it is
-    is_dir = key == "artifacts"
-    if path.exists() and path.is_dir() != is_dir:
-        raise LoopUsageError(f"{value!r} is {'not ' if is_dir else ''}a directory", location=where,
-                             fix="give a directory" if is_dir else "give a file path")
-    parent = next((p for p in path.parents if p.exists()), None)
-    if parent is not None and not parent.is_dir():
-        raise LoopUsageError(f"{value!r} lies under {str(parent)!r}, which is a file", location=where)
+    check_output_path(value, where, base=cwd, directory=key == "artifacts")
 
 
 def resume_spec(args: argparse.Namespace) -> tuple[LoopSpec, dict[str, Any], dict[str, Any]]:
@@ -310,6 +307,9 @@ def resume_spec(args: argparse.Namespace) -> tuple[LoopSpec, dict[str, Any], dic
     _check_output_path(args.artifacts, "artifacts", "command line", cwd)
     if spec.reflexion:
         _check_output_path(spec.memory_page, "memory_page", "", cwd, where=f"{where}: memory_page")
+    if not args.artifacts:
+        check_output_path(".pytest-loops", "--artifacts (default .pytest-loops under --cwd)", base=cwd,
+                          directory=True)
     cap = resolve([("environment", env_layer()), ("command line", {"output_cap": args.output_cap})])["output_cap"]
     return spec.replace(**changes), {"log_path": args.log, "unknown_keys": [], "config": None,
                                      "output_cap": cap}, data
@@ -362,6 +362,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         spec, extra, resume_from = resume_spec(args)
     else:
         spec, extra = spec_from_args(args)
+    if not args.no_tine:
+        check_output_path(args.tine, "--tine")
     finishers = make_finishers(artifact_options(args, ["--cwd", spec.cwd]))
     out = sys.stdout
     for key in extra["unknown_keys"]:
@@ -438,6 +440,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not directory.is_dir():
         raise LoopUsageError("not a directory", location=str(directory),
                              fix="pass the artifacts directory, e.g. .pytest-loops")
+    check_output_path(args.output, "--output")
     runs = collect_runs(directory)
     path = write_html_report(runs, args.output)
     print(f"{path}: {len(runs)} loop run(s)")

@@ -12,12 +12,10 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from .errors import LoopUsageError, read_user_text
+from .errors import LoopUsageError
+from .limits import read_yaml_file, short_repr
 from .spec import (
     DEFAULT_BUDGET_SECONDS,
     DEFAULT_ESCALATE_AFTER,
@@ -82,17 +80,17 @@ def parse_guard(name: str, raw: Any, where: str) -> Any:
         try:
             value = float(text) if name == "budget_seconds" else int(text)
         except ValueError:
-            raise LoopUsageError(f"{raw!r} is not a valid {name}; valid: {_VALID_HINT[name]}",
+            raise LoopUsageError(f"{short_repr(raw)} is not a valid {name}; valid: {_VALID_HINT[name]}",
                                  location=where) from None
     if name == "budget_seconds" and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if isinstance(value, float) and name != "budget_seconds":
         if not math.isfinite(value) or value != int(value):
-            raise LoopUsageError(f"{raw!r} is not a valid {name}; valid: {_VALID_HINT[name]}",
+            raise LoopUsageError(f"{short_repr(raw)} is not a valid {name}; valid: {_VALID_HINT[name]}",
                                  location=where)
         value = int(value)
     if validate_guard_values(**{name: value}):
-        raise LoopUsageError(f"{raw!r} is not a valid {name}; valid: {_VALID_HINT[name]}",
+        raise LoopUsageError(f"{short_repr(raw)} is not a valid {name}; valid: {_VALID_HINT[name]}",
                              location=where)
     return value
 
@@ -117,7 +115,7 @@ def parse_size(raw: Any, where: str) -> int:
 def parse_signal(raw: Any, where: str) -> str:
     """A no-progress signal: state | failure | both."""
     if not isinstance(raw, str) or raw.strip() not in NO_PROGRESS_SIGNALS:
-        raise LoopUsageError(f"{raw!r} is not a valid no_progress_signal; valid: "
+        raise LoopUsageError(f"{short_repr(raw)} is not a valid no_progress_signal; valid: "
                              f"{', '.join(NO_PROGRESS_SIGNALS)}", location=where)
     return raw.strip()
 
@@ -193,7 +191,8 @@ _RUNNER_KEYS = {
 
 def _expect(cond: bool, where: str, what: str, value: Any) -> None:
     if not cond:
-        raise LoopUsageError(f"expected {what}, got {type(value).__name__} {value!r}", location=where)
+        raise LoopUsageError(f"expected {what}, got {type(value).__name__} {short_repr(value)}",
+                             location=where)
 
 
 def _str_list(value: Any, where: str) -> list[str]:
@@ -205,17 +204,10 @@ def _str_list(value: Any, where: str) -> list[str]:
 
 
 def load_yaml_file(path: str | os.PathLike) -> Any:
-    """Read a YAML file; any problem is one LoopUsageError line with file:line:column."""
-    p = Path(path)
-    text = read_user_text(p, "a config file", missing="config file not found",
+    """Read a YAML file within the limits of :mod:`pytest_loops.limits` (size, depth,
+    aliases); any problem is one LoopUsageError line with file:line:column."""
+    return read_yaml_file(path, "a config file", missing="config file not found",
                           missing_fix="check the path given to --config")
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        location = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(p)
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise LoopUsageError(f"not valid YAML: {problem}", location=location) from None
 
 
 def read_runner_config(path: str | os.PathLike, data: Any = None) -> dict[str, Any]:

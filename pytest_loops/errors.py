@@ -36,22 +36,3 @@ class LoopFileError(LoopUsageError):
             if column is not None:
                 location += f":{column}"
         super().__init__(message, location=location, fix=fix)
-
-
-def read_user_text(path, what: str, missing: str = "not found", missing_fix: str | None = None) -> str:
-    """A file a user named, as UTF-8 text; every way it can fail is one LoopUsageError
-    line naming the file and ``what`` it should have been."""
-    import os
-
-    where = os.fspath(path)
-    try:
-        with open(where, encoding="utf-8") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise LoopUsageError(missing, location=where, fix=missing_fix) from None
-    except IsADirectoryError:
-        raise LoopUsageError(f"is a directory, not {what}", location=where) from None
-    except UnicodeDecodeError:
-        raise LoopUsageError(f"not UTF-8 text: not {what}", location=where) from None
-    except OSError as exc:
-        raise LoopUsageError(f"cannot read: {exc.strerror}", location=where) from None

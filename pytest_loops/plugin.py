@@ -15,6 +15,7 @@ import pytest
 
 from .checks import CHILD_ENV
 from .config import (
+    ENV_NAMES,
     GUARD_KEYS,
     Resolved,
     env_layer,
@@ -221,6 +222,26 @@ class _VerdictModeUsageError(pytest.exit.Exception):
 _VerdictModeUsageError.__name__ = _VerdictModeUsageError.__qualname__ = "ERROR"
 
 
+def check_outputs(config: pytest.Config, settings: Resolved) -> None:
+    """Every path a loop writes is checked before the first test runs (see outputs.py)."""
+    from .outputs import check_output_path
+
+    def where(key: str, option: str) -> str:
+        origin = settings.origin.get(key, "default")
+        return {"command line": f"--loop-{option}", "ini": f"ini loop_{option}", "default": f"--loop-{option}",
+                "environment": "environment variable " + ENV_NAMES.get(key, "")}.get(
+                    origin, f"{origin}: reflexion.episodic_memory_page")  # only the page comes from a file
+
+    root = config.rootpath
+    check_output_path(settings["artifacts"] or ".pytest-loops", where("artifacts", "artifacts"), base=root,
+                      directory=True)
+    if settings["reflexion"]:
+        check_output_path(settings["memory_page"], where("memory_page", "memory"), base=root)
+    report = config.getoption("loop_report")
+    check_output_path(report or _ini(config, "report"), "--loop-report" if report else "ini loop_report",
+                      base=config.invocation_params.dir)
+
+
 def usage_error(config: pytest.Config, message: str) -> NoReturn:
     """pytest's usage error (exit 4, an `ERROR:` line). Under --loop-exitcode=verdict,
     where 4 means NO_PROGRESS, the same line exits 64 instead: there, 2-5 are verdicts only."""
@@ -297,6 +318,7 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = build_settings(config)
         exitcode = _choice(config, "exitcode", EXITCODE_CHOICES)
         artifact_options(config)  # validates the signing key now, before any test runs
+        check_outputs(config, settings)
         _choice(config, "suspects", SUSPECTS_CHOICES)
         _choice(config, "audit", AUDIT_CHOICES)
         from .redact import export_masks

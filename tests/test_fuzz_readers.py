@@ -712,3 +712,96 @@ def test_fuzz_floats_are_real_json_edge_cases():
     """NaN and infinities reach the readers: json writes them and reads them back."""
     assert math.isnan(json.loads(dump({"x": float("nan")}))["x"])
     assert json.loads(dump([float("inf")])) == [float("inf")]
+
+
+# --------------------------------------------------------------------------- limits: YAML, JSON, output paths
+
+
+@st.composite
+def yaml_with_aliases(draw) -> str:
+    """Anchored lists whose items alias earlier anchors, nested lists, merge keys: a
+    small file that may expand to many nodes or nest deeply."""
+    lines = []
+    for n in range(draw(st.integers(1, 8))):
+        width = draw(st.integers(1, 12))
+        items = [f"*a{draw(st.integers(0, n - 1))}" if n and draw(st.booleans()) else "x" for _ in range(width)]
+        lines.append(f"a{n}: &a{n} [" + ", ".join(items) + "]")
+    depth = draw(st.integers(0, 150))
+    lines.append("deep: " + "[" * depth + "]" * depth)
+    if draw(st.booleans()):
+        lines.append("m: &m {k: 1}\nguards:\n  <<: *m")
+    return "\n".join(lines) + "\n"
+
+
+def expanded_size(value: Any, limit: int) -> int:
+    """Nodes in ``value`` with shared objects counted each time (stops past ``limit``)."""
+    count, stack = 0, [value]
+    while stack and count <= limit:
+        node = stack.pop()
+        count += 1
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return count
+
+
+@settings(max_examples=60, **FUZZ)
+@given(text=yaml_with_aliases())
+def test_the_yaml_loader_returns_small_data_or_refuses_in_one_line(text):
+    from pytest_loops.errors import LoopFileError
+    from pytest_loops.limits import MAX_ALIAS_NODES, load_yaml
+
+    literal = text.count("x") + text.count("[") + 64
+    try:
+        data = load_yaml(text, "fuzz.yaml")
+    except LoopFileError as exc:
+        assert str(exc).startswith("fuzz.yaml:") and "\n" not in str(exc) and len(str(exc)) < 300
+    else:
+        assert expanded_size(data, literal + MAX_ALIAS_NODES) <= literal + MAX_ALIAS_NODES
+
+
+@settings(max_examples=60, **FUZZ)
+@given(depth=st.integers(0, 5000), events=st.booleans(), inner=st.sampled_from(["[]", "{}", '"x"', "1"]))
+def test_load_runlog_on_deep_json(tmp_path, depth, events, inner):
+    nested = "[" * depth + inner + "]" * depth
+    path = tmp_path / "deep.json"
+    if events:
+        path.write_text('{"event": "start", "spec": {}, "x": ' + nested + "}\n", encoding="utf-8")
+    else:
+        path.write_text('{"schema": "pytest-loops.runlog/1", "iterations": [], "lessons": ' + nested + "}",
+                        encoding="utf-8")
+    data = loads_or_refuses(path)
+    if depth > 64:
+        assert data is None
+
+
+PATH_PARTS = st.lists(st.sampled_from(["afile", "dir", "new", "x.json", "/proc", "/proc/self/status"]),
+                      min_size=1, max_size=4)
+
+
+@settings(max_examples=60, **FUZZ)
+@given(parts=PATH_PARTS, directory=st.booleans())
+def test_an_output_path_that_passes_the_check_can_be_written(tmp_path, parts, directory):
+    from pytest_loops.outputs import check_output_path
+
+    with scratch(tmp_path) as work:
+        (work / "afile").write_text("x")
+        (work / "dir").mkdir()
+        target = Path(*parts)
+        before = sorted(p.name for p in work.iterdir())
+        try:
+            check_output_path(target, "--flag", base=work, directory=directory)
+        except LoopUsageError as exc:
+            assert str(exc).startswith("--flag: cannot write ") and "\n" not in str(exc)
+            assert sorted(p.name for p in work.iterdir()) == before  # no probe left
+            return
+        assert sorted(p.name for p in work.iterdir()) == before
+        path = work / target
+        if directory:
+            path.mkdir(parents=True, exist_ok=True)
+            (path / "run.json").write_text("{}")
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a", encoding="utf-8") as f:
+                f.write("")

@@ -11,6 +11,7 @@ need it, never when this module is imported.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LoopUsageError
+from ..limits import MAX_RUN_BYTES, MiB
 from ..redact import make_redactor, strip_control
 from ..results import CheckResult, IterationRecord, LoopResult
 
@@ -540,6 +542,8 @@ def _verify(path: Path, hmac_key: bytes | None, pubkey_path: str | None) -> tupl
         return False, f"{where}: is a directory, not a .tine file"
     if path.stat().st_size == 0:
         return False, f"{where}: empty file, not a .tine file"
+    if path.stat().st_size > MAX_RUN_BYTES:
+        return False, f"{where}: larger than {MAX_RUN_BYTES // MiB} MB, not a pytest-loops .tine file"
     if hmac_key is not None and len(hmac_key) < MIN_HMAC_KEY_BYTES:
         return False, f"HMAC key is {len(hmac_key)} bytes; it must be at least {MIN_HMAC_KEY_BYTES}"
     from opentine import Run
@@ -598,6 +602,9 @@ def load_tine_summary(path: str | os.PathLike) -> dict[str, Any]:
     """
     from opentine import Run
 
+    with contextlib.suppress(OSError):
+        if os.stat(path).st_size > MAX_RUN_BYTES:
+            raise ValueError(f"larger than {MAX_RUN_BYTES // MiB} MB: too big for a pytest-loops .tine file")
     try:
         run = Run.load(Path(path))
     except FileNotFoundError:

@@ -23,7 +23,8 @@ from typing import Any
 
 from filelock import FileLock
 
-from ..errors import LoopUsageError, read_user_text
+from ..errors import LoopUsageError
+from ..limits import MAX_LINE_CHARS, MAX_RUN_BYTES, load_json, read_text
 from ..redact import redact_obj
 from ..trust import (
     KeyFileError,
@@ -295,8 +296,11 @@ def _from_events(lines: list[str], path: Path, verifier: _Verifier) -> dict[str,
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
+        if len(line) > MAX_LINE_CHARS:
+            raise LoopUsageError(f"line {number} is longer than {MAX_LINE_CHARS} characters", location=str(path),
+                                 fix="is this a pytest-loops run log?")
         try:
-            event = json.loads(line)
+            event = load_json(line, str(path), f"line {number}")
         except json.JSONDecodeError:
             if number == len(lines):  # a last line cut short by a kill: ignore it
                 break
@@ -341,12 +345,12 @@ def load_runlog(path: str | os.PathLike, *, key: bytes | None = _FROM_STATE) -> 
     """
     p = Path(path)
     verifier = _Verifier(*_reader_key(key))
-    text = read_user_text(p, "a pytest-loops run log", missing="no such run log")
+    text = read_text(p, "a pytest-loops run log", MAX_RUN_BYTES, missing="no such run log")
     stripped = text.strip()
     if not stripped:
         raise LoopUsageError("empty file: not a pytest-loops run log", location=str(p))
     try:
-        data = json.loads(stripped)
+        data = load_json(stripped, str(p), "the log")
     except json.JSONDecodeError:
         data = None
     if isinstance(data, dict) and "event" not in data:
@@ -534,10 +538,10 @@ def recorded_source_file(log_path: str | os.PathLike | None) -> dict[str, str] |
         return None
     try:
         with open(log_path, encoding="utf-8") as f:
-            first = f.readline()
-        event = json.loads(first)
+            first = f.readline(MAX_LINE_CHARS)
+        event = load_json(first, str(log_path))
         key = runlog_key(create=False)
-    except (OSError, ValueError, UnicodeDecodeError, KeyFileError):
+    except (OSError, ValueError, UnicodeDecodeError, KeyFileError, LoopUsageError):
         return None
     if not isinstance(event, dict) or event.get("event") != "start" or not key:
         return None

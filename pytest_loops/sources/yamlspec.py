@@ -39,6 +39,7 @@ from typing import Any
 import yaml
 
 from ..errors import LoopFileError, LoopUsageError
+from ..limits import MAX_YAML_BYTES, SafeLoader, check_size, load_yaml, short_repr
 from ..spec import (
     DEFAULT_BUDGET_SECONDS,
     DEFAULT_ESCALATE_AFTER,
@@ -97,7 +98,7 @@ class _Seq(list):  # type: ignore[type-arg]
         self.marks: list[Any] = []
 
 
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml when present
+class _Loader(SafeLoader):  # libyaml when present
     pass
 
 
@@ -135,17 +136,7 @@ _Loader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
 
 
 def _load_yaml(text: str, path: str) -> Any:
-    try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        if mark is None:
-            raise LoopFileError(f"not valid YAML: {problem}", path, fix="fix the YAML syntax") from None
-        raise LoopFileError(f"not valid YAML: {problem}", path, mark.line + 1, mark.column + 1,
-                            fix="fix the YAML syntax") from None
-    except RecursionError:
-        raise LoopFileError("not valid YAML: nested too deeply", path) from None
+    return load_yaml(text, path, _Loader)
 
 
 # -- validation ---------------------------------------------------------------------
@@ -238,7 +229,7 @@ class _Reader:
         if value is None:
             return None
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise self.fail(keypath, f"expected an integer >= {minimum}, got {value!r}",
+            raise self.fail(keypath, f"expected an integer >= {minimum}, got {short_repr(value)}",
                             self.mark(container, key))
         return value
 
@@ -362,7 +353,7 @@ class _Reader:
                 continue
             if key == "no_progress_signal":
                 if value not in NO_PROGRESS_SIGNALS:
-                    raise self.fail(kpath, f"expected one of {', '.join(NO_PROGRESS_SIGNALS)}, got {value!r}",
+                    raise self.fail(kpath, f"expected one of {', '.join(NO_PROGRESS_SIGNALS)}, got {short_repr(value)}",
                                     kmark)
                 self.signal = (value, self.where(kmark))
                 continue
@@ -379,7 +370,7 @@ class _Reader:
                 raise self.fail(kpath, f"expected a number, got {_type_name(value)}", kmark)
             elif name != "budget_seconds" and isinstance(value, float):
                 if not (math.isfinite(value) and value == int(value)):
-                    raise self.fail(kpath, f"expected an integer, got {value!r}", kmark)
+                    raise self.fail(kpath, f"expected an integer, got {short_repr(value)}", kmark)
                 value = int(value)
             problems = validate_guard_values(**{name: value})
             if problems:
@@ -425,12 +416,12 @@ class _Reader:
         timeout = item.get("timeout")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                     or not math.isfinite(timeout) or timeout <= 0):
-            raise self.fail(f"{cpath}.timeout", f"expected a positive number of seconds, got {timeout!r}",
+            raise self.fail(f"{cpath}.timeout", f"expected a positive number of seconds, got {short_repr(timeout)}",
                             self.mark(item, "timeout"))
         kw: dict[str, Any] = {"timeout": float(timeout) if timeout is not None else None}
         hidden = item.get("hidden", False)
         if not isinstance(hidden, bool):
-            raise self.fail(f"{cpath}.hidden", f"expected true or false, got {hidden!r}", self.mark(item, "hidden"))
+            raise self.fail(f"{cpath}.hidden", f"expected true or false, got {short_repr(hidden)}", self.mark(item, "hidden"))
         if hidden:
             kw["hidden"] = True
         name = self.string(item, "name", f"{cpath}.name")
@@ -452,7 +443,7 @@ class _Reader:
             judges = self.integer(item, "judges", f"{cpath}.judges", 1) or 1
             on = item.get("on", "output")
             if on not in ("output", "trajectory"):
-                raise self.fail(f"{cpath}.on", f"expected output or trajectory, got {on!r}", self.mark(item, "on"))
+                raise self.fail(f"{cpath}.on", f"expected output or trajectory, got {short_repr(on)}", self.mark(item, "on"))
             bar = self.string(item, "bar", f"{cpath}.bar")
             mode = "scores" if min_score is not None else ("judges" if judges > 1 else "approves")
             kw.update(kind=CheckKind.HOOK, options={"skill": value, "mode": mode, "min_score": min_score,
@@ -548,4 +539,5 @@ def load_yaml_text(text: str, path: str = "<string>") -> LoopFile:
 
 def load_yaml_loops(path: str | os.PathLike) -> LoopFile:
     """Read a ``*.loop.yaml`` / ``*.loop.yml`` file, or a loop-runner YAML config, as loops."""
+    check_size(path, "a YAML loop file", MAX_YAML_BYTES)
     return load_yaml_text(read_text(path), os.fspath(path))

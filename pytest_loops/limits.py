@@ -1,0 +1,206 @@
+"""Readers with limits: the YAML and JSON files a user names, read within bounds.
+
+A config file, a loop file, a run log or a `.tine` is bad input when it is too
+big, nested too deeply or (YAML) expands through aliases into more than a few
+thousand nodes: one LoopUsageError line naming the file (and line) and the fix,
+never minutes of parsing, gigabytes of memory or a RecursionError.
+
+YAML is read in two passes over libyaml's events (C, when PyYAML has it): the
+first counts nesting and alias expansion and stops at the first bound crossed,
+the second builds the objects. Normal files stay at libyaml's speed.
+"""
+
+from __future__ import annotations
+
+import os
+import reprlib
+from typing import Any
+
+import yaml
+
+from .errors import LoopFileError, LoopUsageError
+
+MiB = 1024 * 1024
+MAX_YAML_BYTES = 10 * MiB
+MAX_YAML_DEPTH = 100
+MAX_ALIAS_NODES = 10_000  # nodes aliases may add, all aliases together
+MAX_RUN_BYTES = 64 * MiB  # a run log or a `.tine`
+MAX_LINE_CHARS = 8 * MiB  # one event line of a run log
+MAX_JSON_DEPTH = 64
+
+SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
+
+_short = reprlib.Repr()
+_short.maxstring = _short.maxother = 60
+_short.maxlist = _short.maxtuple = _short.maxdict = _short.maxset = 4
+_short.maxlevel = 2
+
+
+def short_repr(value: Any) -> str:
+    """``repr(value)`` cut to a line's worth: error messages quote values, not documents."""
+    return _short.repr(value)
+
+
+def _mib(size: int) -> str:
+    return f"{size / MiB:.1f} MB"
+
+
+def read_text(path: str | os.PathLike, what: str, limit: int, *, missing: str = "not found",
+              missing_fix: str | None = None, big_fix: str = "check the path") -> str:
+    """A file as UTF-8 text, refused (LoopUsageError, one line) when over ``limit`` bytes.
+
+    The size is checked before reading and the read itself is bounded, so a
+    device or a growing file cannot make it unbounded either.
+    """
+    where = os.fspath(path)
+    too_big = LoopUsageError(f"larger than {_mib(limit)}: too big for {what}", location=where, fix=big_fix)
+    try:
+        with open(where, "rb") as f:
+            if os.fstat(f.fileno()).st_size > limit:
+                raise too_big
+            data = f.read(limit + 1)
+    except FileNotFoundError:
+        raise LoopUsageError(missing, location=where, fix=missing_fix) from None
+    except IsADirectoryError:
+        raise LoopUsageError(f"is a directory, not {what}", location=where) from None
+    except OSError as exc:
+        raise LoopUsageError(f"cannot read: {exc.strerror or exc}", location=where) from None
+    if len(data) > limit:
+        raise too_big
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise LoopUsageError(f"not UTF-8 text: not {what}", location=where) from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def check_size(path: str | os.PathLike, what: str, limit: int) -> None:
+    """Refuse a file over ``limit`` bytes before anything reads it (a missing file passes)."""
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        return
+    if size > limit:
+        raise LoopUsageError(f"{_mib(size)} is larger than the {_mib(limit)} {what} may be",
+                             location=os.fspath(path), fix="check the path")
+
+
+# --------------------------------------------------------------------------- YAML
+
+
+def _yaml_error(exc: yaml.YAMLError, where: str) -> LoopFileError:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if "nesting depth" in problem and mark is not None:  # libyaml's own bound, met before ours
+        return LoopFileError(f"nested deeper than {MAX_YAML_DEPTH} levels", where, mark.line + 1,
+                             mark.column + 1, fix="flatten the YAML: a loop or config file needs a few levels")
+    if mark is None:
+        return LoopFileError(f"not valid YAML: {problem}", where, fix="fix the YAML syntax")
+    return LoopFileError(f"not valid YAML: {problem}", where, mark.line + 1, mark.column + 1,
+                         fix="fix the YAML syntax")
+
+
+def _check_events(text: str, where: str) -> None:
+    """Walk the event stream once: nesting depth and alias expansion stay in bounds.
+
+    An anchor's size is the number of nodes it stands for with its own aliases
+    expanded, so nine aliases of nine aliases of ... grow as they would in memory.
+    """
+    parser = SafeLoader(text)
+    depth = added = count = 0
+    open_nodes: list[tuple[str | None, int]] = []
+    sizes: dict[str, int] = {}
+    try:
+        while parser.check_event():
+            event = parser.get_event()
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                count += 1
+                if depth > MAX_YAML_DEPTH:
+                    mark = event.start_mark
+                    raise LoopFileError(f"nested deeper than {MAX_YAML_DEPTH} levels", where,
+                                        mark.line + 1, mark.column + 1,
+                                        fix="flatten the YAML: a loop or config file needs a few levels")
+                open_nodes.append((event.anchor, count))
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+                anchor, start = open_nodes.pop()
+                if anchor is not None:
+                    sizes[anchor] = count - start + 1
+            elif isinstance(event, yaml.ScalarEvent):
+                count += 1
+                if event.anchor is not None:
+                    sizes[event.anchor] = 1
+            elif isinstance(event, yaml.AliasEvent):
+                size = sizes.get(event.anchor, 1)
+                count += size
+                added += size
+                if added > MAX_ALIAS_NODES:
+                    mark = event.start_mark
+                    raise LoopFileError(f"aliases expand to more than {MAX_ALIAS_NODES} nodes", where,
+                                        mark.line + 1, mark.column + 1,
+                                        fix="write the values out instead of repeating *aliases")
+    finally:
+        parser.dispose()
+
+
+def load_yaml(text: str, where: str, loader: Any = None) -> Any:
+    """Parse YAML text read from ``where`` with the safe loader (or ``loader``, a
+    subclass of :data:`SafeLoader`), within the depth and alias bounds.
+
+    Every problem is a LoopFileError naming ``where`` and the line.
+    """
+    if len(text) > MAX_YAML_BYTES:
+        raise LoopFileError(f"larger than {_mib(MAX_YAML_BYTES)}: too big for a YAML file", where,
+                            fix="check the path; a config or loop file is a few KB")
+    try:
+        _check_events(text, where)
+        return yaml.load(text, Loader=loader or SafeLoader)  # noqa: S506 - a SafeLoader (subclass)
+    except yaml.YAMLError as exc:
+        raise _yaml_error(exc, where) from None
+    except RecursionError:  # pragma: no cover - the depth bound comes first
+        raise LoopFileError("nested too deeply", where, fix="flatten the YAML") from None
+
+
+def read_yaml_file(path: str | os.PathLike, what: str, *, missing: str = "not found",
+                   missing_fix: str | None = None, loader: Any = None) -> Any:
+    """A YAML file a user named, size-capped before it is read, then :func:`load_yaml`."""
+    text = read_text(path, what, MAX_YAML_BYTES, missing=missing, missing_fix=missing_fix,
+                     big_fix="check the path; a config or loop file is a few KB")
+    return load_yaml(text, os.fspath(path), loader)
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def json_too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether loaded JSON nests lists and objects deeper than ``limit`` (no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            node = node.values()
+        elif not isinstance(node, list):
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in node if isinstance(child, (dict, list)))
+    return False
+
+
+def load_json(text: str, where: str, what: str = "the file") -> Any:
+    """``json.loads`` for a file a user named: too deep is one LoopUsageError line;
+    invalid JSON still raises ``json.JSONDecodeError`` for the caller to word."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        value = None
+        deep = True
+    else:
+        deep = json_too_deep(value)
+    if deep:
+        raise LoopUsageError(f"{what} nests JSON deeper than {MAX_JSON_DEPTH} levels", location=where,
+                             fix="is this a pytest-loops run log?")
+    return value
