@@ -123,8 +123,9 @@ def describe_failure(failed: Sequence[CheckResult], budget: int = MAX_LESSON_CHA
         more = len(tests) - 1
         rest = f"; {more} more test{'s' if more > 1 else ''} failing" if more else ""
     else:
-        subject = f"check `{shorten(check.name, 80)}` failed"
-        if check.reason:
+        subject = f"`{shorten(check.command, 80)}` failed" if check.command \
+            else f"check `{shorten(check.name, 80)}` failed"
+        if check.reason and check.reason != f"exit {check.exit_code}":  # the lesson gives the exit code
             subject += f" ({shorten(check.reason, 60)})"
         rest = ""
     others = len(failed) - 1
@@ -139,7 +140,7 @@ def describe_failure(failed: Sequence[CheckResult], budget: int = MAX_LESSON_CHA
         room = budget - len(subject) - len(rest) - 3
         what = ": " + shorten(message, max(20, min(_MESSAGE_CHARS, room)))
     else:
-        what = " (no output)"
+        what = " with no output"
     sentence = f"{subject}{what}{rest}"
     return sentence if sentence.endswith((".", "...")) else sentence + "."
 

@@ -241,10 +241,13 @@ def test_a_long_message_is_cut_at_a_word_and_the_lesson_stays_whole() -> None:
 
 
 def test_a_lesson_for_a_command_check_names_the_check_and_the_error() -> None:
-    failed = [_check(name="make test", reason="exit 2", output_tail="building\nKeyError: 'price'\nmake: *** Error 2\n")]
-    assert describe_failure(failed) == "check `make test` failed (exit 2) with KeyError: 'price'."
+    failed = [_check(name='"make test" passes', command="make test", exit_code=2, reason="exit 2",
+                     output_tail="building\nKeyError: 'price'\nmake: *** Error 2\n")]
+    assert describe_failure(failed) == "`make test` failed with KeyError: 'price'."
     two = failed + [_check(name="lint", reason="exit 1", output_tail="E501 line too long")]
     assert describe_failure(two).endswith("; 1 more check failing.")
+    hook = [_check(name="the cart adds up", reason="3 items, expected 4", exit_code=None)]
+    assert describe_failure(hook) == "check `the cart adds up` failed (3 items, expected 4) with no output."
 
 
 # ---------------------------------------------------------------- the prompt
