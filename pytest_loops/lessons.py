@@ -50,19 +50,23 @@ def shorten(text: str, limit: int) -> str:
     return cut.rstrip(" ,;:") + " ..."
 
 
-def _section(lines: list[str], test: str) -> list[str]:
-    """The lines of ``test``'s failure section (pytest's ``____ name ____``), else all."""
+def _section_start(lines: list[str], test: str) -> int | None:
+    """Where ``test``'s failure section (pytest's ``____ name ____``) starts, if shown."""
     names = {test, ".".join(test.split("::")[1:])}
-    start = None
     for i, line in enumerate(lines):
         match = _SECTION.match(line)
-        if match is None:
-            continue
-        if start is not None:
-            return lines[start:i]
-        if match.group(1) in names:
-            start = i
-    return lines[start:] if start is not None else lines
+        if match is not None and match.group(1) in names:
+            return i
+    return None
+
+
+def _section(lines: list[str], test: str) -> list[str]:
+    """The lines of ``test``'s failure section, else all."""
+    start = _section_start(lines, test)
+    if start is None:
+        return lines
+    end = next((i for i in range(start + 1, len(lines)) if _SECTION.match(lines[i])), len(lines))
+    return lines[start:end]
 
 
 def error_of(output: str, test: str | None = None) -> tuple[str, str]:
@@ -116,12 +120,21 @@ def describe_failure(failed: Sequence[CheckResult], budget: int = MAX_LESSON_CHA
     check = failed[0]
     text = _text(check)
     tests = _failing(check, text)
-    test = tests[0] if tests else None
+    lines = [_ANSI.sub("", line).rstrip() for line in text.splitlines()]
+    # the first failing test whose failure the output shows: its error is the one quoted
+    test = next((t for t in tests if _section_start(lines, t) is not None), None)
+    if test is None and len(tests) == 1:
+        test = tests[0]
     kind, message = error_of(text, test)
+    connector = " with"
     if test:
         subject = f"{shorten(test, 120)} failed"
         more = len(tests) - 1
         rest = f"; {more} more test{'s' if more > 1 else ''} failing" if more else ""
+    elif tests:  # which test the output's error belongs to is not shown: say no more than that
+        subject = f"{len(tests)} tests failed, first {shorten(tests[0], 120)}"
+        connector = "; the output shows"
+        rest = ""
     else:
         subject = f"`{shorten(check.command, 80)}` failed" if check.command \
             else f"check `{shorten(check.name, 80)}` failed"
@@ -132,7 +145,7 @@ def describe_failure(failed: Sequence[CheckResult], budget: int = MAX_LESSON_CHA
     if others:
         rest += f"; {others} more check{'s' if others > 1 else ''} failing"
     if kind:
-        what = f" with {kind}"
+        what = f"{connector} {kind}"
         room = budget - len(subject) - len(what) - len(rest) - 3
         if message and room >= 20:
             what += ": " + shorten(message, min(_MESSAGE_CHARS, room))
@@ -140,7 +153,7 @@ def describe_failure(failed: Sequence[CheckResult], budget: int = MAX_LESSON_CHA
         room = budget - len(subject) - len(rest) - 3
         what = ": " + shorten(message, max(20, min(_MESSAGE_CHARS, room)))
     else:
-        what = " with no output"
+        what = " with no output" if connector == " with" else ""
     sentence = f"{subject}{what}{rest}"
     return sentence if sentence.endswith((".", "...")) else sentence + "."
 

@@ -230,6 +230,22 @@ def test_a_lesson_is_a_whole_sentence_with_the_test_and_the_error_type(tmp_path:
     assert line.startswith("- ") and " fix iter 2: exit 1, state moved: tests/test_more.py::" in line
 
 
+def test_a_lesson_never_pins_one_tests_error_on_another() -> None:
+    # the output (a cut tail) shows only the second test's failure
+    shown = PYTEST_OUTPUT.split("_________________________________ test_plain")[1]
+    output = "_________________________________ test_plain" + shown
+    tests = ("tests/test_more.py::WindowedTests::test_basic", "tests/test_more.py::test_plain",
+             "tests/test_more.py::test_third")
+    assert describe_failure([_check(output_tail=output, failing_tests=tests)]) == (
+        "tests/test_more.py::test_plain failed with AssertionError: assert [(1,)] == [(1,), (2,)]; "
+        "2 more tests failing.")
+    # no test's section at all: the error is the output's, not the first test's
+    bare = "E   ValueError: bad\nx.py:3: ValueError\n"
+    assert describe_failure([_check(output_tail=bare, failing_tests=tests[:2])]) == (
+        "2 tests failed, first tests/test_more.py::WindowedTests::test_basic; the output shows "
+        "ValueError: bad.")
+
+
 def test_a_long_message_is_cut_at_a_word_and_the_lesson_stays_whole() -> None:
     words = " ".join(f"word{n}" for n in range(200))
     output = f"E       ValueError: {words}\nt.py:3: ValueError\nFAILED t.py::test_long - ValueError: w...\n"
