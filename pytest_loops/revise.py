@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +27,8 @@ PROMPT_TAIL_CHARS = 3000
 MAX_FAILING_TESTS = 40
 MAX_CHANGED_TESTS = 20
 MAX_SUSPECT_SCOPES = 5
+_TAIL_WINDOW = 8  # read this many times the tail's size: room for the lines left out
+_PASSED_LINE = re.compile(r"^(?:\x1b\[[0-9;]*m)*PASSED \S")
 
 
 def loop_env(spec: LoopSpec, context: LoopContext) -> dict[str, str]:
@@ -73,28 +76,43 @@ def name_list(names: Sequence[str], limit: int = 10) -> str:
 def output_tail(check: CheckResult, limit: int = PROMPT_TAIL_CHARS) -> tuple[str, bool]:
     """The last ``limit`` characters of a check's output, starting at a line boundary,
     and whether earlier output was left out. Read from the full output when it is on
-    disk (the in-memory tail may itself start mid-line)."""
-    text = check.output_tail
-    cut = False
+    disk (the in-memory tail may itself start mid-line). pytest's ``PASSED nodeid``
+    lines (the harness asks for them with ``-rA``) make way for the failures: one
+    line says how many were left out."""
+    text, cut = check.output_tail, False
+    window = limit * _TAIL_WINDOW
     if check.output_file:
         try:
             with open(check.output_file, "rb") as f:
                 f.seek(0, os.SEEK_END)
                 size = f.tell()
-                f.seek(max(0, size - limit - 1))
+                f.seek(max(0, size - window - 1))
                 data = f.read()
-            text, cut = data.decode("utf-8", "replace"), size > limit
-            if not cut and size == len(data):
-                return text, False
+            text, cut = data.decode("utf-8", "replace"), size > len(data)
         except OSError:
             pass
+    if len(text) > window + 1:
+        text, cut = text[-window - 1:], True
+    lines = text.split("\n")
+    if cut and len(lines) > 1:
+        lines = lines[1:]  # a partial line, unless the cut fell right after a newline
+    kept: list[str] = []
+    passed, note_at = 0, 0
+    for line in lines:
+        if _PASSED_LINE.match(line):
+            if not passed:
+                kept.append("")  # where the note goes
+                note_at = len(kept) - 1
+            passed += 1
+            continue
+        kept.append(line)
+    if passed:
+        kept[note_at] = f"({passed} PASSED line{'s' if passed > 1 else ''} left out)"
+    text = "\n".join(kept)
     if len(text) > limit:
         text, cut = text[-limit - 1:], True
-    if cut:
         newline = text.find("\n", 0, len(text) - 1)
-        # the first line is a partial one unless the cut fell right after a newline;
-        # one endless line keeps its end
-        text = text[newline + 1:] if newline >= 0 else text[-limit:]
+        text = text[newline + 1:] if newline >= 0 else text[-limit:]  # one endless line keeps its end
     return text, cut
 
 

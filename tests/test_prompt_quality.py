@@ -180,6 +180,20 @@ def test_a_tail_in_memory_only_starts_at_a_line_boundary_too() -> None:
     assert endless == "z" * PROMPT_TAIL_CHARS
 
 
+def test_passed_lines_make_way_for_the_failures(tmp_path: Path) -> None:
+    trace = [f"E       AssertionError: detail {n}" for n in range(40)]
+    passed = [f"PASSED tests/test_x.py::test_ok_{n}" for n in range(200)]
+    out = tmp_path / "check.out"
+    out.write_text("\n".join([*trace, "=== short test summary info ===", *passed,
+                              "FAILED tests/test_x.py::test_bad - AssertionError: detail 0", "1 failed"]) + "\n")
+    tail, cut = output_tail(_check(output_file=str(out)))
+    assert not cut  # nothing but the PASSED lines was left out, and a line says so
+    assert "PASSED" not in tail.replace("(200 PASSED lines left out)", "")
+    assert tail.splitlines()[0] == "E       AssertionError: detail 0"  # all of the traceback fits now
+    assert tail.splitlines()[-3:] == ["(200 PASSED lines left out)",
+                                      "FAILED tests/test_x.py::test_bad - AssertionError: detail 0", "1 failed"]
+
+
 # ---------------------------------------------------------------- lessons
 
 PYTEST_OUTPUT = """\
