@@ -148,8 +148,9 @@ def _changes(context: LoopContext, failed: list[CheckResult]) -> list[str]:
     if previous is None:
         return []
     lines: list[str] = []
-    now = {c.name: c for c in failed}
-    before = {c.name: c for c in previous.checks}
+    hidden = {c.name for c in context.spec.checks if c.hidden}  # never named in a prompt
+    now = {c.name: c for c in failed if c.name not in hidden}
+    before = {c.name: c for c in previous.checks if c.name not in hidden}
     fixed_checks = [name for name, c in before.items() if not c.passed and name not in now]
     broken_checks = [name for name in now if name in before and before[name].passed]
     for name, old in before.items():

@@ -349,6 +349,19 @@ def test_the_prompt_names_the_tests_that_changed_state(tmp_path: Path) -> None:
     assert "## Since iteration" not in first
 
 
+def test_a_hidden_check_is_never_named_among_the_changes(tmp_path: Path) -> None:
+    import dataclasses
+
+    secret = dataclasses.replace(Check.command_passes("python judge_secret.py"), hidden=True)
+    spec = LoopSpec(name="fix", checks=(Check.command_passes("pytest -q"), secret))
+    before = IterationRecord(iter=1, started_at="", checks=[
+        _check(name=secret.name, reason="exit 1"), _check(name="lint", passed=True, exit_code=0)])
+    prompt = build_prompt(spec, _context(tmp_path, spec, 2, before),
+                          [_check(name="lint", reason="exit 1")])
+    assert "judge_secret" not in prompt
+    assert "- Checks that passed before and fail now: lint" in prompt
+
+
 # ---------------------------------------------------------------- end to end
 
 STATS = '''\
