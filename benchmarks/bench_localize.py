@@ -8,6 +8,9 @@ tests and a few failing ones. For each it runs ONE pytest process under per-test
 coverage (``collect_spectra``), ranks lines by Ochiai (``rank_suspects``) and
 prints the bug line's rank, the span of lines tied with it, and the top-5 hit
 count. Goal: the bug line is in the top 5 for at least 8 of 10 projects.
+It also checks what the revise step's prompt makes of it: whether the function
+holding the bug is named in the prompt's suspect lines (``file.py:9 in f()``),
+and where it ranks among the suspect functions.
 
 The bug line is the line marked ``# BUG`` below (the marker is removed before the
 project is written). For a missing branch it is the line that runs instead of
@@ -32,7 +35,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_loops.coverage_intel import collect_spectra, rank_suspects  # noqa: E402
+from pytest_loops import coverage_intel  # noqa: E402
+from pytest_loops.coverage_intel import collect_spectra, format_suspects, rank_suspects  # noqa: E402
+from pytest_loops.scopes import scope_of  # noqa: E402
+
+PROMPT_TOP = 10  # suspect lines in the prompt
 
 MARKER = "# BUG"
 
@@ -710,7 +717,7 @@ def main(argv: list[str] | None = None) -> int:
     base = args.keep or tmp
     rows = []
     print(f"{'project':15} {'bug kind':28} {'bug line':22} {'rank':>5} {'tied':>7} "
-          f"{'score':>6} {'fail/pass':>9} {'secs':>5}")
+          f"{'score':>6} {'fail/pass':>9} {'secs':>5}  {'bug function':22} {'named':>5} {'fn rank':>7}")
     for seeded in PROJECTS:
         root = base / seeded.name
         if root.exists():
@@ -726,19 +733,35 @@ def main(argv: list[str] | None = None) -> int:
         score = suspects[rank - 1].score if rank else 0.0
         tied = [i + 1 for i, s in enumerate(suspects) if rank and abs(s.score - score) < 1e-12]
         tie = f"{tied[0]}-{tied[-1]}" if len(tied) > 1 else "-"
+        scope = scope_of(root, bug_file, bug_line)
+        prompt_lines = format_suspects(suspects, limit=PROMPT_TOP)
+        named = bool(scope) and any(f"{bug_file}:" in line and f" in {scope} (" in line for line in prompt_lines)
+        group = getattr(coverage_intel, "group_suspects", None)
+        fn_rank = None
+        if group is not None:
+            fn_rank = next((i + 1 for i, g in enumerate(group(suspects[:PROMPT_TOP]))
+                            if (g.file, g.scope) == (bug_file, scope)), None)
         rows.append({"project": seeded.name, "kind": seeded.kind, "file": bug_file, "line": bug_line,
                      "rank": rank, "tied": tie, "score": round(score, 4),
                      "failed": len(spectra.failed), "passed": len(spectra.passed),
+                     "function": scope, "function_named": named, "function_rank": fn_rank,
                      "top5": [s.to_dict() for s in suspects[:5]]})
         print(f"{seeded.name:15} {seeded.kind:28} {f'{bug_file}:{bug_line}':22} "
               f"{rank if rank else 'miss':>5} {tie:>7} {score:6.3f} "
-              f"{len(spectra.failed):>4}/{len(spectra.passed):<4} {took:5.1f}")
+              f"{len(spectra.failed):>4}/{len(spectra.passed):<4} {took:5.1f}  {scope or '-':22} "
+              f"{'yes' if named else 'no':>5} {fn_rank if fn_rank else '-':>7}")
     hits = sum(1 for r in rows if r["rank"] and r["rank"] <= 5)
     firsts = sum(1 for r in rows if r["rank"] == 1)
     print(f"\nbug line in the top 5: {hits} of {len(rows)} (goal: at least 80%: "
           f"{'met' if hits >= 0.8 * len(rows) else 'NOT met'}); ranked first: {firsts} of {len(rows)}")
+    in_fn = [r for r in rows if r["function"]]
+    named_count = sum(1 for r in in_fn if r["function_named"])
+    fn_first = sum(1 for r in in_fn if r["function_rank"] == 1)
+    print(f"bug function named in the prompt's suspect lines: {named_count} of {len(in_fn)}; "
+          f"first among the suspect functions: {fn_first} of {len(in_fn)}")
     if args.json:
-        args.json.write_text(json.dumps({"hits_top5": hits, "projects": rows}, indent=2) + "\n")
+        args.json.write_text(json.dumps({"hits_top5": hits, "function_named": named_count,
+                                         "function_first": fn_first, "projects": rows}, indent=2) + "\n")
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -9,7 +9,7 @@ Fault localization (spectrum-based, Ochiai)::
     spectra = collect_spectra(workdir, ["tests/test_calc.py"], data_file=run_dir / "spectra.json")
     suspects = rank_suspects(spectra, top=10)      # highest score first
     write_suspects(iteration_dir / "suspects.json", suspects)
-    context.suspects = format_suspects(suspects)   # "calc.py:12 (0.71): return a - b"
+    context.suspects = format_suspects(suspects)   # "calc.py:12 in sub() (0.71): return a - b"
 
 ``Ochiai(line) = failed(line) / sqrt(total_failed * (failed(line) + passed(line)))``.
 A useful spectrum needs passing tests that run the same code as the failing
@@ -78,6 +78,7 @@ from ._covctx import FORMAT as SPECTRA_FORMAT
 from ._covctx import SHARED
 from .checks import CHILD_ENV
 from .progress import DEFAULT_EXCLUDES
+from .scopes import scopes_of
 
 __all__ = [
     "ImpactMap",
@@ -88,6 +89,7 @@ __all__ = [
     "Suspect",
     "collect_spectra",
     "format_suspects",
+    "group_suspects",
     "narrow_pytest_command",
     "ochiai",
     "peer_tests",
@@ -321,10 +323,16 @@ class Suspect:
     line: int
     score: float
     source: str
+    scope: str = ""  # the enclosing function or class: "windowed()", "class Cart"; "" at module level
 
     def to_dict(self) -> dict[str, Any]:
         return {"file": self.file, "line": self.line, "score": round(self.score, 4),
-                "source": self.source}
+                "source": self.source, "scope": self.scope}
+
+    @property
+    def where(self) -> str:
+        """``more.py:1078 in windowed()`` (just ``file:line`` at module level)."""
+        return f"{self.file}:{self.line} in {self.scope}" if self.scope else f"{self.file}:{self.line}"
 
 
 def ochiai(failed_here: int, passed_here: int, total_failed: int) -> float:
@@ -368,7 +376,12 @@ def rank_suspects(spectra: Spectra, *, top: int | None = None,
     if top is not None:
         ranked = ranked[:max(0, top)]
     sources = _SourceCache(spectra.root)
-    return [Suspect(file=path, line=line, score=score, source=sources.line(path, line))
+    wanted: dict[str, list[int]] = {}
+    for _, _, (path, line) in ranked:
+        wanted.setdefault(path, []).append(line)
+    scopes = {path: scopes_of(spectra.root, path, lines) for path, lines in wanted.items()}
+    return [Suspect(file=path, line=line, score=score, source=sources.line(path, line),
+                    scope=scopes[path][line])
             for score, _, (path, line) in ranked]
 
 
@@ -389,14 +402,45 @@ class _SourceCache:
 
 
 def write_suspects(path: str | os.PathLike[str], suspects: Sequence[Suspect]) -> None:
-    """``suspects.json``: a list of ``{file, line, score, source}``, highest score first."""
+    """``suspects.json``: a list of ``{file, line, score, source, scope}``, highest score first."""
     ordered = sorted(suspects, key=lambda s: -s.score)  # stable: ties keep their rank
     _write_json(Path(path), [s.to_dict() for s in ordered], indent=2)
 
 
 def format_suspects(suspects: Sequence[Suspect], limit: int = 10) -> list[str]:
-    """Prompt lines, e.g. ``calc.py:12 (0.71): return a - b``."""
-    return [f"{s.file}:{s.line} ({s.score:.2f}): {s.source}" for s in suspects[:max(0, limit)]]
+    """Prompt lines, e.g. ``calc.py:12 in sub() (0.71): return a - b``."""
+    return [f"{s.where} ({s.score:.2f}): {s.source}" for s in suspects[:max(0, limit)]]
+
+
+@dataclass(frozen=True)
+class SuspectScope:
+    """The suspect lines of one function or class (or one file's module level)."""
+
+    file: str
+    scope: str
+    score: float  # its best line's
+    lines: tuple[int, ...]  # in rank order
+
+    def describe(self, total: int) -> str:
+        """``windowed() in more.py (best 1.00; 7 of the 10 lines: 1062, 1078, ...)``."""
+        name = f"{self.scope} in {self.file}" if self.scope else f"{self.file} (module level)"
+        shown = ", ".join(str(n) for n in sorted(self.lines)[:8])
+        more = ", ..." if len(self.lines) > 8 else ""
+        count = f"{len(self.lines)} of the {total} lines" if total > 1 else "the one line"
+        return f"{name} (best {self.score:.2f}; {count}: {shown}{more})"
+
+
+def group_suspects(suspects: Sequence[Suspect]) -> list[SuspectScope]:
+    """The suspects by enclosing function or class, best first: ties in score go to
+    the scope holding more suspect lines, then to the one ranked first."""
+    groups: dict[tuple[str, str], list[Suspect]] = {}
+    for s in suspects:
+        groups.setdefault((s.file, s.scope), []).append(s)
+    order = {key: i for i, key in enumerate(groups)}
+    ranked = sorted(groups.items(), key=lambda kv: (-round(kv[1][0].score, 12), -len(kv[1]), order[kv[0]]))
+    return [SuspectScope(file=file, scope=scope, score=members[0].score,
+                         lines=tuple(m.line for m in members))
+            for (file, scope), members in ranked]
 
 
 def peer_tests(failing: Sequence[str], impact_map: ImpactMap | None = None) -> list[str]:

@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pluggy
 
 from . import guards
-from .artifacts.reflexion import MemoryPage, format_lesson
+from .artifacts.reflexion import MemoryPage
 from .artifacts.runlog import SCHEMA, RunLogWriter, append_index
 from .deadline import DeadlineReached
 from .hooks import make_plugin_manager
+from .lessons import compose_lesson
 from .results import CheckResult, CommandResult, IterationRecord, LoopResult
 from .revise import CANNOT_START_EXIT_CODES, build_prompt, loop_env, write_failure_file
 from .spec import Check, LoopSpec, Pipeline
@@ -522,12 +523,9 @@ class Engine:
                     machine_ok = all(c.needs_human for c in failed)
                     # lesson
                     if page is not None and not machine_ok:
-                        from .signature import first_meaningful_line
-
-                        line = format_lesson(iteration, record.verify_exit,
-                                             record.state_changed if fingerprint is not None else "untracked",
-                                             first_meaningful_line(_failure_text(failed)),
-                                             loop_name=spec.name)
+                        line = compose_lesson(iteration, record.verify_exit,
+                                              record.state_changed if fingerprint is not None else "untracked",
+                                              failed, loop_name=spec.name)
                         if self.scrub is not None:
                             line = self.scrub(line)
                         self._write(page.path, lambda line=line: page.append(line))
@@ -994,10 +992,6 @@ def iteration_signature(failed: list[CheckResult]) -> str | None:
         kind = "pytest" if c.kind == "pytest" or "pytest" in (c.command or "") else "command"
         parts.append(f"{c.name}\0{c.exit_code}\0{failure_signature(c.output_tail, kind=kind)}")
     return "sha256:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()
-
-
-def _failure_text(failed: list[CheckResult]) -> str:
-    return "\n".join(c.output_tail or c.reason for c in failed)
 
 
 def _failed_names(failed: list[CheckResult]) -> str:

@@ -22,6 +22,7 @@ from .engine import LoopContext
 from .redact import redact, strip_control
 from .reporting import shown
 from .results import CheckResult, CommandResult, LoopResult
+from .revise import name_list
 from .spec import Check, CheckKind
 
 if TYPE_CHECKING:
@@ -180,7 +181,7 @@ def run_session_loop(session: LoopSession) -> LoopResult:
     first_output = _failure_texts(reporter, session.failed_nodeids)
     values = session.settings
     check = Check(CheckKind.HOOK, CHECK_NAME, options={"session_fix": True})
-    spec = session.spec_for("failing tests", "make the failing tests pass: " + ", ".join(session.failed_nodeids[:10]),
+    spec = session.spec_for("failing tests", "make the failing tests pass: " + name_list(session.failed_nodeids),
                             (check,), values)
     fixer = SessionFixCheck(session.failed_nodeids, session.passed_nodeids, first_output, session.child_args())
     pm = session.config.pluginmanager

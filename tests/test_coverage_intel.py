@@ -193,16 +193,17 @@ def test_suspects_json_shape_and_order(measured: tuple[Path, Spectra], tmp_path:
     data = json.loads(out.read_text())
     assert isinstance(data, list) and data
     for item in data:
-        assert set(item) == {"file", "line", "score", "source"}
+        assert set(item) == {"file", "line", "score", "source", "scope"}
         assert isinstance(item["line"], int) and isinstance(item["score"], float)
     scores = [item["score"] for item in data]
     assert scores == sorted(scores, reverse=True)
-    assert data[0] == {"file": "calc.py", "line": BUG_LINE, "score": 0.8165, "source": "result = a + b"}
+    assert data[0] == {"file": "calc.py", "line": BUG_LINE, "score": 0.8165, "source": "result = a + b",
+                       "scope": "sub()"}
 
 
 def test_format_suspects_for_the_prompt(measured: tuple[Path, Spectra]) -> None:
     lines = format_suspects(rank_suspects(measured[1]), limit=1)
-    assert lines == ["calc.py:9 (0.82): result = a + b"]
+    assert lines == ["calc.py:9 in sub() (0.82): result = a + b"]
     assert format_suspects(rank_suspects(measured[1]), limit=0) == []
 
 

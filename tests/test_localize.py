@@ -64,11 +64,14 @@ def test_the_bug_line_is_the_top_suspect_in_the_prompt_and_suspects_json(tmp_pat
     # mean() runs only in the failing test: its lines tie at the top; add() is shared
     top = [(s["file"], s["line"]) for s in suspects if s["score"] == suspects[0]["score"]]
     assert ("calc.py", 9) in top and ("calc.py", 2) not in top
-    assert {"file": "calc.py", "line": 9, "score": 1.0, "source": "return total / (len(values) + 1)"} in suspects
+    assert {"file": "calc.py", "line": 9, "score": 1.0, "source": "return total / (len(values) + 1)",
+            "scope": "mean()"} in suspects
     assert [s["score"] for s in suspects] == sorted((s["score"] for s in suspects), reverse=True)
-    assert set(suspects[0]) == {"file", "line", "score", "source"}
+    assert set(suspects[0]) == {"file", "line", "score", "source", "scope"}
     prompt = (run_dir / "iter-001" / "prompt.md").read_text()
-    assert "## Suspicious lines" in prompt and "calc.py:9 (1.00): return total / (len(values) + 1)" in prompt
+    assert "## Suspicious lines" in prompt
+    assert "calc.py:9 in mean() (1.00): return total / (len(values) + 1)" in prompt
+    assert "- mean() in calc.py (best 1.00; 4 of the 5 lines: 6, 7, 8, 9)" in prompt
     log = json.loads(next((tmp_path / ".pytest-loops" / "runs").glob("*.json")).read_text())
     assert log["iterations"][0]["suspects_file"].endswith("iter-001/suspects.json")
     assert log["artifacts"]["suspects"] == str(run_dir / "suspects.json")
