@@ -370,7 +370,7 @@ class Engine:
         g = spec.guards
         deadline = t0 + g.budget_seconds if g.budget_seconds > 0 else None
         # long waits and hashes ask this between files and chunks (DeadlineReached)
-        stop = None if deadline is None else (lambda: self.clock() >= deadline)
+        stop = None if deadline is None else (lambda: self.clock() > deadline)
         page = MemoryPage(paths.memory_page, loop_name=spec.name, goal=spec.goal) if paths.memory_page else None
         lessons_read = page.read_lessons() if page else []
         lessons = list(lessons_read)
@@ -505,6 +505,11 @@ class Engine:
                 if verdict is None:
                     # progress
                     if fingerprint is not None:
+                        if deadline is not None and hasattr(fingerprint, "should_stop"):
+                            # hashing stops on time it spends past the deadline; a budget
+                            # the checks used up to the second is the guards' to judge
+                            since = self.clock()
+                            fingerprint.should_stop = lambda since=since: self.clock() > max(deadline, since)
                         current = fingerprint.compute()
                         streak = guards.next_unchanged_streak(previous_hash, current, streak)
                         record.state_hash = current

@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 
 from .artifacts.reflexion import MAX_LESSON_CHARS, format_lesson
+from .redact import strip_control
 from .results import CheckResult
 from .signature import first_meaningful_line
 
@@ -25,7 +26,6 @@ _E_LINE = re.compile(r"^E\s+(.*\S)")
 _CRASH_LINE = re.compile(r"^\S+:\d+: ([A-Za-z_][\w.]*)$")
 _TYPE_FIRST = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Failure|Interrupt|Warning|Iteration))\b:?\s*(.*)")
 _SUMMARY = re.compile(r"^(?:FAILED|ERROR) (\S+::\S+)(?: - (.*))?$")
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _MESSAGE_CHARS = 160
 
 
@@ -72,7 +72,7 @@ def _section(lines: list[str], test: str) -> list[str]:
 def error_of(output: str, test: str | None = None) -> tuple[str, str]:
     """``(error type, message)`` of the first failure in pytest-like output (of ``test``'s
     section when it has one); either may be ``""``."""
-    lines = [_ANSI.sub("", line).rstrip() for line in output.splitlines()]
+    lines = [strip_control(line).rstrip() for line in output.splitlines()]
     section = _section(lines, test) if test else lines
     e_lines = [m.group(1) for m in map(_E_LINE.match, section) if m]
     kind = next((m.group(1) for m in map(_CRASH_LINE.match, section) if m), "")
@@ -107,7 +107,7 @@ def _failing(check: CheckResult, text: str) -> list[str]:
         return list(check.failing_tests)
     seen: dict[str, None] = {}
     for line in text.splitlines():
-        match = _SUMMARY.match(_ANSI.sub("", line).rstrip())
+        match = _SUMMARY.match(strip_control(line).rstrip())
         if match:
             seen.setdefault(match.group(1), None)
     return list(seen)
@@ -120,7 +120,7 @@ def describe_failure(failed: Sequence[CheckResult], budget: int = MAX_LESSON_CHA
     check = failed[0]
     text = _text(check)
     tests = _failing(check, text)
-    lines = [_ANSI.sub("", line).rstrip() for line in text.splitlines()]
+    lines = [strip_control(line).rstrip() for line in text.splitlines()]
     # the first failing test whose failure the output shows: its error is the one quoted
     test = next((t for t in tests if _section_start(lines, t) is not None), None)
     if test is None and len(tests) == 1:

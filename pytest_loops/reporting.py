@@ -18,6 +18,31 @@ LOOP_PROPERTY = "loop"
 TAIL_LINES = 30
 
 
+def live_write(config: Any, write: Any) -> None:
+    """Call ``write(reporter)`` on pytest's terminal reporter, on a fresh line, with output
+    capture lifted (a loop from a loop file runs inside its item's test call, where
+    the terminal is captured: without this its live lines show only under ``-s``)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    if capman is None:
+        _fresh(reporter, write)
+        return
+    with capman.global_and_fixture_disabled():
+        _fresh(reporter, write)
+
+
+def _fresh(reporter: Any, write: Any) -> None:
+    # xdist leaves its progress line ("[100%]") open: a banner must not be glued to it
+    tw = getattr(reporter, "_tw", None)
+    if tw is not None and getattr(tw, "width_of_current_line", 0):
+        reporter.write_line("")
+    else:
+        reporter.ensure_newline()
+    write(reporter)
+
+
 def iteration_line(spec: LoopSpec, record: IterationRecord) -> str:
     """One line per iteration: loop, i/N, each check's result, elapsed, the guards."""
     checks = "  ".join(f"{'PASS' if c.passed else 'FAIL'} {c.name} ({c.duration_s:.2f}s)"

@@ -29,7 +29,7 @@ MAX_FAILING_TESTS = 40
 MAX_CHANGED_TESTS = 20
 MAX_SUSPECT_SCOPES = 5
 _TAIL_WINDOW = 8  # read this many times the tail's size: room for the lines left out
-_PASSED_LINE = re.compile(r"^(?:\x1b\[[0-9;]*m)*PASSED \S")
+_PASSED_LINE = re.compile(r"^PASSED \S")
 
 
 def loop_env(spec: LoopSpec, context: LoopContext) -> dict[str, str]:
@@ -91,7 +91,7 @@ def output_tail(check: CheckResult, limit: int = PROMPT_TAIL_CHARS) -> tuple[str
     kept: list[str] = []
     passed, note_at = 0, 0
     for line in lines:
-        if _PASSED_LINE.match(line):
+        if _PASSED_LINE.match(strip_control(line)):
             if not passed:
                 kept.append("")  # where the note goes
                 note_at = len(kept) - 1

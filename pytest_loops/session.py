@@ -22,6 +22,7 @@ from .reporting import (
     failure_text,
     is_loop_report,
     iteration_line,
+    live_write,
     loop_properties,
     shown,
     summary_rows,
@@ -287,10 +288,8 @@ class LoopSession:
     def pytest_loop_iteration_finished(self, spec: LoopSpec, record: Any) -> None:
         if self.is_worker:
             return
-        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.ensure_newline()
-            reporter.write_line(iteration_line(spec, record))
+        line = iteration_line(spec, record)
+        live_write(self.config, lambda reporter: reporter.write_line(line))
 
     # -- fix-loops around marked tests ---------------------------------------------------
 

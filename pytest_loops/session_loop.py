@@ -188,8 +188,10 @@ def run_session_loop(session: LoopSession) -> LoopResult:
     pm.register(fixer, "loop-session-fix")
     try:
         if reporter is not None:
-            reporter.write_sep("=", shown(f"loop: {len(session.failed_nodeids)} failing test(s), "
-                                          f"revise: {spec.revise}"))
+            from .reporting import live_write
+
+            banner = shown(f"loop: {len(session.failed_nodeids)} failing test(s), revise: {spec.revise}")
+            live_write(session.config, lambda reporter: reporter.write_sep("=", banner))
         return session.run_loop(spec)
     finally:
         pm.unregister(fixer)

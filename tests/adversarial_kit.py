@@ -188,7 +188,8 @@ loop_file = load_any(sys.argv[1])
 
 
 def spec_from_args(args, environ=None):
-    return spec, {"log_path": None, "unknown_keys": [], "config": None, "artifacts": None}
+    return spec, {"log_path": None, "unknown_keys": [], "config": None, "artifacts": None,
+                  "output_cap": 16 * 1024 * 1024}
 
 
 cli.spec_from_args = spec_from_args

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
+from plugin_helpers import clean_env
 
 from pytest_loops.testing import LoopHarness
 
@@ -19,14 +20,6 @@ if "XDG_STATE_HOME" not in os.environ or "pytest-loops-tests-" not in os.environ
     import tempfile
 
     os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="pytest-loops-tests-state-")
-
-
-def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """This environment without settings a nested run would pick up by mistake."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) and k != "PYTEST_ADDOPTS"}
-    env.update(extra or {})
-    return env
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import json
 import os
 import textwrap
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,11 @@ def header_settings(line: str) -> tuple[dict[str, str], list[str]]:
     values, _, origins = line.removeprefix("loops: ").partition(" (")
     pairs = dict(pair.split("=", 1) for pair in values.split())
     return pairs, origins.removesuffix(")").split(", ") if origins else []
+
+
+def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This environment without settings a nested run would pick up by mistake."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) and k != "PYTEST_ADDOPTS"}
+    env.update(extra or {})
+    return env

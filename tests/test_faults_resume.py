@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import clean_env
+from plugin_helpers import clean_env
 
 from pytest_loops.artifacts.runlog import load_runlog, sign_events
 from pytest_loops.trust import runlog_key

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import clean_env
+from plugin_helpers import clean_env
 
 from pytest_loops import cli
 from pytest_loops.artifacts import handoff, provenance, runlog
