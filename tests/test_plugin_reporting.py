@@ -123,6 +123,33 @@ def test_a_live_line_per_iteration(project: Project) -> None:
     assert len(re.findall(r"^\[test_calc\.py::test_add\] iter", result.stdout.str(), re.M)) == 2
 
 
+def test_loop_file_loops_print_live_lines_without_s(project: Project) -> None:
+    project.write("test_calc.py", "import calc\n\n\ndef test_add():\n    assert calc.add(2, 3) == 5\n")
+    project.write("fix.py", "import pathlib\np = pathlib.Path('calc.py')\n"
+                            "p.write_text(p.read_text().replace('a - b  # BUG', 'a + b'))\n")
+    project.write("fix.loop", """\
+        loop "fix add":
+          goal: "make add work"
+          done when the test "test_calc.py::test_add" passes
+          revise with "python fix.py"
+          after 3 tries: stop and warn "no luck"
+        """)
+    result = project.run("--loop", "fix.loop")  # capture on (no -s)
+    assert result.ret == 0, result.stdout.str()
+    lines = result.stdout.lines
+    live = [line for line in lines if line.startswith("[fix add] iter ")]
+    assert [line.split("  ")[0] for line in live] == ["[fix add] iter 1/3", "[fix add] iter 2/3"], lines
+
+
+def test_the_session_loop_banner_is_never_glued_to_the_progress_line(project: Project) -> None:
+    project.write("test_add.py", "import calc\n\n\ndef test_add():\n    assert calc.add(2, 3) == 5\n")
+    result = project.run("--loop", f"--loop-revise={FIX_ADD}", "-n", "2")
+    assert result.ret == 0, result.stdout.str()
+    banners = [line for line in result.stdout.lines if "loop: 1 failing test(s)" in line]
+    assert len(banners) == 1 and banners[0].startswith("="), result.stdout.lines
+    assert not [line for line in result.stdout.lines if "%]=" in line]
+
+
 def test_loops_summary_section(project: Project) -> None:
     project.write("test_verdicts.py", VERDICT_TESTS)
     result = project.run("--loop", "-k", "success or max_iter or escalate")
