@@ -319,6 +319,13 @@ def pytest_configure(config: pytest.Config) -> None:
         exitcode = _choice(config, "exitcode", EXITCODE_CHOICES)
         artifact_options(config)  # validates the signing key now, before any test runs
         check_outputs(config, settings)
+        if settings["revise"]:
+            from .preflight import check_revise
+
+            origin = settings.origin.get("revise", "")
+            check_revise(settings["revise"], config.rootpath, {
+                "command line": "--loop-revise", "ini": "ini loop_revise",
+                "environment": "PYTEST_LOOPS_REVISE"}.get(origin, f"{origin}: revise.cmd"))
         _choice(config, "suspects", SUSPECTS_CHOICES)
         _choice(config, "audit", AUDIT_CHOICES)
         from .redact import export_masks

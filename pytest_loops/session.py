@@ -302,7 +302,12 @@ class LoopSession:
             marker = item.get_closest_marker("loop")
             if marker is not None:
                 try:
-                    marker_layer(marker, item.nodeid)
+                    layer = marker_layer(marker, item.nodeid)
+                    if layer.get("revise"):
+                        from .preflight import check_revise
+
+                        check_revise(layer["revise"], self.rootdir,
+                                     f"{item.nodeid}: @pytest.mark.loop(revise=...)")
                 except LoopUsageError as exc:
                     if self.is_worker:
                         # A UsageError raised on an xdist worker crashes it and the

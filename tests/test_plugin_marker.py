@@ -183,7 +183,7 @@ def test_escalate_after(project: Project) -> None:
 
 
 def test_escalate_when_the_revise_command_cannot_start(project: Project) -> None:
-    project.marked_test(marker='revise="no-such-cli --fix", max_iter=5')
+    project.marked_test(marker="revise=\"sh -c 'echo no-such-cli: not found >&2; exit 127'\", max_iter=5")
     result = project.run("--loop")
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*ended ESCALATE (exit 5) after 1 iteration(s)*",

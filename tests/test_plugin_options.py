@@ -202,7 +202,7 @@ def test_state_artifacts_and_memory_from_every_layer(project: Project, monkeypat
         args = ["--loop-state", "calc.py", "--loop-state=lib/*.py", "--loop-artifacts", "out",
                 "--loop-memory=notes/lessons.md"]
     # a revise that cannot start ends the loop after one iteration (and one lesson)
-    result = project.run("--loop", "--loop-revise", "no-such-cli --fix", *args)
+    result = project.run("--loop", "--loop-revise", "sh -c 'echo no-such-cli: not found >&2; exit 127'", *args)
     assert result.ret == 1
     _, revise, reproduce = loop_header(result)
     assert f"artifacts: {project.path / 'out'}" in revise
@@ -336,6 +336,7 @@ def test_a_space_separated_value_that_moves_the_rootdir_is_one_usage_line(projec
     script = project.pytester.path / "elsewhere" / "revise.sh"
     script.parent.mkdir()
     script.write_text("#!/bin/sh\ntrue\n")
+    script.chmod(0o755)
     result = project.run("--loop", "--loop-revise", str(script))
     assert result.ret == 4
     errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
@@ -353,7 +354,8 @@ def test_a_space_separated_value_that_moves_the_rootdir_is_one_usage_line(projec
 
 def test_a_space_separated_path_inside_the_project_is_harmless(project: Project) -> None:
     project.write("test_green.py", GREEN_TEST)
-    result = project.run("--loop", "--loop-revise", "edit.py", "--loop-max-iter", "2")
+    project.write("fix.sh", "#!/bin/sh\ntrue\n").chmod(0o755)
+    result = project.run("--loop", "--loop-revise", "./fix.sh", "--loop-max-iter", "2")
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
 
 

@@ -41,7 +41,7 @@ def test_no_progress():
     assert (HERE / "ok_no_progress").exists()
 
 
-@pytest.mark.loop(revise="no-such-cli --fix")
+@pytest.mark.loop(revise="sh -c 'echo no-such-cli: not found >&2; exit 127'")
 def test_escalate():
     assert (HERE / "ok_escalate").exists()
 

@@ -162,7 +162,7 @@ def test_a_regression_a_later_revise_repairs_is_no_failure(project: Project) -> 
 
 
 def test_marker_loops_stay_out_of_the_session_loop(project: Project) -> None:
-    project.marked_test("test_marked.py", marker='revise="no-such-cli --fix"')
+    project.marked_test("test_marked.py", marker="revise=\"sh -c 'echo no-such-cli: not found >&2; exit 127'\"")
     project.write("test_plain.py", """\
         import calc
 
@@ -207,7 +207,7 @@ SLOW = "python sleep.py 60"
     ("TIMEOUT", SLOW, ["--loop-budget-seconds", "1.5"], "budget of 1.5s ran out"),
     ("NO_PROGRESS", "python -c pass", ["--loop-no-progress-k", "1"], "state unchanged for 1 iteration(s)"),
     ("ESCALATE", "python note.py notes.txt tried", ["--loop-escalate-after", "1"], "escalate_after=1 reached"),
-    ("ESCALATE", "no-such-cli --fix", [], "the revise step could not start"),
+    ("ESCALATE", "sh -c 'echo no-such-cli: not found >&2; exit 127'", [], "the revise step could not start"),
 ], ids=["max_iter", "timeout", "no_progress", "escalate_after", "cannot_start"])
 def test_every_verdict_and_its_exit_code(project: Project, verdict: str, revise: str, args: list[str],
                                          reason: str) -> None:
