@@ -322,6 +322,10 @@ class Engine:
         self.artifact_errors = []
         paths = resolve_paths(spec, artifacts_dir=self.artifacts_dir, log_path=log_path,
                               memory_page=memory_page, wall=wall0)
+        if any(p is not None and p.is_relative_to(paths.artifacts_dir) for p in (paths.log, paths.memory_page)):
+            from .outputs import keep_out_of_git
+
+            keep_out_of_git(paths.artifacts_dir)
         locks = []
         try:
             # the log resumed from too: a run still writing it, or a second resume of

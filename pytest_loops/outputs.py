@@ -56,3 +56,24 @@ def check_output_path(value: str | os.PathLike | None, where: str, *, base: str 
         raise bad(f"{exc.strerror or exc} (in {str(existing)!r})", writable_dir) from None
     os.close(fd)
     os.unlink(probe)
+
+
+GITIGNORE = "# Created by pytest-loops automatically.\n*\n"
+
+
+def keep_out_of_git(directory: str | os.PathLike) -> None:
+    """A default artifacts directory (``.pytest-loops``) ignores itself, as pytest's
+    ``.pytest_cache`` does: run logs, lessons and locks are not the project's source.
+    An existing ``.gitignore`` (the user's) is left alone; a failure here is no error."""
+    path = Path(directory)
+    if path.name != ".pytest-loops":
+        return
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path / ".gitignore", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError:
+        return
+    try:
+        os.write(fd, GITIGNORE.encode())
+    finally:
+        os.close(fd)

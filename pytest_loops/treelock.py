@@ -160,7 +160,10 @@ class TreeLock:
     def acquire(self, should_stop: ShouldStop | None = None) -> None:
         """Take the lock; raises :class:`DeadlineReached` when ``should_stop()`` answers
         true first. Without ``should_stop``, waits as long as the lock is held."""
+        from .outputs import keep_out_of_git
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        keep_out_of_git(self.path.parent)
         if not self._try(0):
             self._wait(should_stop)
         self._record()
