@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 from .errors import LoopFileError, LoopUsageError
 from .results import CheckResult, IterationRecord, LoopResult
 from .spec import Check, CheckKind, Guards, LoopSpec, Pipeline
 from .verdict import EXIT_INTERNAL, EXIT_USAGE, Verdict
 
-try:
-    __version__ = version("pytest-loops")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0+unknown"
+
+def __getattr__(name: str) -> str:
+    """``__version__``, read from the installed metadata on first use (not at import:
+    a pytest run that never asks does not pay for it)."""
+    if name != "__version__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("pytest-loops")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        found = "0+unknown"
+    globals()["__version__"] = found
+    return found
 
 __all__ = [
     "EXIT_INTERNAL",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import shlex
 import sys
-import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -204,6 +203,8 @@ def pytest_command(node_ids: str | list[str], junit_path: str, extra_args: list[
 
 def _junit_counts(path: Path) -> tuple[int, int] | None:
     """(testcases, testcases that passed outright) from a junit file, None if unreadable."""
+    import xml.etree.ElementTree as ET
+
     try:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError):

@@ -242,12 +242,6 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
     )
     for key in _OUTPUT_PATHS:
         _check_output_path(settings.values.get(key), key, settings.origin.get(key, ""), cwd)
-    if not args.plugins:  # a plugin's pytest_loop_revise may stand in for the command
-        from .preflight import check_revise
-
-        origin = settings.origin.get("revise", "")
-        check_revise(spec.revise, spec.cwd, {"command line": "--revise", "environment": "PYTEST_LOOPS_REVISE"}.get(
-            origin, f"{origin}: revise.cmd"), environ)
     if settings.values.get("artifacts") is None:  # the default: where the run log and lessons go
         check_output_path(".pytest-loops", "--artifacts (default .pytest-loops under --cwd)", base=cwd,
                           directory=True)
@@ -370,6 +364,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         spec, extra = spec_from_args(args)
     if not args.no_tine:
         check_output_path(args.tine, "--tine")
+    if not args.plugins:  # a plugin's pytest_loop_revise may stand in for the command
+        from .preflight import check_revise
+
+        origin = spec.origin.get("revise", "")
+        check_revise(spec.revise, spec.cwd, {"command line": "--revise", "environment": "PYTEST_LOOPS_REVISE"}.get(
+            origin, f"{origin}: revise.cmd"))
     finishers = make_finishers(artifact_options(args, ["--cwd", spec.cwd]))
     out = sys.stdout
     for key in extra["unknown_keys"]:

@@ -16,8 +16,6 @@ import os
 import reprlib
 from typing import Any
 
-import yaml
-
 from .errors import LoopFileError, LoopUsageError
 
 MiB = 1024 * 1024
@@ -28,7 +26,14 @@ MAX_RUN_BYTES = 64 * MiB  # a run log or a `.tine`
 MAX_LINE_CHARS = 8 * MiB  # one event line of a run log
 MAX_JSON_DEPTH = 64
 
-SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
+
+
+def safe_loader() -> Any:
+    """pyyaml's safe loader, libyaml's when present (yaml is imported on first use:
+    a pytest run that reads no YAML does not pay for it)."""
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 _short = reprlib.Repr()
 _short.maxstring = _short.maxother = 60
@@ -88,7 +93,7 @@ def check_size(path: str | os.PathLike, what: str, limit: int) -> None:
 # --------------------------------------------------------------------------- YAML
 
 
-def _yaml_error(exc: yaml.YAMLError, where: str) -> LoopFileError:
+def _yaml_error(exc: Any, where: str) -> LoopFileError:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     if "nesting depth" in problem and mark is not None:  # libyaml's own bound, met before ours
@@ -106,7 +111,9 @@ def _check_events(text: str, where: str) -> None:
     An anchor's size is the number of nodes it stands for with its own aliases
     expanded, so nine aliases of nine aliases of ... grow as they would in memory.
     """
-    parser = SafeLoader(text)
+    import yaml
+
+    parser = safe_loader()(text)
     depth = added = count = 0
     open_nodes: list[tuple[str | None, int]] = []
     sizes: dict[str, int] = {}
@@ -146,16 +153,18 @@ def _check_events(text: str, where: str) -> None:
 
 def load_yaml(text: str, where: str, loader: Any = None) -> Any:
     """Parse YAML text read from ``where`` with the safe loader (or ``loader``, a
-    subclass of :data:`SafeLoader`), within the depth and alias bounds.
+    subclass of :func:`safe_loader`), within the depth and alias bounds.
 
     Every problem is a LoopFileError naming ``where`` and the line.
     """
     if len(text) > MAX_YAML_BYTES:
         raise LoopFileError(f"larger than {_mib(MAX_YAML_BYTES)}: too big for a YAML file", where,
                             fix="check the path; a config or loop file is a few KB")
+    import yaml
+
     try:
         _check_events(text, where)
-        return yaml.load(text, Loader=loader or SafeLoader)  # noqa: S506 - a SafeLoader (subclass)
+        return yaml.load(text, Loader=loader or safe_loader())  # noqa: S506 - a SafeLoader (subclass)
     except yaml.YAMLError as exc:
         raise _yaml_error(exc, where) from None
     except RecursionError:  # pragma: no cover - the depth bound comes first

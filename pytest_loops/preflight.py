@@ -38,6 +38,8 @@ def program_of(command: str) -> str | None:
         return None
     for word in words:
         if "=" in word and word.split("=", 1)[0].isidentifier():
+            if any(c in word for c in _EXPANSIONS):
+                return None  # NAME=$(...): the shell runs something first
             continue  # NAME=value before the program
         if word in _SHELL_WORDS or any(c in word for c in _EXPANSIONS):
             return None

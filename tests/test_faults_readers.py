@@ -21,8 +21,8 @@ from pytest_loops.limits import (
     MAX_ALIAS_NODES,
     MAX_RUN_BYTES,
     MAX_YAML_BYTES,
-    SafeLoader,
     load_yaml,
+    safe_loader,
 )
 from pytest_loops.outputs import check_output_path
 from pytest_loops.sources import load_any
@@ -109,12 +109,21 @@ def test_the_alias_bound_counts_expansion_not_aliases():
     assert 9 ** 5 > MAX_ALIAS_NODES
 
 
+def test_importing_the_plugin_does_not_import_yaml():
+    import subprocess
+    import sys
+
+    code = "import sys, pytest_loops.plugin; print('yaml' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
+
+
 def test_normal_yaml_keeps_merge_keys_and_libyaml():
     text = "defaults: &d {max_iter: 3}\nguards:\n  <<: *d\n  no_progress_k: 1\n"
     assert load_yaml(text, "c.yaml")["guards"] == {"max_iter": 3, "no_progress_k": 1}
     import yaml
 
-    assert SafeLoader is getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    assert safe_loader() is getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def test_a_huge_value_is_quoted_short_in_the_error(tmp_path):

@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 
 from ..errors import LoopFileError, LoopUsageError
-from ..limits import MAX_YAML_BYTES, SafeLoader, check_size, load_yaml, short_repr
+from ..limits import MAX_YAML_BYTES, check_size, load_yaml, safe_loader, short_repr
 from ..spec import (
     DEFAULT_BUDGET_SECONDS,
     DEFAULT_ESCALATE_AFTER,
@@ -98,7 +98,7 @@ class _Seq(list):  # type: ignore[type-arg]
         self.marks: list[Any] = []
 
 
-class _Loader(SafeLoader):  # libyaml when present
+class _Loader(safe_loader()):  # type: ignore[misc]  # libyaml when present
     pass
 
 
