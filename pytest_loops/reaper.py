@@ -268,7 +268,26 @@ class Watchdog:
             finally:
                 os.close(read_end)
             self._fd = write_end
+            import atexit
+
+            atexit.register(self._stop)
             return True
+
+    def _stop(self) -> None:
+        """At a clean exit: close the pipe (nothing is registered, so the watchdog just
+        ends) and reap it, rather than leave a running child for the interpreter to warn of."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        proc = self._proc
+        if proc is not None:
+            try:
+                proc.wait(timeout=2)
+            except Exception:  # still busy with leftovers: it finishes on its own
+                pass
 
     def send(self, *words: object) -> None:
         fd = self._fd

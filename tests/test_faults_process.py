@@ -17,8 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import clean_env
+from plugin_helpers import clean_env
 
 pytestmark = [
     pytest.mark.faults,
@@ -248,3 +247,15 @@ def test_output_cap_rejects_naming_where(raw):
 
     with pytest.raises(LoopUsageError, match="here.*not a valid output_cap"):
         parse_size(raw, "here")
+
+
+def test_a_clean_exit_reaps_the_watchdog_without_a_warning() -> None:
+    code = ("from pytest_loops.reaper import watchdog\n"
+            "w = watchdog()\n"
+            "print(w.pid)\n")
+    done = subprocess.run([sys.executable, "-X", "dev", "-W", "error", "-c", code],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "ResourceWarning" not in done.stderr and done.stderr == "", done.stderr
+    pid = int(done.stdout.split()[0])
+    assert not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split()[2]
