@@ -166,14 +166,9 @@ class LoopContext:
 def scrub_output(result: CommandResult, scrub: Callable[[str], str]) -> CommandResult:
     """Mask secrets in a command's output file and tail, in place."""
     if result.output_file:
-        path = Path(result.output_file)
-        try:
-            text = path.read_text(encoding="utf-8", errors="surrogateescape")
-            clean = scrub(text)
-            if clean != text:
-                path.write_text(clean, encoding="utf-8", errors="surrogateescape")
-        except OSError:
-            pass
+        from .redact import scrub_file
+
+        scrub_file(result.output_file, scrub)
     tail = scrub(result.tail)
     return result if tail == result.tail else dataclasses.replace(result, tail=tail)
 

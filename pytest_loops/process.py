@@ -186,15 +186,7 @@ class _Running:
                 found.add(entry.pid)
             else:
                 self.not_ours.add(key)
-        children: dict[int, list[int]] = {}
-        for entry in table.values():
-            children.setdefault(entry.ppid, []).append(entry.pid)
-        todo = list(found)
-        while todo:
-            for child in children.get(todo.pop(), ()):
-                if child not in found:
-                    found.add(child)
-                    todo.append(child)
+        reaper.with_descendants(found, table)
         found.discard(me)
         found.discard(self.dog.pid)
         result = {pid: table[pid] for pid in found}

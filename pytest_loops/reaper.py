@@ -318,6 +318,20 @@ class _Command:
         self.members: dict[int, int] = {}  # pid -> start time
 
 
+def with_descendants(found: set[int], table: dict[int, Proc]) -> set[int]:
+    """Add to ``found`` (in place, and return it) every descendant in ``table``."""
+    children: dict[int, list[int]] = {}
+    for entry in table.values():
+        children.setdefault(entry.ppid, []).append(entry.pid)
+    todo = list(found)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
 def _doomed(command: _Command, table: dict[int, Proc]) -> set[int]:
     """Every live process of a command: known members, its group and session while
     the id is still its own, and all their descendants."""
@@ -328,15 +342,7 @@ def _doomed(command: _Command, table: dict[int, Proc]) -> set[int]:
         found |= {p.pid for p in table.values() if command.pgid in (p.pgid, p.sid)}
     if command.cgroup is not None:
         found |= {pid for pid in command.cgroup.pids() if pid in table}
-    children: dict[int, list[int]] = {}
-    for entry in table.values():
-        children.setdefault(entry.ppid, []).append(entry.pid)
-    todo = list(found)
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
+    with_descendants(found, table)
     found.discard(os.getpid())
     return {pid for pid in found if not table[pid].zombie} if table else found
 

@@ -169,3 +169,18 @@ def name_slug(name: str, *, max_chars: int = 60, env: Mapping[str, str] | None =
     readable = _UNSAFE.sub("-", masked).strip("-.")[:max_chars].rstrip("-.") or "loop"
     digest = hashlib.sha256(masked.encode("utf-8", "surrogatepass")).hexdigest()[:SLUG_HASH_CHARS]
     return f"{readable}-{digest}"
+
+
+def scrub_file(path: str | os.PathLike[str], scrub: Callable[[str], str]) -> None:
+    """Mask a file in place (undecodable bytes kept as they are); a file that cannot
+    be read or written is left alone."""
+    from pathlib import Path
+
+    target = Path(path)
+    try:
+        text = target.read_text(encoding="utf-8", errors="surrogateescape")
+        clean = scrub(text)
+        if clean != text:
+            target.write_text(clean, encoding="utf-8", errors="surrogateescape")
+    except OSError:
+        pass

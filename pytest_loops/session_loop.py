@@ -19,7 +19,7 @@ import pluggy
 
 from .checks import CHILD_ENV, digest_file, pytest_command
 from .engine import LoopContext
-from .redact import redact, strip_control
+from .redact import redact, scrub_file, strip_control
 from .reporting import shown
 from .results import CheckResult, CommandResult, LoopResult
 from .revise import name_list
@@ -95,7 +95,7 @@ class SessionFixCheck:
         passed = junit_passed(junit, ids)
         if context.scrub is not None:  # read: now mask what the child wrote (failure messages)
             for path in (junit, args_file):
-                _scrub_file(path, context.scrub)
+                scrub_file(path, context.scrub)
         return result, passed if passed is not None else passed_ids(result.output_file, result.tail)
 
     def _result(self, check: Check, cmd: CommandResult, passed: bool, reason: str) -> CheckResult:
@@ -207,13 +207,3 @@ def _failure_texts(reporter: Any, nodeids: list[str]) -> str:
             if getattr(rep, "nodeid", None) in wanted:
                 parts.append(f"___ {rep.nodeid} ___\n{rep.longreprtext[-3000:]}")
     return redact("\n".join(parts))  # the first iteration's output: failure file, prompt, lessons
-
-
-def _scrub_file(path: Path, scrub: Any) -> None:
-    try:
-        text = path.read_text(encoding="utf-8", errors="surrogateescape")
-        clean = scrub(text)
-        if clean != text:
-            path.write_text(clean, encoding="utf-8", errors="surrogateescape")
-    except OSError:
-        pass
