@@ -14,6 +14,7 @@ from typing import Any
 from .artifacts.provenance import load_tine_summary, looks_like_tine, verify_tine
 from .artifacts.runlog import assess, check_shape, load_runlog, trust_note
 from .errors import LoopUsageError
+from .limits import open_regular
 from .redact import strip_control
 
 PASS, FAIL, HUMAN, NOT_RUN = "✓", "✗", "?", "·"
@@ -37,6 +38,10 @@ def load_run(path: str | os.PathLike) -> dict[str, Any]:
                              fix="pass a run log (.json) or a .tine file")
     if p.is_dir():
         return assess(load_runlog(_only_log_in(p)))
+    try:  # a named pipe or a device is refused here, before anything reads (or waits on) it
+        open_regular(p, "a run log or .tine file").close()
+    except OSError as exc:
+        raise LoopUsageError(f"cannot read: {exc.strerror or exc}", location=str(p)) from None
     if looks_like_tine(p):
         try:
             run = load_tine_summary(p)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 import reprlib
-from typing import Any
+import stat
+from typing import Any, BinaryIO
 
 from .errors import LoopFileError, LoopUsageError
 
@@ -25,6 +26,7 @@ MAX_ALIAS_NODES = 10_000  # nodes aliases may add, all aliases together
 MAX_RUN_BYTES = 64 * MiB  # a run log or a `.tine`
 MAX_LINE_CHARS = 8 * MiB  # one event line of a run log
 MAX_JSON_DEPTH = 64
+MAX_LOOP_BYTES = 1 * MiB  # a `.loop` file: LoopFlow files are a few KB
 
 
 
@@ -50,32 +52,65 @@ def _mib(size: int) -> str:
     return f"{size / MiB:.1f} MB"
 
 
-def read_text(path: str | os.PathLike, what: str, limit: int, *, missing: str = "not found",
-              missing_fix: str | None = None, big_fix: str = "check the path") -> str:
-    """A file as UTF-8 text, refused (LoopUsageError, one line) when over ``limit`` bytes.
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def open_regular(path: str | os.PathLike, what: str) -> BinaryIO:
+    """Open a file a user named for reading, refusing anything but a regular file.
+
+    Opened non-blocking first, so a named pipe nobody writes to is refused at
+    once instead of waited on forever, and a device (``/dev/zero``, a terminal)
+    is refused before a read that never ends. OSError (a missing file, no
+    permission) propagates for the caller to word.
+    """
+    where = os.fspath(path)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(where, flags)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+            raise LoopUsageError(f"is {kind}, not {what}", location=where, fix="name a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bytes(path: str | os.PathLike, what: str, limit: int, *, missing: str = "not found",
+               missing_fix: str | None = None, big_fix: str = "check the path") -> bytes:
+    """A regular file's bytes, refused (LoopUsageError, one line) when over ``limit`` bytes.
 
     The size is checked before reading and the read itself is bounded, so a
-    device or a growing file cannot make it unbounded either.
+    file growing while it is read cannot make it unbounded either.
     """
     where = os.fspath(path)
     too_big = LoopUsageError(f"larger than {_mib(limit)}: too big for {what}", location=where, fix=big_fix)
     try:
-        with open(where, "rb") as f:
+        with open_regular(where, what) as f:
             if os.fstat(f.fileno()).st_size > limit:
                 raise too_big
             data = f.read(limit + 1)
     except FileNotFoundError:
         raise LoopUsageError(missing, location=where, fix=missing_fix) from None
-    except IsADirectoryError:
-        raise LoopUsageError(f"is a directory, not {what}", location=where) from None
     except OSError as exc:
         raise LoopUsageError(f"cannot read: {exc.strerror or exc}", location=where) from None
     if len(data) > limit:
         raise too_big
+    return data
+
+
+def read_text(path: str | os.PathLike, what: str, limit: int, *, missing: str = "not found",
+              missing_fix: str | None = None, big_fix: str = "check the path") -> str:
+    """A regular file as UTF-8 text (a leading BOM dropped), within ``limit`` bytes."""
+    data = read_bytes(path, what, limit, missing=missing, missing_fix=missing_fix, big_fix=big_fix)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise LoopUsageError(f"not UTF-8 text: not {what}", location=where) from None
+        raise LoopUsageError(f"not UTF-8 text: not {what}", location=os.fspath(path)) from None
     return text[1:] if text.startswith("\ufeff") else text
 
 

@@ -174,6 +174,13 @@ class IgnoredLine:
     text: str
     why: str = "not acted on by pytest-loops"
 
+    SHOWN_CHARS = 200  # a line is quoted back to the user: a minified blob is cut, not printed
+
+    def __post_init__(self) -> None:
+        if len(self.text) > self.SHOWN_CHARS:
+            cut = self.text[:self.SHOWN_CHARS] + f"... (+{len(self.text) - self.SHOWN_CHARS} characters)"
+            object.__setattr__(self, "text", cut)
+
 
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 

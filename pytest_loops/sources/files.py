@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from ..errors import LoopFileError
+from ..errors import LoopFileError, LoopUsageError
 
 if TYPE_CHECKING:
     from .model import LoopFile
@@ -22,17 +22,24 @@ def is_loop_file(path: str | os.PathLike) -> bool:
 
 
 def read_text(path: str | os.PathLike) -> str:
-    """A loop file's text. Unreadable or not UTF-8 -> LoopFileError naming where."""
+    """A loop file's text. Unreadable, not a regular file, too big or not UTF-8 ->
+    LoopFileError naming where."""
+    from ..limits import MAX_LOOP_BYTES, MAX_YAML_BYTES, open_regular
+
     where = os.fspath(path)
+    limit = MAX_YAML_BYTES if where.lower().endswith(YAML_SUFFIXES) else MAX_LOOP_BYTES
     try:
-        with open(where, "rb") as f:
-            data = f.read()
+        with open_regular(where, "a loop file") as f:
+            data = f.read(limit + 1)
+    except LoopUsageError as exc:
+        raise LoopFileError(exc.message, where, fix=exc.fix) from None
     except FileNotFoundError:
         raise LoopFileError("no such file", where, fix="check the path") from None
-    except IsADirectoryError:
-        raise LoopFileError("is a directory, not a loop file", where) from None
     except OSError as exc:
         raise LoopFileError(f"cannot read: {exc.strerror or exc}", where) from None
+    if len(data) > limit:
+        raise LoopFileError(f"larger than {limit // (1 << 20)} MB: too big for a loop file", where,
+                            fix="check the path; a loop file is a few KB")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
