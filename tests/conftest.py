@@ -9,9 +9,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
+import yaml  # noqa: F401
 from plugin_helpers import clean_env
 
 from pytest_loops.testing import LoopHarness
+
+# yaml is loaded here, in the outer process: the plugin imports it on first use, and
+# pytester's in-process runs drop modules first imported inside them, but pyyaml's C
+# parser keeps the first import's classes, so a second import parses every scalar with
+# no tag ("could not determine a constructor for the tag None").
 
 # Run-log keys of every loop the tests start (in this process and in the processes it
 # spawns, which inherit the environment) go to a temporary directory, never the
