@@ -140,6 +140,13 @@ def _yaml_error(exc: Any, where: str) -> LoopFileError:
                          fix="fix the YAML syntax")
 
 
+def _position(mark: Any) -> tuple[int | None, int | None]:
+    """1-based line and column of a yaml mark (a mark can be missing)."""
+    if mark is None:
+        return None, None
+    return mark.line + 1, mark.column + 1
+
+
 def _check_events(text: str, where: str) -> None:
     """Walk the event stream once: nesting depth and alias expansion stay in bounds.
 
@@ -159,9 +166,9 @@ def _check_events(text: str, where: str) -> None:
                 depth += 1
                 count += 1
                 if depth > MAX_YAML_DEPTH:
-                    mark = event.start_mark
+                    line, column = _position(event.start_mark)
                     raise LoopFileError(f"nested deeper than {MAX_YAML_DEPTH} levels", where,
-                                        mark.line + 1, mark.column + 1,
+                                        line, column,
                                         fix="flatten the YAML: a loop or config file needs a few levels")
                 open_nodes.append((event.anchor, count))
             elif isinstance(event, yaml.CollectionEndEvent):
@@ -174,13 +181,13 @@ def _check_events(text: str, where: str) -> None:
                 if event.anchor is not None:
                     sizes[event.anchor] = 1
             elif isinstance(event, yaml.AliasEvent):
-                size = sizes.get(event.anchor, 1)
+                size = sizes.get(event.anchor, 1) if event.anchor is not None else 1
                 count += size
                 added += size
                 if added > MAX_ALIAS_NODES:
-                    mark = event.start_mark
+                    line, column = _position(event.start_mark)
                     raise LoopFileError(f"aliases expand to more than {MAX_ALIAS_NODES} nodes", where,
-                                        mark.line + 1, mark.column + 1,
+                                        line, column,
                                         fix="write the values out instead of repeating *aliases")
     finally:
         parser.dispose()

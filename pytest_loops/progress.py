@@ -1068,7 +1068,7 @@ def _chunked_digest(f: BinaryIO, should_stop: ShouldStop, path: str) -> str:
     while True:
         if should_stop():
             raise DeadlineReached(f"while fingerprinting the state: in the middle of hashing {path}")
-        n = f.readinto(buf)
+        n = f.readinto(buf)  # type: ignore[attr-defined]  # an unbuffered or buffered file
         if not n:
             return h.hexdigest()
         h.update(view[:n])

@@ -681,18 +681,18 @@ class TreeGuard:
         them (only the directories they name are listed again), else by walking.
         Returns (path -> its entry before, for every path that changed; walked)."""
         if self._journal is None:
-            changes = self._walk()
-            self.touched.update(changes)
-            return changes, True
+            walked = self._walk()
+            self.touched.update(walked)
+            return walked, True
         from .fswatch import JournalLost
 
         try:
             drained = self._journal.drain(ignore=_noise)
         except JournalLost as exc:
             self._drop_journal(exc.reason)
-            changes = self._walk()
-            self.touched.update(changes)
-            return changes, True
+            walked = self._walk()
+            self.touched.update(walked)
+            return walked, True
         dirty = {os.path.dirname(p) for p in drained.touched} | drained.relisted
         dirty |= {os.path.dirname(p) for p in drained.gone}
         changes: dict[str, Entry | None] = {}

@@ -46,7 +46,7 @@ def secret_values(env: Mapping[str, str] | None = None) -> list[tuple[str, str]]
     Longest first so a secret that contains another secret is replaced whole.
     """
     source = os.environ if env is None else env
-    pairs = {}
+    pairs: dict[str, str] = {}
     for name, value in source.items():
         if not isinstance(value, str) or len(value) < MIN_SECRET_LENGTH:
             continue

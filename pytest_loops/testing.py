@@ -210,10 +210,12 @@ class LoopHarness:
         if isinstance(verify, str):
             checks.append(Check.command_passes(verify))
         elif verify and all(isinstance(v, int) and not isinstance(v, bool) for v in verify):
-            scripted["scripted verify"] = [int(v) for v in verify]
+            scripted["scripted verify"] = [v for v in verify if isinstance(v, int)]
             checks.append(Check(CheckKind.COMMAND, "scripted verify", command="true"))
         else:
             for item in verify:
+                if isinstance(item, int):
+                    raise ValueError("verify mixes exit codes with commands or checks: give one kind")
                 checks.append(Check.command_passes(item) if isinstance(item, str) else item)
         if not checks:
             raise ValueError("verify needs at least one exit code, command or check")

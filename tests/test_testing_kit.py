@@ -168,3 +168,8 @@ def test_the_iteration_table(harness):
     assert lines[2].split()[:5] == ["2", "FAIL", "1", "changed", "0"]
     assert lines[3].split()[:5] == ["3", "PASS", "0", "-", "0"]  # a pass is not measured
     assert format_iterations([]) == "iter  checks  verify  state  streak  revise  guard"
+
+
+def test_exit_codes_mixed_with_commands_are_rejected(harness):
+    with pytest.raises(ValueError, match="mixes exit codes"):
+        harness.run([1, "true"])

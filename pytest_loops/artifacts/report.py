@@ -275,8 +275,8 @@ class _Page:
         for it in iterations:
             checks = _checks(it)
             marks = " ".join(("✓" if c.get("passed") else "✗") for c in checks)
-            state = {True: "changed", False: "same"}.get(it.get("state_changed"), "-") \
-                if isinstance(it.get("state_changed"), bool) else "-"
+            changed = it.get("state_changed")
+            state = ("changed" if changed else "same") if isinstance(changed, bool) else "-"
             rows.append(
                 "<tr>" + "".join(f"<td>{self.text(v)}</td>" for v in (
                     it.get("iter", "?"), marks, _dash(it.get("verify_exit")),

@@ -518,7 +518,7 @@ class _Reader:
             mark = self.mark(node, part)
             node = node[part]
         if mark is None:
-            mark = yaml.Mark(self.path, 0, 0, 0, None, None)
+            mark = yaml.Mark(self.path, 0, 0, 0, None, None)  # type: ignore[arg-type]  # no buffer
         return mark
 
 
