@@ -32,9 +32,9 @@ from ..spec import (
     slugify,
 )
 from . import phrases
-from .files import read_text
 from .model import Flow, LoopFile
 from .phrases import Predicate, Problem
+from .reading import read_text
 
 RIGOR_MAX_ITER = 8  # LoopFlow's thrash guard under `rigor: structured ai-assisted | agentic engineering`
 RIGOR_MESSAGE = "thrashing"

@@ -55,9 +55,9 @@ from ..spec import (
     validate_guard_values,
 )
 from . import phrases
-from .files import read_text
 from .model import LoopFile
 from .phrases import Problem
+from .reading import read_text
 
 TOP_KEYS = ("loops", "pipelines")
 LOOP_KEYS = ("name", "goal", "checks", "revise", "guards", "state_paths", "memory_page", "protect",
