@@ -1,332 +1,57 @@
-"""What a revise step may change: an allow-list, enforced around every revise.
-
-A loop has a *scope*: the paths its revise step may change. By default that is
-every file under the loop's working directory except the ones that judge the
-code: test files and everything under test directories, ``conftest.py``
-anywhere, every configuration file pytest reads (of any name pytest knows, also
-in the ancestor directories it searches), loop files and the harness config,
-virtual environments, ``.pth`` and ``sitecustomize`` files, new modules that
-would shadow pytest or the standard library, symbolic links and executables.
-``scope`` globs narrow the scope; ``protect`` globs add read-only paths.
-
-:class:`TreeGuard` copies the read-only files (and the in-scope Python files,
-for the diff audit) into a private store when the loop starts. Around each
-revise it learns what changed from the change journal (inotify; a stat walk
-where the journal cannot vouch), so the cost is proportional to what changed,
-not to the tree. A change to a read-only path is undone from the store, never
-through a symbolic link (a link is replaced, not followed), and ends the loop
-ESCALATE. The clean room (:mod:`pytest_loops.cleanroom`) is built from the same
-store: loop-start read-only files plus the in-scope files as they are now.
-"""
+"""The guard around every revise: the store, the change journal, undoing changes to read-only paths."""
 
 from __future__ import annotations
 
 import hashlib
 import os
-import re
-import shlex
 import shutil
 import stat
-import sys
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from functools import lru_cache
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
-from .deadline import DeadlineReached, ShouldStop
-from .spec import CheckKind, LoopSpec
+from ..deadline import DeadlineReached, ShouldStop
+from .rules import (
+    ANCESTOR_NAMES,
+    AUDIT_MAX_BYTES,
+    CACHE_REASON,
+    CONFIG_NAMES,
+    DEFAULT_TEST_FILES,
+    IGNORED_DIRS,
+    MEMORY_FILE_BYTES,
+    MEMORY_TOTAL_BYTES,
+    PYCACHE,
+    SHADOW_MODULES,
+    STARTUP_NAMES,
+    TEST_DIR,
+    matches,
+)
+from .tree import (
+    Entry,
+    RevisePass,
+    Stored,
+    Violation,
+    _ancestor_dirs,
+    _entry,
+    _executable,
+    _hash_copy,
+    _how,
+    _makedirs,
+    _noise,
+    _parent,
+    _place,
+    _real_parents,
+    _remove,
+    _restore_path,
+    _same_mode,
+    _write_new,
+    file_digest,
+    printable,
+)
 
 if TYPE_CHECKING:
-    from .fswatch import DirectoryJournal
-
-# Configuration files pytest (and the tools around it) read, at any depth and in
-# every ancestor directory: present and future names.
-CONFIG_NAMES = frozenset({
-    "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml",
-    "pyproject.toml", "tox.ini", "setup.cfg", "setup.py", "noxfile.py", ".coveragerc",
-    "Makefile", "makefile", "GNUmakefile", "justfile", "Justfile", "Taskfile.yml",
-})
-ANCESTOR_NAMES = frozenset({
-    "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml",
-    "pyproject.toml", "tox.ini", "setup.cfg",
-})
-# Files the interpreter runs on its own at start-up.
-STARTUP_NAMES = frozenset({"sitecustomize.py", "usercustomize.py"})
-# A new module under one of these names shadows what the judge imports.
-SHADOW_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py", "pytest_loops", "opentine",
-                            "coverage", "xdist", "iniconfig", "packaging"}) | frozenset(
-    getattr(sys, "stdlib_module_names", ()))
-# Directory names that hold tests and what they read (data, golden files, helpers).
-TEST_DIR = re.compile(r"^(tests?|testing|test[_-].*|.*[_-]tests?|testdata|fixtures|golden)$", re.I)
-DEFAULT_TEST_FILES = ("**/test_*.py", "**/*_test.py")
-# Never tracked, never copied: caches, VCS data, build trees.
-IGNORED_DIRS = frozenset({
-    ".git", ".hg", ".svn", ".pytest_cache", ".pytest-loops", ".hypothesis",
-    ".mypy_cache", ".ruff_cache", ".tox", ".nox", "node_modules",
-})
-# Bytecode caches are tracked but never judged: whatever a revise step writes into a
-# __pycache__ is removed after it, and the clean room copies none, so a forged one is
-# neither read by the judge nor left behind.
-PYCACHE = "__pycache__"
-CACHE_REASON = "a bytecode cache"
-# Kept for callers that only need a walk of a tree's own files.
-SKIP_DIRS = IGNORED_DIRS | {".venv", "venv", PYCACHE}
-AUDIT_MAX_BYTES = 1 << 20  # in-scope Python files up to this size are kept for the diff audit
-MEMORY_FILE_BYTES = 1 << 20  # read-only files up to this size are also kept in memory...
-MEMORY_TOTAL_BYTES = 64 << 20  # ...up to this much in all
-COPY_BLOCK = 1 << 20
-
-
-@lru_cache(maxsize=512)
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    """A glob over '/'-separated relative paths: `**` spans directories, `*` does not."""
-    pattern = pattern.strip()
-    while pattern.startswith("./"):
-        pattern = pattern[2:]
-    if pattern.endswith("/"):
-        pattern += "**"
-    out = []
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out) + r"\Z")
-
-
-def matches(relpath: str, patterns: Iterable[str]) -> bool:
-    """Whether a relative path matches any glob (a plain directory name covers its files)."""
-    for pattern in patterns:
-        if _glob_regex(pattern).match(relpath):
-            return True
-        bare = pattern.strip().rstrip("/")
-        while bare.startswith("./"):
-            bare = bare[2:]
-        if bare and not any(c in bare for c in "*?[") and relpath.startswith(bare + "/"):
-            return True
-    return False
-
-
-def walk(root: Path) -> Iterable[str]:
-    """Relative '/'-paths of the files under root, skipping caches and virtualenvs."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS and not d.endswith(".egg-info")]
-        rel = os.path.relpath(dirpath, root)
-        prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
-        for name in filenames:
-            yield prefix + name
-
-
-def named_test_files(spec: LoopSpec) -> list[str]:
-    """Test files the loop's checks name: node ids' files and `.py` paths in pytest
-    commands (read-only whatever their names)."""
-    files: list[str] = []
-    for check in spec.checks:
-        if check.kind is CheckKind.PYTEST and check.node_id:
-            files.append(check.node_id.split("::", 1)[0])
-        elif check.command and "pytest" in check.command:
-            try:
-                words = shlex.split(check.command)
-            except ValueError:
-                continue
-            files += [w.split("::", 1)[0] for w in words if w.split("::", 1)[0].endswith(".py")]
-    return list(dict.fromkeys(f.lstrip("./") if f.startswith("./") else f for f in files))
-
-
-_INTERPRETERS = re.compile(r"^(sh|bash|zsh|dash|ksh|python[0-9.]*|pypy[0-9.]*|node|ruby|perl|tclsh|make)$")
-_CONFIG_FLAGS = frozenset({"-c", "--config-file", "--config", "--rcfile", "-f", "--file", "--makefile"})
-
-
-def check_files(spec: LoopSpec, root: str) -> list[str]:
-    """Files under ``root`` that judge: the scripts the checks run (``bash run_tests.sh``,
-    ``python check.py``, ``./verify``), the configuration they name (``-c ci.ini``),
-    the node ids' files and the loop's own file. Read-only, whatever their names;
-    files a check only reads as data (``grep fixed a.txt``) are not."""
-    found = list(named_test_files(spec))
-
-    def add(word: str) -> None:
-        path = os.path.normpath(os.path.join(root, word.split("::", 1)[0]))
-        if os.path.isfile(path):
-            rel = os.path.relpath(path, root).replace(os.sep, "/")
-            if not rel.startswith("../"):
-                found.append(rel)
-
-    for check in spec.checks:
-        try:
-            lexer = shlex.shlex(check.command or "", posix=True, punctuation_chars=True)
-            lexer.whitespace_split = True
-            words = list(lexer)
-        except ValueError:
-            words = (check.command or "").split()
-        segment: list[str] = []
-        for word in [*words, ";"]:
-            if word and set(word) <= set(";&|()"):
-                _segment_files(segment, add)
-                segment = []
-            else:
-                segment.append(word)
-    if spec.source and os.path.isfile(spec.source):
-        add(os.path.realpath(spec.source))
-    return list(dict.fromkeys(found))
-
-
-def _segment_files(words: list[str], add: Callable[[str], None]) -> None:
-    """The script one simple command runs, and the config files it names."""
-    while words and "=" in words[0] and not words[0].startswith(("-", "/", ".")):
-        words = words[1:]  # VAR=value prefixes
-    if not words:
-        return
-    add(words[0])
-    if _INTERPRETERS.match(os.path.basename(words[0])):
-        rest = words[1:]
-        while rest and rest[0].startswith("-"):
-            if rest[0] in ("-m", "-c"):
-                rest = []
-                break
-            rest = rest[1:]
-        if rest:
-            add(rest[0])
-    for i, word in enumerate(words):
-        if word in _CONFIG_FLAGS and i + 1 < len(words):
-            add(words[i + 1])
-        elif word.startswith(("--config-file=", "--rootdir=", "--config=", "--rcfile=")):
-            add(word.split("=", 1)[1])
-
-
-def describe(changes: Sequence[tuple[str, str]], limit: int = 8) -> str:
-    text = ", ".join(f"{rel} ({how})" for rel, how in changes[:limit])
-    return text + (f" and {len(changes) - limit} more" if len(changes) > limit else "")
-
-
-# --- the state of a tree ------------------------------------------------------------
-
-
-class Entry(NamedTuple):
-    """One path's identity as lstat sees it. Any field changing means "look again"."""
-
-    kind: str  # "f" file, "l" symbolic link, "d" directory (only where listed: venv tops)
-    mode: int
-    size: int
-    mtime_ns: int
-    ctime_ns: int  # cannot be set back by the writer: a rewrite that restores mtime shows here
-    ino: int
-    target: str = ""  # a link's target
-    nlink: int = 1  # more than one: the same bytes under another name too
-
-
-def _entry(path: str) -> Entry | None:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    if stat.S_ISLNK(st.st_mode):
-        try:
-            target = os.readlink(path)
-        except OSError:
-            target = "?"
-        return Entry("l", st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, target)
-    if stat.S_ISREG(st.st_mode):
-        return Entry("f", st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, "", st.st_nlink)
-    if stat.S_ISDIR(st.st_mode):
-        return Entry("d", st.st_mode, 0, 0, 0, st.st_ino)
-    return Entry("o", st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-
-
-def _executable(entry: Entry) -> bool:
-    return entry.kind == "f" and bool(entry.mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH))
-
-
-@dataclass(frozen=True)
-class Stored:
-    """A loop-start copy of one file in the private store (small ones also in memory,
-    where no other process can rewrite them)."""
-
-    path: str  # in the store
-    digest: str
-    size: int
-    mode: int
-    data: bytes | None = None
-
-
-@dataclass(frozen=True)
-class Violation:
-    """A change to a read-only path: what, how, why it is read-only, and whether it was undone."""
-
-    path: str
-    how: str  # "modified" | "deleted" | "added" | "became a link" ...
-    why: str
-    restored: bool = True
-
-    def describe(self) -> str:
-        undone = "" if self.restored else ", could not be undone"
-        return f"{printable(self.path)} ({self.how}: {self.why}{undone})"
-
-
-def printable(path: str) -> str:
-    """A path as text that can be written anywhere: bytes that are not UTF-8 (a file
-    name the OS gave us as bytes) become backslash escapes."""
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-@dataclass
-class RevisePass:
-    """What one revise step changed."""
-
-    violations: list[Violation] = field(default_factory=list)
-    in_scope: list[tuple[str, str]] = field(default_factory=list)  # (path, how)
-    caches_cleared: list[str] = field(default_factory=list)  # bytecode the revise step wrote, removed
-    walked: bool = False  # the journal could not vouch: the tree was walked
-
-
-def _hash_copy(src: str, dst: str | None, should_stop: ShouldStop | None = None) -> tuple[str, int]:
-    """sha256 of ``src`` (and a copy of it at ``dst``), read once; ``should_stop`` is
-    asked between blocks (:class:`~pytest_loops.deadline.DeadlineReached`)."""
-    h = hashlib.sha256()
-    size = 0
-    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        out = None
-        if dst is not None:
-            out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            while True:
-                if should_stop is not None and size and should_stop():
-                    raise DeadlineReached(f"while the tree guard copied {src} into its loop-start store")
-                block = os.read(fd, COPY_BLOCK)
-                if not block:
-                    break
-                h.update(block)
-                size += len(block)
-                if out is not None:
-                    _write_all(out, block)
-        finally:
-            if out is not None:
-                os.close(out)
-    finally:
-        os.close(fd)
-    return "sha256:" + h.hexdigest(), size
-
-
-def file_digest(path: str) -> str | None:
-    """sha256 of a regular file, never through a link; None if unreadable."""
-    try:
-        return _hash_copy(path, None)[0]
-    except OSError:
-        return None
+    from ..fswatch import DirectoryJournal
 
 
 class TreeGuard:
@@ -457,7 +182,7 @@ class TreeGuard:
     def _journal_watch(self, path: str) -> None:
         if self._journal is None:
             return
-        from .fswatch import JournalLost
+        from ..fswatch import JournalLost
 
         try:
             self._journal.watch(path)
@@ -606,7 +331,7 @@ class TreeGuard:
 
     def _begin(self) -> None:
         if self.use_journal:
-            from .fswatch import DirectoryJournal, JournalLost
+            from ..fswatch import DirectoryJournal, JournalLost
 
             try:
                 self._journal = DirectoryJournal(self.root)
@@ -684,7 +409,7 @@ class TreeGuard:
             walked = self._walk()
             self.touched.update(walked)
             return walked, True
-        from .fswatch import JournalLost
+        from ..fswatch import JournalLost
 
         try:
             drained = self._journal.drain(ignore=_noise)
@@ -938,157 +663,3 @@ class TreeGuard:
         self.close()
 
 
-def _parent(rel: str) -> str:
-    return rel.rsplit("/", 1)[0] if "/" in rel else ""
-
-
-def _makedirs(path: str, made: set[str]) -> None:
-    if path not in made:
-        os.makedirs(path, exist_ok=True)
-        made.add(path)
-
-
-def _place(src: str, dst: str, mode: int, made: set[str]) -> None:
-    """A file at ``dst`` with the bytes of ``src``: a hard link, else a copy."""
-    _makedirs(os.path.dirname(dst), made)
-    try:
-        os.link(src, dst, follow_symlinks=False)
-        return
-    except OSError:
-        pass
-    _copy_file(src, dst, mode)
-
-
-def _write_new(dst: str, data: bytes, mode: int, made: set[str]) -> None:
-    _makedirs(os.path.dirname(dst), made)
-    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        _write_all(fd, data)
-        os.fchmod(fd, stat.S_IMODE(mode))
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _noise(path: str, name: str) -> bool:
-    """Journal events never worth a look: caches and bytecode."""
-    return name in IGNORED_DIRS
-
-
-def _same_mode(a: Entry, b: Entry) -> bool:
-    return stat.S_IMODE(a.mode) == stat.S_IMODE(b.mode)
-
-
-def _how(old: Entry | None, new: Entry | None) -> str:
-    if old is None:
-        return "added"
-    if new is None:
-        return "deleted"
-    if new.kind == "l" and old.kind != "l":
-        return "replaced by a link"
-    if old.kind == "l" and new.kind == "l":
-        return "link retargeted"
-    return "modified"
-
-
-def _ancestor_dirs(root: str, extra: Sequence[str]) -> list[str]:
-    dirs: list[str] = []
-    for start in [os.path.dirname(root), *[os.path.realpath(e) for e in extra]]:
-        path = start
-        while True:
-            if path not in dirs and path != root:
-                dirs.append(path)
-            parent = os.path.dirname(path)
-            if parent == path:
-                break
-            path = parent
-    return dirs
-
-
-def _real_parents(root: str, rel: str, *, create: bool) -> bool:
-    """Make every directory between root and rel a real directory (a link put in
-    their place is removed, never followed). False if that cannot be done."""
-    path = root
-    for part in rel.split("/")[:-1]:
-        path = os.path.join(path, part)
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            if not create:
-                return True
-            try:
-                os.mkdir(path, 0o755)
-            except OSError:
-                return False
-            continue
-        except OSError:
-            return False
-        if stat.S_ISDIR(st.st_mode):
-            continue
-        try:
-            os.unlink(path)  # a link or a file where a directory was: remove it, do not follow
-            if create:
-                os.mkdir(path, 0o755)
-        except OSError:
-            return False
-    return True
-
-
-def _remove(path: str) -> None:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path)
-    else:
-        os.unlink(path)
-
-
-def _restore_path(path: str, stored: Stored | None, entry: Entry | None) -> bool:
-    """Put a file back as the store has it (or remove it when it did not exist):
-    written beside it and renamed over it, so a link in its place is replaced."""
-    try:
-        if stored is None:
-            if entry is not None and entry.kind == "l":
-                _remove(path)
-                os.symlink(entry.target, path)
-                return True
-            if entry is not None:
-                if entry.kind == "f":
-                    _remove(path)  # no copy was kept: at least no link or stranger stays
-                return False  # existed, but no copy was kept (a venv's package directory)
-            _remove(path)
-            return True
-        tmp = f"{path}.pytest-loops-restore-{os.getpid()}"
-        _remove(tmp)
-        if stored.data is not None:
-            _write_new(tmp, stored.data, stored.mode, set())
-        else:
-            _copy_file(stored.path, tmp, stored.mode)
-            if file_digest(tmp) != stored.digest:  # the store was rewritten behind us
-                _remove(tmp)
-                return False
-        try:
-            st = os.lstat(path)
-            if stat.S_ISDIR(st.st_mode):
-                shutil.rmtree(path)
-        except FileNotFoundError:
-            pass
-        os.replace(tmp, path)
-        return True
-    except OSError:
-        return False
-
-
-def _copy_file(src: str, dst: str, mode: int) -> None:
-    """A new file at ``dst`` (never through a link) with the bytes and mode of ``src``."""
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
-    _remove(dst)
-    _hash_copy(src, dst)
-    os.chmod(dst, stat.S_IMODE(mode))
