@@ -311,6 +311,10 @@ def verify_command(path: str | os.PathLike, key_env: str | None = None,
     if key is not None and pubkey is not None:
         raise LoopUsageError("pass --key-env or --pubkey, not both", location="--pubkey")
     p = Path(path)
+    if p.exists() and not p.is_file() and not p.is_dir():
+        from .limits import open_regular
+
+        open_regular(p, "a .tine file").close()  # a pipe or device: one line, exit 64
     if p.is_file() and not looks_like_tine(p):
         return 1, f"{p}: not a .tine file (verify checks .tine provenance files, not run logs)"
     ok, message = verify_tine(p, hmac_key=key, pubkey_path=pubkey)

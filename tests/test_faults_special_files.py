@@ -52,7 +52,8 @@ def fifo(tmp_path: Path):
     (("show", "run.tine"), "run.tine"),
     (("diff", "run.json", "run.json"), "run.json"),
     (("run", "--verify", "true", "--config", "cfg.yaml"), "cfg.yaml"),
-], ids=["loop file", "yaml loop file", "run log", "tine", "diff", "config"])
+    (("verify", "run.tine"), "run.tine"),
+], ids=["loop file", "yaml loop file", "run log", "tine", "diff", "config", "verify"])
 def test_a_named_pipe_is_refused_at_once(cli, fifo, args, name):
     fifo(name)
     result = cli(*args, timeout=PATIENCE)
@@ -67,6 +68,8 @@ def test_a_device_is_refused_not_read(cli):
     line = one_error_line(result.stderr)
     assert "/dev/zero" in line and "character device" in line
     result = cli("show", "/dev/null", timeout=PATIENCE)
+    assert result.returncode == 64 and "character device" in one_error_line(result.stderr)
+    result = cli("verify", "/dev/zero", timeout=PATIENCE)
     assert result.returncode == 64 and "character device" in one_error_line(result.stderr)
 
 
