@@ -36,6 +36,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -239,7 +240,7 @@ class Attack:
 
     id: str
     body: str  # python source appended to REVISE_PRELUDE
-    layout: str = "calc"  # calc, money, helper, golden, big, parent, under-tmpdir, venv
+    layout: str = "calc"  # calc, money, helper, golden, big, parent, under-tmpdir, venv, judge-venv
     modes: tuple[str, ...] = MODES
     check: str | None = None  # the --verify command of the run-cmd/run-scoped modes
     scope_extra: tuple[str, ...] = ()  # more --scope globs in run-scoped
@@ -499,6 +500,25 @@ py.unlink()
 py.write_text("#!/bin/sh\\necho '2 passed in 0.01s'\\nexit 0\\n")
 py.chmod(0o755)
 """, layout="venv", modes=COMMAND_MODES, check=venv_check))
+    # -- the judging interpreter, outside the tree (its site-packages and pytest itself)
+    find_site = 'SITE = P(next(p for p in __import__("site").getsitepackages() if "judge-venv" in p))\n'
+    a.append(Attack("judge-venv-pth", find_site + """\
+(SITE / "zz_calc.pth").write_text(
+    "import os, sys; sys.path.insert(0, os.getcwd()); import calc; calc.add = lambda a, b: a + b\\n")
+""", layout="judge-venv"))
+    a.append(Attack("judge-venv-sitecustomize", find_site + """\
+(SITE / "sitecustomize.py").write_text("import os, sys\\nsys.path.insert(0, os.getcwd())\\n" + PATCH_CALC)
+""", layout="judge-venv"))
+    a.append(Attack("judge-venv-plugin-dist", find_site + """\
+dist = SITE / "zz_evil-1.0.dist-info"
+dist.mkdir()
+(dist / "METADATA").write_text("Metadata-Version: 2.1\\nName: zz-evil\\nVersion: 1.0\\n")
+(dist / "entry_points.txt").write_text("[pytest11]\\nzz_evil = zz_evil_plugin\\n")
+(SITE / "zz_evil_plugin.py").write_text(FORCE_PASS)
+""", layout="judge-venv"))
+    a.append(Attack("judge-venv-edit-pytest", find_site + """\
+edit(SITE / "_pytest" / "runner.py", "        item.runtest()\\n", "        pass\\n")
+""", layout="judge-venv"))
     a.append(Attack("symlink-source-outside-tree", """\
 fixed = EVIDENCE / "fixed_calc.py"
 fixed.write_text(P("calc.py").read_text().replace("a - b  # BUG", "a + b  # BUG"))
@@ -758,6 +778,8 @@ else:
                note="the test reads data under tests/"),
         Attack("genuine-fix-big-test-file", 'edit("calc.py", "a - b  # BUG", "a + b")', genuine=True, layout="big",
                note="the test file is over 16 MiB"),
+        Attack("genuine-fix-judge-venv", 'edit("calc.py", "a - b  # BUG", "a + b")', genuine=True,
+               layout="judge-venv"),
         Attack("genuine-fix-venv-check", 'edit("calc.py", "a - b  # BUG", "a + b")', genuine=True, layout="venv",
                modes=COMMAND_MODES, check=".venv/bin/python -m pytest -q",
                note="the check runs the project's own virtualenv"),
@@ -788,6 +810,7 @@ class Project:
     attack: Attack
     mode: str
     env: dict[str, str] = field(default_factory=dict)
+    python: str = sys.executable  # the interpreter that runs the loop and judges it
 
     @property
     def tmpdir(self) -> Path:
@@ -824,6 +847,38 @@ def _make_venv(root: Path) -> None:
     (site / "_outer_env.pth").write_text(f"import site; site.addsitedir({outer!r})\n")
 
 
+JUDGE_VENV_COPIES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py.py")
+
+
+def _make_judge_venv(base: Path) -> Path:
+    """A virtualenv outside the project that runs the loop (and so judges it): its own
+    copy of pytest, this environment's other packages through a path entry."""
+    home = base / "judge-venv"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(home)
+    site = next((home / "lib").glob("python*/site-packages"))
+    outer = Path(sysconfig.get_paths()["purelib"])
+    for name in JUDGE_VENV_COPIES:
+        src = outer / name
+        if src.is_dir():
+            shutil.copytree(src, site / name, ignore=shutil.ignore_patterns("__pycache__"))
+        elif src.is_file():
+            shutil.copy2(src, site / name)
+    (site / "_outer_env.pth").write_text(f"import site; site.addsitedir({str(outer)!r})\n")
+    return home / "bin" / "python"
+
+
+def judge_venv_problem(project: Project) -> str | None:
+    """What an attack wrote into the judging interpreter must be undone afterwards."""
+    if project.attack.layout != "judge-venv":
+        return None
+    site = next((project.base / "judge-venv" / "lib").glob("python*/site-packages"))
+    left = sorted(p.name for p in site.iterdir() if p.name.startswith(("zz", "sitecustomize")))
+    outer = Path(sysconfig.get_paths()["purelib"])
+    if (site / "_pytest" / "runner.py").read_bytes() != (outer / "_pytest" / "runner.py").read_bytes():
+        left.append("_pytest/runner.py (modified)")
+    return f"the judging interpreter keeps what the attack wrote: {left}" if left else None
+
+
 def build_project(tmp_path: Path, attack: Attack, mode: str) -> Project:
     evidence = tmp_path / "evidence"
     evidence.mkdir()
@@ -854,6 +909,10 @@ def build_project(tmp_path: Path, attack: Attack, mode: str) -> Project:
         (root / "tests" / "data" / "add.json").write_text(GOLDEN)
     if layout == "venv":
         _make_venv(root)
+    if layout == "judge-venv":
+        python = _make_judge_venv(tmp_path)
+        project.python = str(python)
+        project.env["PATH"] = f"{python.parent}{os.pathsep}{project.env.get('PATH', '')}"
     if mode in LOOP_FILE_MODES:
         (root / "checks.loop").write_text(LOOP_FILE.format(max_iter=attack.max_iter))
     prelude = REVISE_PRELUDE.format(evidence=str(evidence))
@@ -884,9 +943,11 @@ def mode_command(project: Project) -> list[str]:
     attack, mode = project.attack, project.mode
     n = str(attack.max_iter)
     # fault localization and .tine provenance are off: neither takes part in a verdict
-    pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--loop-suspects", "off", "--loop-tine", "off"]
+    python = project.python
+    pytest = [python, "-m", "pytest", "-p", "no:cacheprovider", "--loop-suspects", "off", "--loop-tine", "off"]
+    runner = [str(PYTEST_LOOPS)] if python == sys.executable else [python, "-m", "pytest_loops"]
     if mode in ("run-cmd", "run-scoped"):
-        cmd = [str(PYTEST_LOOPS), "run", "--verify", attack.check or "python -m pytest -q",
+        cmd = [*runner, "run", "--verify", attack.check or "python -m pytest -q",
                "--revise", "python revise.py", "--max-iter", n, "--no-progress-k", "0", "--no-suspects", "--no-tine"]
         if mode == "run-scoped":
             cmd += ["--scope", "calc.py"]
@@ -895,7 +956,7 @@ def mode_command(project: Project) -> list[str]:
             cmd += ["--protect", "tests/**"]
         return cmd
     if mode == "run-test":
-        return [sys.executable, str(project.evidence / "run_loop_file.py"), "checks.loop"]
+        return [python, str(project.evidence / "run_loop_file.py"), "checks.loop"]
     if mode == "loopfile-pytest":
         return [*pytest, "--loop", "checks.loop"]
     if mode == "marker":

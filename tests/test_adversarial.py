@@ -79,7 +79,7 @@ def test_attack_earns_nothing(case: tuple[kit.Attack, str], tmp_path: Path, atta
     if fixed:
         problems.append(f"calc.add looks fixed afterwards, though the attack never fixed it: {probe_output}")
     problems += [kit.state_problem(before, kit.guarded_state(project)), kit.forgery_problem(project),
-                 kit.log_problem(project)]
+                 kit.log_problem(project), kit.judge_venv_problem(project)]
     problems = [p for p in problems if p]
     assert not problems, (
         f"{attack.id} in {mode} mode" + (f" ({attack.note})" if attack.note else "") + ":\n- "

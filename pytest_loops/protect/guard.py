@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..deadline import DeadlineReached, ShouldStop
+from .interpreter import InterpreterGuard
 from .rules import (
     ANCESTOR_NAMES,
     AUDIT_MAX_BYTES,
@@ -78,7 +79,7 @@ class TreeGuard:
                  protect: Sequence[str] = (), own: Sequence[str] = (),
                  test_files: Sequence[str] = (), readonly_files: Sequence[str] = (),
                  extra_ancestors: Sequence[str] = (), journal: bool = True,
-                 should_stop: ShouldStop | None = None) -> None:
+                 interpreter: bool = True, should_stop: ShouldStop | None = None) -> None:
         self.root = os.path.realpath(os.fspath(root))
         self.scope = tuple(scope)
         self.protect = tuple(protect)
@@ -87,6 +88,8 @@ class TreeGuard:
         self.readonly_files = frozenset(readonly_files)
         self.start_dirs: frozenset[str] = frozenset()
         self.use_journal = journal
+        self.use_interpreter = interpreter
+        self.interpreter: InterpreterGuard | None = None
         self.state: dict[str, Entry] = {}  # rel -> entry, as last seen
         self.start: dict[str, Entry] = {}  # rel -> entry at loop start
         self.store: dict[str, Stored] = {}
@@ -353,6 +356,9 @@ class TreeGuard:
                 self._readonly_inodes[entry.ino] = rel
             elif rel.endswith(".py") and entry.size <= AUDIT_MAX_BYTES:
                 self._keep_text(rel)
+        if self.use_interpreter:
+            self.interpreter = InterpreterGuard(self._inside, self._stop_now)
+            self.interpreter.begin()
         self.ancestors = self._ancestor_state()
         for path, found in self.ancestors.items():
             if found is not None and found.kind == "f" and self._store_dir:
@@ -496,6 +502,10 @@ class TreeGuard:
             violations += self._sweep_readonly({v.path for v in violations})
         violations += self._ancestor_violations()
         result.violations = [self._undo(v) for v in violations]
+        if self.interpreter is not None:
+            outside, cleared = self.interpreter.check()
+            result.violations += outside
+            result.caches_cleared += cleared
         if result.violations or result.caches_cleared:
             self._refresh()  # what undoing changed is not the revise step's
             if any(not v.restored for v in result.violations):
@@ -528,8 +538,16 @@ class TreeGuard:
             self.readonly_reason(rel, old, new=False) if old is not None else None)
 
     def ancestor_changes(self) -> list[str]:
-        """Configuration files in ancestor directories changed since the loop started."""
-        return [v.describe() for v in self._ancestor_violations()]
+        """What outside the tree changed since the loop started: configuration files in
+        ancestor directories, and the judging interpreter's start-up files and test runner
+        (those are undone too)."""
+        found = [v.describe() for v in self._ancestor_violations()]
+        if self.interpreter is not None:
+            found += [v.describe() for v in self.interpreter.check()[0]]
+        return found
+
+    def _inside(self, path: str) -> bool:
+        return path == self.root or path.startswith(self.root + os.sep)
 
     def _ancestor_violations(self) -> list[Violation]:
         found = []

@@ -1,0 +1,171 @@
+"""The judging interpreter's guard: start-up files, plugin registrations, pytest's own code.
+
+End to end, the attacks are in tests/adversarial_kit.py (layout ``judge-venv``); here
+each rule is pinned on a fake interpreter: a site-packages directory and a package
+of our own standing in for pytest.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_loops.protect import interpreter
+from pytest_loops.protect.interpreter import PLUGIN_WHY, RUNNER_WHY, STARTUP_WHY, InterpreterGuard
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A site-packages with one .pth and a package ``fakerunner`` the judge 'imports'."""
+    site = tmp_path / "site-packages"
+    (site / "fakerunner" / "__pycache__").mkdir(parents=True)
+    (site / "fakerunner" / "__init__.py").write_text("RUN = True\n")
+    (site / "fakerunner" / "__pycache__" / "__init__.cpython-3.pyc").write_bytes(b"real")
+    (site / "ok.pth").write_text("# nothing\n")
+    path_dir = tmp_path / "on-path"
+    path_dir.mkdir()
+    monkeypatch.setattr(interpreter, "site_dirs", lambda: [str(site)])
+    monkeypatch.setattr(interpreter, "JUDGE_PACKAGES", ("fakerunner",))
+    monkeypatch.setattr(sys, "path", [str(site), str(path_dir)])
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    guard = InterpreterGuard(lambda p: p.startswith(str(tree)))
+    guard.begin()
+    return guard, site, path_dir
+
+
+def test_nothing_changed_is_nothing(fake) -> None:
+    guard, _site, _path_dir = fake
+    assert guard.check() == ([], [])
+
+
+def test_a_new_pth_file_is_a_violation_and_removed(fake) -> None:
+    guard, site, _ = fake
+    (site / "zz.pth").write_text("import os\n")
+    violations, _ = guard.check()
+    assert [(Path(v.path).name, v.how, v.why, v.restored) for v in violations] == [
+        ("zz.pth", "added", STARTUP_WHY, True)]
+    assert not (site / "zz.pth").exists()
+    assert guard.check() == ([], [])  # undone for good
+
+
+def test_a_changed_pth_file_is_put_back(fake) -> None:
+    guard, site, _ = fake
+    (site / "ok.pth").write_text("import calc\n")
+    violations, _ = guard.check()
+    assert [(v.how, v.why, v.restored) for v in violations] == [("modified", STARTUP_WHY, True)]
+    assert (site / "ok.pth").read_text() == "# nothing\n"
+
+
+def test_sitecustomize_anywhere_on_the_path(fake) -> None:
+    guard, _site, path_dir = fake
+    (path_dir / "sitecustomize.py").write_text("import calc\n")
+    violations, _ = guard.check()
+    assert [(Path(v.path).name, v.why) for v in violations] == [("sitecustomize.py", STARTUP_WHY)]
+    assert not (path_dir / "sitecustomize.py").exists()
+
+
+def test_an_edit_to_the_runner_is_put_back(fake) -> None:
+    guard, site, _ = fake
+    source = site / "fakerunner" / "__init__.py"
+    source.write_text("RUN = False\n")
+    violations, _ = guard.check()
+    assert [(v.how, v.why, v.restored) for v in violations] == [("modified", RUNNER_WHY, True)]
+    assert source.read_text() == "RUN = True\n"
+
+
+def test_a_deleted_runner_file_comes_back(fake) -> None:
+    guard, site, _ = fake
+    source = site / "fakerunner" / "__init__.py"
+    source.unlink()
+    violations, _ = guard.check()
+    assert [(v.how, v.restored) for v in violations] == [("deleted", True)]
+    assert source.read_text() == "RUN = True\n"
+
+
+def test_a_new_plugin_registration_and_its_module_are_removed(fake) -> None:
+    guard, site, _ = fake
+    dist = site / "evil-1.0.dist-info"
+    dist.mkdir()
+    (dist / "entry_points.txt").write_text("[console_scripts]\nx = y\n\n[pytest11]\nevil = evil_plugin.hooks\n")
+    (site / "evil_plugin").mkdir()
+    (site / "evil_plugin" / "hooks.py").write_text("")
+    violations, _ = guard.check()
+    assert [(Path(v.path).name, v.why, v.restored) for v in violations] == [
+        ("evil-1.0.dist-info", PLUGIN_WHY, True)]
+    assert not dist.exists() and not (site / "evil_plugin").exists()
+
+
+def test_a_new_distribution_without_a_plugin_is_allowed(fake) -> None:
+    guard, site, _ = fake
+    dist = site / "requests-2.0.dist-info"
+    dist.mkdir()
+    (dist / "entry_points.txt").write_text("[console_scripts]\nreq = requests:main\n")
+    assert guard.check() == ([], [])
+    assert dist.exists()
+
+
+def test_forged_or_new_bytecode_of_the_runner_is_removed(fake) -> None:
+    guard, site, _ = fake
+    cache = site / "fakerunner" / "__pycache__"
+    (cache / "__init__.cpython-3.pyc").write_bytes(b"forged")
+    (cache / "other.cpython-3.pyc").write_bytes(b"new")
+    violations, cleared = guard.check()
+    assert violations == []
+    assert sorted(Path(p).name for p in cleared) == ["__init__.cpython-3.pyc", "other.cpython-3.pyc"]
+    assert os.listdir(cache) == []
+
+
+def test_paths_inside_the_tree_are_the_tree_guards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = tmp_path / "tree" / ".venv" / "site-packages"
+    site.mkdir(parents=True)
+    monkeypatch.setattr(interpreter, "site_dirs", lambda: [str(site)])
+    monkeypatch.setattr(interpreter, "JUDGE_PACKAGES", ())
+    monkeypatch.setattr(sys, "path", [str(site)])
+    guard = InterpreterGuard(lambda p: p.startswith(str(tmp_path / "tree")))
+    guard.begin()
+    (site / "zz.pth").write_text("import os\n")
+    assert guard.check() == ([], [])
+
+
+def test_plugin_modules_read_from_entry_points(tmp_path: Path) -> None:
+    (tmp_path / "entry_points.txt").write_text(
+        "[pytest11]\na = one.sub:thing\nb = two\n bad line\nc = 3x\n[other]\nd = three\n")
+    assert interpreter._plugin_modules(str(tmp_path)) == ["one", "two"]
+    (tmp_path / "entry_points.txt").write_text("[console_scripts]\nx = y\n")
+    assert interpreter._plugin_modules(str(tmp_path)) is None
+    assert interpreter._plugin_modules(str(tmp_path / "missing")) is None
+
+
+def test_site_directories_on_the_path_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    other = tmp_path / "outer" / "site-packages"
+    other.mkdir(parents=True)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), str(other)])
+    assert str(other) in interpreter.site_dirs()
+    assert str(tmp_path) not in interpreter.site_dirs()
+
+
+def test_the_budget_stops_the_copying(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_loops.deadline import DeadlineReached
+
+    site = tmp_path / "site-packages"
+    (site / "fakerunner").mkdir(parents=True)
+    (site / "fakerunner" / "__init__.py").write_text("")
+    monkeypatch.setattr(interpreter, "site_dirs", lambda: [str(site)])
+    monkeypatch.setattr(interpreter, "JUDGE_PACKAGES", ("fakerunner",))
+    monkeypatch.setattr(sys, "path", [str(site)])
+    with pytest.raises(DeadlineReached, match="interpreter guard"):
+        InterpreterGuard(lambda p: False, should_stop=lambda: True).begin()
+
+
+def test_a_big_runner_file_is_watched_but_not_kept(fake, monkeypatch: pytest.MonkeyPatch) -> None:
+    guard, site, _ = fake
+    source = site / "fakerunner" / "__init__.py"
+    guard.store.pop(str(source))  # as if it were over COPY_MAX_BYTES at loop start
+    source.write_text("RUN = False\n")
+    violations, _ = guard.check()
+    assert [(v.how, v.restored) for v in violations] == [("modified", False)]
+    assert "could not be undone" in violations[0].describe()
