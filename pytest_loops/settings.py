@@ -201,6 +201,11 @@ def _guard_row(name: str, help_text: str, kind: str, default: Any, valid: str, m
 
 
 SETTINGS: tuple[Setting, ...] = (
+    Setting("revise", "shell command that revises the code after a failed iteration; with --loop, failing "
+            "tests become a fix-loop", "command", None, valid="a non-empty shell command",
+            run_flag="--revise", option="--loop-revise", ini="loop_revise", env="PYTEST_LOOPS_REVISE",
+            marker="revise", yaml_key="revise", config_key="revise.cmd", loop_line='revise with "CMD"',
+            metavar="CMD", sample="python fix.py"),
     _guard_row("max_iter", "iteration cap of every loop, >= 1 (default 6)", "int", DEFAULT_MAX_ITER,
                "an integer >= 1 (the cap is always on)", "N", "3", "after 6 tries: stop"),
     _guard_row("budget_seconds", "wall-clock budget per loop in seconds, enforced during commands; "
@@ -220,11 +225,6 @@ SETTINGS: tuple[Setting, ...] = (
             env="PYTEST_LOOPS_NO_PROGRESS_SIGNAL", marker="no_progress_signal",
             yaml_key="guards.no_progress_signal", config_key="guards.no_progress_signal",
             loop_line="no progress signal: both", sample="failure"),
-    Setting("revise", "shell command that revises the code after a failed iteration; with --loop, failing "
-            "tests become a fix-loop", "command", None, valid="a non-empty shell command",
-            run_flag="--revise", option="--loop-revise", ini="loop_revise", env="PYTEST_LOOPS_REVISE",
-            marker="revise", yaml_key="revise", config_key="revise.cmd", loop_line='revise with "CMD"',
-            metavar="CMD", sample="python fix.py"),
     Setting("state_paths", "state paths (globs) the no-progress guard fingerprints (pytest default: the "
             "rootdir)", "list", [], valid="a glob or a list of globs", run_flag="--state",
             option="--loop-state", ini="loop_state", env="PYTEST_LOOPS_STATE", marker="state",
@@ -292,9 +292,8 @@ MARKER_KEYS: tuple[str, ...] = tuple(row.marker for row in SETTINGS if row.marke
 ENV_NAMES: dict[str, str] = {row.name: row.env for row in SETTINGS if row.env and row.env_read_here}
 # settings a loop file line overrides and the session fills otherwise (merge_file_spec)
 FILE_MERGED: tuple[str, ...] = tuple(row.name for row in SETTINGS if row.yaml_key)
-DEFAULTS: dict[str, Any] = {row.name: row.default for row in SETTINGS
-                            if row.name not in ("config", "mask", "report", "sign_key_env", "sign_key_file")}
-DEFAULTS.update(verify=[], protect=[], scope=[])
+DEFAULTS: dict[str, Any] = {row.name: row.default for row in SETTINGS}
+DEFAULTS.update(verify=[], protect=[], scope=[])  # runner-only lists without a row of their own
 
 
 def option_rows() -> list[Setting]:

@@ -40,6 +40,7 @@ import yaml
 
 from ..errors import LoopFileError, LoopUsageError
 from ..limits import MAX_YAML_BYTES, check_size, load_yaml, safe_loader, short_repr
+from ..settings import yaml_keys
 from ..spec import (
     DEFAULT_BUDGET_SECONDS,
     DEFAULT_ESCALATE_AFTER,
@@ -60,10 +61,11 @@ from .model import LoopFile
 from .phrases import Problem
 
 TOP_KEYS = ("loops", "pipelines")
-LOOP_KEYS = ("name", "goal", "checks", "revise", "guards", "state_paths", "memory_page", "protect",
-             "scope", "look_at", "stop_message", "escalate_when_blocked", "reflexion")
+# a loop's own keys, then the settings table's (revise, state_paths, memory_page, reflexion)
+LOOP_KEYS = ("name", "goal", "checks", "guards", "protect", "scope", "look_at", "stop_message",
+             "escalate_when_blocked", *yaml_keys())
 PIPELINE_KEYS = ("name", "stages")
-GUARD_KEYS = ("max_iter", "budget_seconds", "budget", "no_progress_k", "escalate_after", "no_progress_signal")
+GUARD_KEYS = yaml_keys("guards")  # max_iter, budget_seconds, budget, no_progress_k, ...
 CHECK_KINDS = ("command", "finds_nothing", "test", "human", "skill")
 CHECK_EXTRAS = {
     "command": ("name", "times", "timeout", "hidden"),
