@@ -9,6 +9,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+import yaml  # noqa: F401 - imported before pytester's inline runs snapshot (and later restore) sys.modules
 
 from pytest_loops.cli import build_parser
 from pytest_loops.plugin import build_settings
