@@ -8,6 +8,9 @@ import re
 import shlex
 
 import pytest
+import yaml  # noqa: F401 - imported before pytester snapshots (and restores) sys.modules: a config
+
+# file read in an inline run would otherwise meet a second copy of yaml
 from plugin_helpers import Project, header_settings, loop_header
 
 pytestmark = pytest.mark.slow
