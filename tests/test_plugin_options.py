@@ -8,9 +8,7 @@ import re
 import shlex
 
 import pytest
-import yaml  # noqa: F401 - imported before pytester snapshots (and restores) sys.modules: a config
-
-# file read in an inline run would otherwise meet a second copy of yaml
+import yaml  # noqa: F401 - loaded before pytester's inline runs snapshot and restore sys.modules
 from plugin_helpers import Project, header_settings, loop_header
 
 pytestmark = pytest.mark.slow
