@@ -323,6 +323,18 @@ def yaml_keys(section: str = "") -> tuple[str, ...]:
     return tuple(dict.fromkeys(keys))
 
 
+def runner_guard_keys() -> dict[str, tuple[str, ...]]:
+    """Guard -> the loop-runner config-file keys under ``guards:`` that set it."""
+    return {row.name: tuple(dict.fromkeys(k.removeprefix("guards.") for k in (row.config_key, row.yaml_key) if k))
+            for row in SETTINGS if row.guard}
+
+
+def runner_keys() -> list[tuple[str, str]]:
+    """(setting, config-file key) of the loop settings a loop-runner config sets besides guards."""
+    return [(row.name, row.config_key) for row in SETTINGS
+            if row.config_key and row.yaml_key and not row.yaml_key.startswith("guards.")]
+
+
 # -- resolution ----------------------------------------------------------------------
 
 @dataclass(frozen=True)
