@@ -22,6 +22,8 @@ from .outputs import check_output_path
 from .reporting import iteration_line
 from .settings import (
     BY_NAME,
+    DEFAULTS,
+    ENV_NAMES,
     GUARD_KEYS,
     ON_OFF,
     TAKES_VALUE,
@@ -204,7 +206,7 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
         unknown = layer.pop("unknown_keys", [])
         layers.append((str(config_path), layer))
     layers.append(("environment", env_layer(environ)))
-    flags = {row.name: getattr(args, row.name) for row in run_rows() if row.config_key or row.env}
+    flags = {row.name: getattr(args, row.name) for row in run_rows() if row.name in DEFAULTS or row.name in ENV_NAMES}
     flags.update(verify=args.verify, protect=args.protect, scope=args.scope)
     layers.append(("command line", flags))
     settings = resolve(layers)

@@ -16,7 +16,7 @@ import pytest
 from .checks import CHILD_ENV
 from .config import ENV_NAMES, Resolved, read_runner_config
 from .errors import LoopUsageError
-from .settings import BY_NAME, DEFAULTS, MARKER_KEYS, env_layer, option_rows, resolve
+from .settings import BY_NAME, MARKER_KEYS, PYTEST_DEFAULTS, env_layer, option_rows, resolve
 from .settings import marker_layer as _marker_settings
 from .verdict import EXIT_USAGE
 
@@ -90,7 +90,7 @@ def build_settings(config: pytest.Config, environ: Mapping[str, str] | None = No
     layers.append(("ini", _layer(lambda row: _ini(config, row.dest[len("loop_"):]), lambda row: f"ini {row.ini}")))
     layers.append(("environment", env_layer(environ)))
     layers.append(("command line", _layer(lambda row: config.getoption(row.dest), lambda row: row.option)))
-    return resolve(layers, defaults=DEFAULTS)
+    return resolve(layers, defaults=PYTEST_DEFAULTS)
 
 
 def marker_layer(marker: pytest.Mark, nodeid: str) -> dict[str, Any]:

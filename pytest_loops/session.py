@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from .config import GUARD_KEYS, Resolved
 from .engine import ARTIFACTS_DIRNAME, Engine
 from .errors import LoopUsageError
 from .items import SESSION_KEY, LoopFileCollector, merge_file_spec, shared_result
@@ -28,6 +27,7 @@ from .reporting import (
     summary_rows,
 )
 from .results import CheckResult, LoopResult
+from .settings import GUARD_KEYS, Resolved, spec_origin
 from .spec import Check, CheckKind, Guards, LoopSpec
 from .verdict import EXIT_INTERNAL, EXIT_USAGE, Verdict
 
@@ -129,7 +129,7 @@ class LoopSession:
             name=name, goal=goal, checks=checks, revise=values["revise"],
             guards=Guards(**{k: values[k] for k in GUARD_KEYS}),  # the settings table's guard rows
             state_paths=tuple(values["state_paths"] or ["."]),
-            memory_page=values["memory_page"], cwd=str(self.rootdir), origin=values.origin,
+            memory_page=values["memory_page"], cwd=str(self.rootdir), origin=spec_origin(values),
             no_progress_signal=values["no_progress_signal"], reflexion=bool(values["reflexion"]),
             source=name,
         )

@@ -292,8 +292,13 @@ MARKER_KEYS: tuple[str, ...] = tuple(row.marker for row in SETTINGS if row.marke
 ENV_NAMES: dict[str, str] = {row.name: row.env for row in SETTINGS if row.env and row.env_read_here}
 # settings a loop file line overrides and the session fills otherwise (merge_file_spec)
 FILE_MERGED: tuple[str, ...] = tuple(row.name for row in SETTINGS if row.yaml_key)
-DEFAULTS: dict[str, Any] = {row.name: row.default for row in SETTINGS}
-DEFAULTS.update(verify=[], protect=[], scope=[])  # runner-only lists without a row of their own
+# the settings a loop's spec records the origin of: the runner's (the config-file rows, the
+# output cap and the runner-only lists) and pytest's (the same, with the artifacts directory)
+DEFAULTS: dict[str, Any] = {row.name: row.default for row in SETTINGS if row.config_key}
+DEFAULTS.update(output_cap=DEFAULT_OUTPUT_CAP, verify=[], protect=[], scope=[])
+PYTEST_DEFAULTS: dict[str, Any] = {key: value for key, value in DEFAULTS.items()
+                                   if key not in ("verify", "protect", "scope", "log_path")}
+PYTEST_DEFAULTS["artifacts"] = None
 
 
 def option_rows() -> list[Setting]:
@@ -368,6 +373,11 @@ def resolve(layers: Sequence[tuple[str, Mapping[str, Any]]], defaults: Mapping[s
             values[key] = value
             where[key] = name
     return Resolved(values, where)
+
+
+def spec_origin(values: Resolved) -> dict[str, str]:
+    """Where each of a pytest loop's settings came from (the others are the session's)."""
+    return {key: where for key, where in values.origin.items() if key in PYTEST_DEFAULTS}
 
 
 def env_layer(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
