@@ -16,9 +16,11 @@ from .settings import (  # noqa: F401 - the names this module has always offered
     DEFAULTS,
     ENV_NAMES,
     GUARD_KEYS,
+    SETTINGS,
     Resolved,
     env_layer,
     resolve,
+    runner_guard_keys,
 )
 
 ENV_PREFIX = "PYTEST_LOOPS_"
@@ -44,17 +46,19 @@ def parse_signal(raw: Any, where: str) -> str:
 
 # -- the loop-runner config file ---------------------------------------------------
 
-_RUNNER_KEYS = {
-    "guards": {"max_iter", "budget_seconds", "no_progress_k", "escalate_after_iter", "escalate_after",
-               "no_progress_signal"},
-    "progress": {"state_paths"},
-    "reflexion": {"enabled", "episodic_memory_page"},
-    "run_log": {"path"},
-    "revise": {"cmd"},
-    "verify": {"cmd", "cmds"},
-    "protect": {"paths"},
-    "scope": {"paths"},
-}
+def _runner_keys() -> dict[str, set[str]]:
+    """Section -> keys of a loop-runner config file: the settings table's config-file keys
+    (with ``guards.escalate_after`` beside ``escalate_after_iter``) and the runner-only lists."""
+    keys: dict[str, set[str]] = {"verify": {"cmd", "cmds"}, "protect": {"paths"}, "scope": {"paths"}}
+    for row in SETTINGS:
+        if row.config_key:
+            section, _, key = row.config_key.partition(".")
+            keys.setdefault(section, set()).add(key)
+    keys["guards"].update(k for names in runner_guard_keys().values() for k in names)
+    return keys
+
+
+_RUNNER_KEYS = _runner_keys()
 
 
 def _expect(cond: bool, where: str, what: str, value: Any) -> None:
