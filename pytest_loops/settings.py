@@ -405,12 +405,6 @@ def marker_layer(kwargs: Mapping[str, Any], where: str) -> dict[str, Any]:
     return layer
 
 
-def where_set(row: Setting, origin: str) -> str:
-    """The spelling that set a value, from its origin: a flag, an ini key, a variable."""
-    return {"command line": row.option or row.run_flag or row.name, "ini": f"ini {row.ini}",
-            "environment": f"environment variable {row.env}"}.get(origin, f"{origin}: {row.config_key}")
-
-
 def file_has(row: Setting, spec_origin: Mapping[str, str]) -> bool:
     """Whether a loop file set this setting itself (its line wins over the session)."""
     return spec_origin.get(row.record_key, "default") != "default"
