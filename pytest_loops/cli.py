@@ -16,18 +16,22 @@ from typing import Any, NoReturn
 
 import pluggy
 
-from .config import (
-    GUARD_KEYS,
-    env_layer,
-    parse_guard,
-    parse_signal,
-    parse_size,
-    read_runner_config,
-    resolve,
-)
+from .config import read_runner_config
 from .errors import LoopUsageError
 from .outputs import check_output_path
 from .reporting import iteration_line
+from .settings import (
+    BY_NAME,
+    DEFAULTS,
+    ENV_NAMES,
+    GUARD_KEYS,
+    ON_OFF,
+    TAKES_VALUE,
+    Setting,
+    env_layer,
+    resolve,
+    run_rows,
+)
 from .spec import Check, Guards, LoopSpec
 from .verdict import EXIT_INTERNAL, EXIT_USAGE
 
@@ -41,14 +45,38 @@ class _Parser(argparse.ArgumentParser):
     """argparse exits 2 on a bad flag; 2 is MAX_ITER here, so raise instead."""
 
     def error(self, message: str) -> NoReturn:
-        raise LoopUsageError(message, location=self.prog, fix=f"see `{self.prog} --help`")
+        # main() prints "pytest-loops: error: ": name only a subcommand here, never the program twice
+        where = self.prog.removeprefix(PROG).strip() or None
+        raise LoopUsageError(message, location=where, fix=f"see `{self.prog} --help`")
 
 
-def _guard_type(name: str):
+def _flag_type(row: Setting, flag: str):
     def parse(text: str) -> Any:
-        return parse_guard(name, text, f"--{name.replace('_', '-')}")
-    parse.__name__ = name  # argparse names the type in its own messages
+        if row.run_accepts_path and text.strip().lower() not in ON_OFF:
+            if not text.strip():
+                raise LoopUsageError("an empty path", location=flag, fix="give on, off or a file path")
+            return text  # a path; `--tine off` is off, never a file named off
+        value = row.parse(text, flag)
+        return value[0] if row.repeatable else value  # argparse appends each item
+    parse.__name__ = row.name  # argparse names the type in its own messages
     return parse
+
+
+def add_setting_flags(run: argparse.ArgumentParser) -> None:
+    """The ``pytest-loops run`` flags of :data:`pytest_loops.settings.SETTINGS`, with their aliases."""
+    for row in run_rows():
+        flag = row.run_flag
+        assert flag is not None
+        metavar = row.shown_metavar + ("|PATH" if row.run_accepts_path else "")
+        help_text = row.help + (" (repeatable)" if row.repeatable else "") + (
+            "; a PATH: write it there" if row.run_accepts_path else "")
+        aliases = [a for a, const in row.run_aliases if const is TAKES_VALUE]
+        run.add_argument(flag, *aliases, dest=row.name, type=_flag_type(row, flag), metavar=metavar,
+                         action="append" if row.repeatable else "store", default=None, help=help_text)
+        for alias, const in row.run_aliases:
+            if const is not TAKES_VALUE:
+                run.add_argument(alias, dest=row.name, action="store_const", const=const,
+                                 help=f"the same as {flag} {row.text(const)[0]}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,9 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a hidden check: never run in the working tree nor shown to the revise step "
                           "(prompt, failure file, run log); it must pass in the clean room before "
                           "SUCCESS (repeatable)")
-    run.add_argument("--revise", metavar="CMD", help="the revise step: a shell command run after a failed iteration")
-    run.add_argument("--state", action="append", metavar="GLOB", default=None,
-                     help="state paths the no-progress guard fingerprints (repeatable)")
+    run.add_argument("--cwd", metavar="DIR", help="the loop's working directory (default: .)")
+    run.add_argument("--name", default=None, help="the loop's name (default: the config file's stem or 'loop')")
+    run.add_argument("--goal", default="", help="the loop's goal, shown to the revise step")
+    run.add_argument("-p", dest="plugins", action="append", default=[], metavar="MODULE",
+                     help="load a plugin module implementing pytest_loop_* hooks (repeatable)")
+    run.add_argument("--resume", metavar="RUNLOG",
+                     help="continue a killed or stopped loop from its run log: its spec, iterations, "
+                          "streak and spent budget carry over (guard flags may raise the limits)")
     run.add_argument("--protect", action="append", metavar="GLOB", default=None,
                      help="more paths the revise step must not change (besides tests, test directories, "
                           "conftest.py, pytest's config files, links and executables); a change is "
@@ -78,50 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--scope", action="append", metavar="GLOB", default=None,
                      help="the only paths the revise step may change (default: every non-test source "
                           "file); a change elsewhere is undone and ends ESCALATE")
-    run.add_argument("--audit", choices=("error", "warn", "off"), default="error",
-                     help="the diff audit of the revise step's in-scope changes (hard-coded failing "
-                          "inputs, constant __eq__, pytest in library code, added exits): 'error' "
-                          "(default) ends ESCALATE, 'warn' records, 'off' skips it")
-    run.add_argument("--max-iter", type=_guard_type("max_iter"), metavar="N",
-                     help="iteration cap, >= 1 (default 6)")
-    run.add_argument("--budget-seconds", type=_guard_type("budget_seconds"), metavar="S",
-                     help="wall-clock budget, enforced during commands too; 0 = off (default 900)")
-    run.add_argument("--no-progress-k", type=_guard_type("no_progress_k"), metavar="K",
-                     help="stop after K iterations with unchanged state; 0 = off (default 2)")
-    run.add_argument("--no-progress-signal", type=lambda v: parse_signal(v, "--no-progress-signal"),
-                     metavar="SIGNAL", help="what no-progress watches: state (default: the files under "
-                                            "--state), failure (the same failure K times in a row), or both")
-    run.add_argument("--escalate-after", type=_guard_type("escalate_after"), metavar="N",
-                     help="hand off to a human after N failed iterations; 0 = off (default)")
-    run.add_argument("--output-cap", type=lambda v: parse_size(v, "--output-cap"), metavar="SIZE",
-                     help="bytes of each command's output kept (first and last halves), e.g. 16M; 0 = all "
-                          "(default 16M)")
-    run.add_argument("--log", metavar="PATH", help="run log path (default .pytest-loops/runs/NAME-TIME.json)")
-    run.add_argument("--episodic", metavar="PATH", help="the reflexion page for lessons (markdown)")
-    run.add_argument("--no-reflexion", action="store_true", help="write and read no lessons")
-    run.add_argument("--config", metavar="FILE",
-                     help=f"a loop-runner config file (default: {DEFAULT_CONFIG} under --cwd, if present)")
-    run.add_argument("--cwd", metavar="DIR", help="the loop's working directory (default: .)")
-    run.add_argument("--name", default=None, help="the loop's name (default: the config file's stem or 'loop')")
-    run.add_argument("--goal", default="", help="the loop's goal, shown to the revise step")
-    run.add_argument("--artifacts", metavar="DIR", help="artifacts directory (default .pytest-loops under --cwd)")
-    run.add_argument("-p", dest="plugins", action="append", default=[], metavar="MODULE",
-                     help="load a plugin module implementing pytest_loop_* hooks (repeatable)")
-    run.add_argument("--resume", metavar="RUNLOG",
-                     help="continue a killed or stopped loop from its run log: its spec, iterations, "
-                          "streak and spent budget carry over (guard flags may raise the limits)")
-    run.add_argument("--tine", metavar="PATH", help="where to write the .tine provenance "
-                                                    "(default: beside the run log)")
-    run.add_argument("--no-tine", action="store_true", help="write no .tine provenance")
-    run.add_argument("--sign-key-env", metavar="VAR",
-                     help="sign the .tine with the HMAC key in this environment variable (>= 16 bytes)")
-    run.add_argument("--sign-key-file", metavar="FILE", help="sign the .tine with this Ed25519 private key")
-    run.add_argument("--no-suspects", action="store_true",
-                     help="skip fault localization (when a pytest check fails, its tests re-run under "
-                          "coverage to rank suspect lines for the revise step's prompt)")
-    run.add_argument("--mask", action="append", metavar="VALUE", default=None,
-                     help="a value masked in everything written or printed, like a secret-named "
-                          "environment variable's (repeatable)")
+    add_setting_flags(run)
     run.add_argument("--quiet", "-q", action="store_true", help="print only the verdict line")
 
     show = sub.add_parser("show", help="show a loop file's parsed shape, or a run's iteration table",
@@ -216,11 +206,8 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
         unknown = layer.pop("unknown_keys", [])
         layers.append((str(config_path), layer))
     layers.append(("environment", env_layer(environ)))
-    flags = {key: getattr(args, key) for key in GUARD_KEYS}
-    flags.update(revise=args.revise, state_paths=args.state, verify=args.verify,
-                 no_progress_signal=args.no_progress_signal, protect=args.protect, scope=args.scope,
-                 memory_page=args.episodic, log_path=args.log, artifacts=args.artifacts,
-                 reflexion=False if args.no_reflexion else None, output_cap=args.output_cap)
+    flags = {row.name: getattr(args, row.name) for row in run_rows() if row.name in DEFAULTS or row.name in ENV_NAMES}
+    flags.update(verify=args.verify, protect=args.protect, scope=args.scope)
     layers.append(("command line", flags))
     settings = resolve(layers)
     verify = settings["verify"]
@@ -250,11 +237,8 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
 
 
 # setting -> (flag, config file key, environment variable) that may have set it
-_OUTPUT_PATHS = {
-    "log_path": ("--log", "run_log.path", None),
-    "memory_page": ("--episodic", "reflexion.episodic_memory_page", "PYTEST_LOOPS_MEMORY"),
-    "artifacts": ("--artifacts", None, "PYTEST_LOOPS_ARTIFACTS"),
-}
+_OUTPUT_PATHS = {key: (BY_NAME[key].run_flag, BY_NAME[key].config_key, BY_NAME[key].env)
+                 for key in ("log_path", "memory_page", "artifacts")}
 
 
 def _check_output_path(value: str | None, key: str, origin: str, cwd: Path, where: str | None = None) -> None:
@@ -303,7 +287,7 @@ def resume_spec(args: argparse.Namespace) -> tuple[LoopSpec, dict[str, Any], dic
     if not cwd.is_dir():
         raise LoopUsageError(f"the loop's working directory {spec.cwd!r} does not exist", location=where,
                              fix="give --cwd DIR")
-    _check_output_path(args.log, "log_path", "command line", cwd)
+    _check_output_path(args.log_path, "log_path", "command line", cwd)
     _check_output_path(args.artifacts, "artifacts", "command line", cwd)
     if spec.reflexion:
         _check_output_path(spec.memory_page, "memory_page", "", cwd, where=f"{where}: memory_page")
@@ -311,7 +295,7 @@ def resume_spec(args: argparse.Namespace) -> tuple[LoopSpec, dict[str, Any], dic
         check_output_path(".pytest-loops", "--artifacts (default .pytest-loops under --cwd)", base=cwd,
                           directory=True)
     cap = resolve([("environment", env_layer()), ("command line", {"output_cap": args.output_cap})])["output_cap"]
-    return spec.replace(**changes), {"log_path": args.log, "unknown_keys": [], "config": None,
+    return spec.replace(**changes), {"log_path": args.log_path, "unknown_keys": [], "config": None,
                                      "output_cap": cap}, data
 
 
@@ -322,14 +306,19 @@ def _command_line_loop(args: argparse.Namespace) -> tuple[LoopSpec | None, list[
     if not args.verify and not args.config:
         return None, None
     fields = ["checks"]
-    for flag, field in (("name", "name"), ("goal", "goal"), ("state", "state_paths"),
+    for flag, field in (("name", "name"), ("goal", "goal"), ("state_paths", "state_paths"),
                         ("protect", "protect"), ("scope", "scope")):
         if getattr(args, flag, None):
             fields.append(field)
     if args.config:
         fields += [f for f in ("state_paths", "protect", "scope") if f not in fields]
-    spec, _ = spec_from_args(argparse.Namespace(**{**vars(args), "log": None}))
+    spec, _ = spec_from_args(argparse.Namespace(**{**vars(args), "log_path": None}))
     return spec, fields
+
+
+def _tine_path(args: argparse.Namespace) -> str | None:
+    """``--tine PATH``: where the .tine goes (``--tine on`` or none: beside the run log)."""
+    return args.tine if isinstance(args.tine, str) else None
 
 
 def artifact_options(args: argparse.Namespace, resume_base: list[str]):
@@ -345,7 +334,7 @@ def artifact_options(args: argparse.Namespace, resume_base: list[str]):
         return " ".join(shlex.quote(a) for a in [PROG, "run", "--resume", str(result.log_path),
                                                    *raise_limit, *resume_base])
 
-    return ArtifactOptions(tine=not args.no_tine, tine_path=args.tine, hmac_key_env=args.sign_key_env,
+    return ArtifactOptions(tine=args.tine is not False, tine_path=_tine_path(args), hmac_key_env=args.sign_key_env,
                            ed25519_key=args.sign_key_file, resume_command=resume_command)
 
 
@@ -362,8 +351,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         spec, extra, resume_from = resume_spec(args)
     else:
         spec, extra = spec_from_args(args)
-    if not args.no_tine:
-        check_output_path(args.tine, "--tine")
+    if args.tine is not False:
+        check_output_path(_tine_path(args), "--tine")
     if not args.plugins:  # a plugin's pytest_loop_revise may stand in for the command
         from .preflight import check_revise
 
@@ -384,7 +373,7 @@ def cmd_run(args: argparse.Namespace) -> int:
              out)
     runner = ProcessRunner(output_cap=extra["output_cap"])
     engine = Engine(runner=runner, plugin_manager=pm, artifacts_dir=extra.get("artifacts", args.artifacts),
-                    finishers=finishers, localize=not args.no_suspects, audit=args.audit,
+                    finishers=finishers, localize=args.suspects is not False, audit=args.audit or "error",
                     hide_env=[args.sign_key_env or ""])
     with TerminationGuard(runner):
         result = engine.run(spec, log_path=extra["log_path"], resume_from=resume_from)
@@ -461,7 +450,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``pytest-loops`` console script."""
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            command = f"{PROG} {args.command}" if args.command else PROG
+            raise LoopUsageError(f"unrecognized arguments: {' '.join(extra)}", fix=f"see `{command} --help`")
         if args.command is None:
             parser.print_help(sys.stderr)
             raise LoopUsageError("a command is required", location=PROG,

@@ -265,31 +265,23 @@ def merge_file_spec(spec: LoopSpec, settings: Any) -> LoopSpec:
     """Session settings fill what the loop file left at its default.
 
     Precedence: defaults < config file < ini < environment < command line < loop file line.
+    The settings merged are the rows of the settings table with a loop file key.
     """
+    from .settings import BY_NAME, FILE_MERGED, file_has
+
     origin = dict(spec.origin)
-
-    def from_file(key: str) -> bool:
-        return origin.get(key, "default") != "default"
-
-    guards = {}
-    for key in ("max_iter", "budget_seconds", "no_progress_k", "escalate_after"):
-        if from_file(f"guards.{key}"):
-            guards[key] = getattr(spec.guards, key)
+    guards = spec.guards.to_dict()
+    changes: dict[str, Any] = {}
+    for name in FILE_MERGED:
+        row = BY_NAME[name]
+        if file_has(row, origin) or name not in settings.values:
+            continue
+        value = settings[name]
+        if not row.guard and value in (None, [], ()):
+            continue  # nothing from the session either: the file's default stands
+        if row.guard:
+            guards[name] = value
         else:
-            guards[key] = settings[key]
-            origin[f"guards.{key}"] = settings.origin.get(key, "default")
-    changes: dict[str, Any] = {"guards": Guards(**guards), "origin": origin}
-    if not from_file("no_progress_signal"):
-        changes["no_progress_signal"] = settings["no_progress_signal"]
-        origin["no_progress_signal"] = settings.origin.get("no_progress_signal", "default")
-    if spec.revise is None and settings["revise"]:
-        changes["revise"] = settings["revise"]
-        origin["revise"] = settings.origin.get("revise", "default")
-    if not spec.state_paths and settings["state_paths"]:
-        changes["state_paths"] = tuple(settings["state_paths"])
-        origin["state_paths"] = settings.origin.get("state_paths", "default")
-    if spec.memory_page is None and settings["memory_page"]:
-        changes["memory_page"] = settings["memory_page"]
-        origin["memory_page"] = settings.origin.get("memory_page", "default")
-    return spec.replace(**changes)
-
+            changes[name] = tuple(value) if row.repeatable else value
+        origin[row.record_key] = settings.origin.get(name, "default")
+    return spec.replace(guards=Guards(**guards), origin=origin, **changes)

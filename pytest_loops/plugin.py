@@ -14,65 +14,21 @@ from typing import Any, NoReturn
 import pytest
 
 from .checks import CHILD_ENV
-from .config import (
-    ENV_NAMES,
-    GUARD_KEYS,
-    Resolved,
-    env_layer,
-    parse_guard,
-    parse_signal,
-    parse_size,
-    read_runner_config,
-    resolve,
-)
+from .config import ENV_NAMES, Resolved, read_runner_config
 from .errors import LoopUsageError
-from .spec import DEFAULT_OUTPUT_CAP
+from .settings import BY_NAME, MARKER_KEYS, PYTEST_DEFAULTS, env_layer, option_rows, resolve
+from .settings import marker_layer as _marker_settings
 from .verdict import EXIT_USAGE
 
 MARKER = (
-    "loop(revise=None, max_iter=None, budget_seconds=None, no_progress_k=None, "
-    "escalate_after=None, no_progress_signal=None, state=None): under --loop, when this test fails, run the "
-    "revise command and re-run the test in a fresh pytest process until it passes "
+    "loop(" + ", ".join(f"{key}=None" for key in MARKER_KEYS) + "): under --loop, when this test fails, run "
+    "the revise command and re-run the test in a fresh pytest process until it passes "
     "or a guard stops the loop (MAX_ITER, TIMEOUT, NO_PROGRESS, ESCALATE)."
 )
-MARKER_KEYS = ("revise", *GUARD_KEYS, "no_progress_signal", "state")
-EXITCODE_CHOICES = ("pytest", "verdict")
-TINE_CHOICES = ("on", "off")
-SUSPECTS_CHOICES = ("on", "off")
-AUDIT_CHOICES = ("error", "warn", "off")
-
-# name -> (help, ini type). One description serves the option and its ini twin.
-OPTIONS: dict[str, tuple[str, str]] = {
-    "max_iter": ("iteration cap of every loop, >= 1 (default 6)", "string"),
-    "budget_seconds": ("wall-clock budget per loop in seconds, enforced during commands; 0 = off (default 900)", "string"),
-    "no_progress_k": ("stop a loop after K iterations with unchanged state; 0 = off (default 2)", "string"),
-    "escalate_after": ("hand a loop to a human after N failed iterations; 0 = off (default)", "string"),
-    "no_progress_signal": ("what no-progress watches: 'state' (default: the state paths), 'failure' (the "
-                           "same failure K times in a row, even when files changed) or 'both'", "string"),
-    "revise": ("shell command that revises the code after a failed iteration; with --loop, failing tests "
-               "become a fix-loop", "string"),
-    "state": ("state paths (globs) the no-progress guard fingerprints (default: the rootdir)", "linelist"),
-    "artifacts": ("directory for run logs, lessons and provenance (default: <rootdir>/.pytest-loops)", "string"),
-    "memory": ("the reflexion page lessons are appended to and read from (markdown)", "string"),
-    "config": ("a loop-runner config file (guards, progress, reflexion, revise) as a settings layer", "string"),
-    "exitcode": ("'pytest' (default): exit 1 when a loop fails; 'verdict': exit with the highest loop "
-                 "verdict code (5 ESCALATE > 4 NO_PROGRESS > 3 TIMEOUT > 2 MAX_ITER)", "string"),
-    "tine": ("'on' (default) writes one .tine provenance file per loop beside its run log; 'off' none",
-             "string"),
-    "suspects": ("'on' (default): when a pytest check fails, re-run its tests under coverage and hand the "
-                 "top suspect lines to the revise step (prompt and suspects.json); 'off' skips it", "string"),
-    "audit": ("the diff audit of a revise step's in-scope changes (hard-coded failing inputs, constant "
-              "__eq__, pytest in library code, added exits): 'error' (default) ends the loop ESCALATE, "
-              "'warn' records the findings, 'off' skips it", "string"),
-    "report": ("write a self-contained HTML report of this session's loops to this file", "string"),
-    "mask": ("a value masked in everything the loops write or print, like a secret-named environment "
-             "variable's", "linelist"),
-    "sign_key_env": ("sign .tine files with the HMAC key in this environment variable (>= 16 bytes)",
-                     "string"),
-    "sign_key_file": ("sign .tine files with this Ed25519 private key file", "string"),
-    "output_cap": ("bytes of each command's output kept (first and last halves), e.g. 16M; 0 = all "
-                   "(default 16M)", "string"),
-}
+EXITCODE_CHOICES = BY_NAME["exitcode"].choices
+TINE_CHOICES = BY_NAME["tine"].choices
+SUSPECTS_CHOICES = BY_NAME["suspects"].choices
+AUDIT_CHOICES = BY_NAME["audit"].choices
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -85,14 +41,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("loop", "pytest-loops: bounded fix-loops around tests")
     group.addoption("--loop", action="store_true", default=False,
                     help="run loops: fix-loops around failing tests (marker or --loop-revise) and loop files")
-    for name, (help_text, ini_type) in OPTIONS.items():
-        flag = "--loop-" + name.replace("_", "-")
-        if ini_type == "linelist":
-            group.addoption(flag, action="append", default=None, dest=f"loop_{name}",
-                            metavar="VALUE" if name == "mask" else "GLOB", help=help_text + " (repeatable)")
-        else:
-            group.addoption(flag, action="store", default=None, dest=f"loop_{name}", help=help_text)
-        parser.addini(f"loop_{name}", help_text, type=ini_type, default=None)
+    for row in option_rows():  # generated from the settings table
+        assert row.option is not None and row.ini is not None
+        help_text = row.help + (" (repeatable)" if row.repeatable else "")
+        group.addoption(row.option, action="append" if row.repeatable else "store", default=None,
+                        dest=row.dest, metavar=row.shown_metavar, help=help_text)
+        parser.addini(row.ini, row.help, type="linelist" if row.repeatable else "string", default=None)
     group.addoption("--loop-resume", action="store_true", default=False,
                     help="continue each loop from its latest unfinished or stopped run log in the "
                          "artifacts directory (iterations, streak and spent budget carry over)")
@@ -105,22 +59,13 @@ def _ini(config: pytest.Config, key: str) -> Any:
     return value if value not in (None, "", []) else None
 
 
-def _layer(config: pytest.Config, read, where) -> dict[str, Any]:
+def _layer(read, where) -> dict[str, Any]:
+    """One layer (ini or command line) of every setting with a pytest option, validated."""
     layer: dict[str, Any] = {}
-    for key in GUARD_KEYS:
-        raw = read(key)
-        if raw is not None:
-            layer[key] = parse_guard(key, raw, where(key))
-    raw = read("no_progress_signal")
-    if raw is not None:
-        layer["no_progress_signal"] = parse_signal(raw, where("no_progress_signal"))
-    if read("output_cap") is not None:
-        layer["output_cap"] = parse_size(read("output_cap"), where("output_cap"))
-    for key, target in (("revise", "revise"), ("state", "state_paths"), ("memory", "memory_page"),
-                        ("artifacts", "artifacts")):
-        raw = read(key)
-        if raw is not None:
-            layer[target] = list(raw) if key == "state" else raw
+    for row in option_rows():
+        raw = read(row)
+        if raw is not None and row.name != "config":
+            layer[row.name] = row.parse(list(raw) if row.repeatable else raw, where(row))
     return layer
 
 
@@ -142,16 +87,10 @@ def build_settings(config: pytest.Config, environ: Mapping[str, str] | None = No
         file_layer.pop("verify", None)
         file_layer.pop("log_path", None)
         layers.append((str(path), file_layer))
-    layers.append(("ini", _layer(config, lambda k: _ini(config, k), lambda k: f"ini loop_{k}")))
-    env = env_layer(environ)
-    layers.append(("environment", env))
-    layers.append(("command line", _layer(
-        config, lambda k: config.getoption(f"loop_{k}"), lambda k: "--loop-" + k.replace("_", "-"))))
-    defaults = {"max_iter": 6, "budget_seconds": 900.0, "no_progress_k": 2, "escalate_after": 0,
-                "no_progress_signal": "state",
-                "revise": None, "state_paths": [], "memory_page": None, "reflexion": True,
-                "artifacts": None, "output_cap": DEFAULT_OUTPUT_CAP}
-    return resolve(layers, defaults=defaults)
+    layers.append(("ini", _layer(lambda row: _ini(config, row.dest[len("loop_"):]), lambda row: f"ini {row.ini}")))
+    layers.append(("environment", env_layer(environ)))
+    layers.append(("command line", _layer(lambda row: config.getoption(row.dest), lambda row: row.option)))
+    return resolve(layers, defaults=PYTEST_DEFAULTS)
 
 
 def marker_layer(marker: pytest.Mark, nodeid: str) -> dict[str, Any]:
@@ -163,29 +102,7 @@ def marker_layer(marker: pytest.Mark, nodeid: str) -> dict[str, Any]:
     if unknown:
         raise LoopUsageError(f"@pytest.mark.loop got unknown keyword(s) {', '.join(unknown)}",
                              location=nodeid, fix=f"valid keywords: {', '.join(MARKER_KEYS)}")
-    layer: dict[str, Any] = {}
-    for key, value in marker.kwargs.items():
-        if value is None:
-            continue
-        where = f"{nodeid}: @pytest.mark.loop({key}=...)"
-        if key in GUARD_KEYS:
-            if isinstance(value, str):
-                raise LoopUsageError(f"{value!r} is not a valid {key}; give a number", location=where)
-            layer[key] = parse_guard(key, value, where)
-        elif key == "no_progress_signal":
-            layer[key] = parse_signal(value, where)
-        elif key == "revise":
-            if not isinstance(value, str) or not value.strip():
-                raise LoopUsageError(f"{value!r} is not a valid revise; give a shell command string",
-                                     location=where)
-            layer["revise"] = value
-        else:  # state
-            paths = [value] if isinstance(value, str) else value
-            if not isinstance(paths, (list, tuple)) or not all(isinstance(p, str) for p in paths):
-                raise LoopUsageError(f"{value!r} is not a valid state; give a glob or a list of globs",
-                                     location=where)
-            layer["state_paths"] = list(paths)
-    return layer
+    return _marker_settings(marker.kwargs, f"{nodeid}: @pytest.mark.loop")
 
 
 def _option(config: pytest.Config, key: str) -> Any:
@@ -193,11 +110,14 @@ def _option(config: pytest.Config, key: str) -> Any:
 
 
 def _choice(config: pytest.Config, key: str, choices: tuple[str, ...]) -> str:
-    value = _option(config, key) or choices[0]
-    if value not in choices:
-        raise LoopUsageError(f"{value!r} is not a valid --loop-{key.replace('_', '-')}; valid: "
-                             f"{', '.join(choices)}")
-    return value
+    """A choice setting's value as text ("on"/"off" for a switch), validated by its row."""
+    row = BY_NAME[key]
+    given = config.getoption(row.dest)
+    value = given or _ini(config, key)
+    if value is None:
+        return choices[0]
+    parsed = row.parse(value, row.option if given else f"ini {row.ini}")
+    return ("on" if parsed else "off") if row.kind == "switch" else parsed
 
 
 def artifact_options(config: pytest.Config):
@@ -250,7 +170,7 @@ def usage_error(config: pytest.Config, message: str) -> NoReturn:
     raise pytest.UsageError(message)
 
 
-VALUE_FLAGS = tuple("--loop-" + name.replace("_", "-") for name in OPTIONS)
+VALUE_FLAGS = tuple(row.option for row in option_rows() if row.option)
 
 
 def _given_flags(args: list[str]) -> list[str]:

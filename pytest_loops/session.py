@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from .config import GUARD_KEYS, Resolved
 from .engine import ARTIFACTS_DIRNAME, Engine
 from .errors import LoopUsageError
 from .items import SESSION_KEY, LoopFileCollector, merge_file_spec, shared_result
@@ -28,6 +27,7 @@ from .reporting import (
     summary_rows,
 )
 from .results import CheckResult, LoopResult
+from .settings import GUARD_KEYS, Resolved, spec_origin
 from .spec import Check, CheckKind, Guards, LoopSpec
 from .verdict import EXIT_INTERNAL, EXIT_USAGE, Verdict
 
@@ -127,9 +127,9 @@ class LoopSession:
     def spec_for(self, name: str, goal: str, checks: tuple[Check, ...], values: Resolved) -> LoopSpec:
         return LoopSpec(
             name=name, goal=goal, checks=checks, revise=values["revise"],
-            guards=Guards(**{k: values[k] for k in GUARD_KEYS}),
+            guards=Guards(**{k: values[k] for k in GUARD_KEYS}),  # the settings table's guard rows
             state_paths=tuple(values["state_paths"] or ["."]),
-            memory_page=values["memory_page"], cwd=str(self.rootdir), origin=values.origin,
+            memory_page=values["memory_page"], cwd=str(self.rootdir), origin=spec_origin(values),
             no_progress_signal=values["no_progress_signal"], reflexion=bool(values["reflexion"]),
             source=name,
         )
@@ -253,24 +253,12 @@ class LoopSession:
 
     def reproduce_command(self) -> str:
         """This session's command line, every ``--loop-*`` value in the ``=`` form (pytest reads
-        a value after a space as a test path too while it settles the rootdir)."""
-        s = self.settings
-        pairs: list[tuple[str, str]] = [("--loop-" + key.replace("_", "-"), _number(s[key]))
-                                        for key in GUARD_KEYS]
-        if s["no_progress_signal"] != "state":
-            pairs.append(("--loop-no-progress-signal", s["no_progress_signal"]))
-        if s["revise"]:
-            pairs.append(("--loop-revise", s["revise"]))
-        pairs += [("--loop-state", path) for path in s["state_paths"] or []]
-        if self.exitcode != "pytest":
-            pairs.append(("--loop-exitcode", self.exitcode))
-        # where lessons are read from and artifacts go, also when set by the environment
-        for key, flag in (("artifacts", "--loop-artifacts"), ("memory_page", "--loop-memory")):
-            if s[key] and s.origin.get(key, "default") != "default":
-                pairs.append((flag, str(s[key])))
-        args = ["pytest", "--loop", *(f"{flag}={value}" for flag, value in pairs)]
-        own = {"--loop", "--loop-revise", "--loop-state", "--loop-exitcode", "--loop-no-progress-signal",
-               "--loop-artifacts", "--loop-memory", "--loop-mask"} | {"--loop-" + k.replace("_", "-") for k in GUARD_KEYS}
+        a value after a space as a test path too while it settles the rootdir). The flags and
+        which values are written come from the settings table (``settings.reproduce_pairs``)."""
+        from .settings import own_options, reproduce_pairs
+
+        args = ["pytest", "--loop", *(f"{flag}={value}" for flag, value in reproduce_pairs(self.settings))]
+        own = own_options()
         rest: list[str] = []
         skip = False
         for arg in self.config.invocation_params.args:

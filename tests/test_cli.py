@@ -228,7 +228,7 @@ BAD_INPUT = {
     "unknown plugin module": (["run", "--verify", "true", "-p", "no_such_plugin_mod"], "no_such_plugin_mod"),
     "log is a directory": (["run", "--verify", "true", "--log", "."], "--log"),
     "log under a file": (["run", "--verify", "true", "--log", "six.yaml/run.json"], "--log"),
-    "episodic is a directory": (["run", "--verify", "true", "--episodic", "."], "--episodic"),
+    "episodic is a directory": (["run", "--verify", "true", "--memory", "."], "--memory"),
     "artifacts is a file": (["run", "--verify", "true", "--artifacts", "six.yaml"], "--artifacts"),
     "config run_log.path is a directory": (["run", "--verify", "true", "--config", "logdir.yaml"],
                                            "logdir.yaml: run_log.path"),

@@ -8,6 +8,7 @@ import re
 import shlex
 
 import pytest
+import yaml  # noqa: F401 - loaded before pytester's inline runs snapshot and restore sys.modules
 from plugin_helpers import Project, header_settings, loop_header
 
 pytestmark = pytest.mark.slow
@@ -256,7 +257,7 @@ INI_ERRORS = [
     ("loop_max_iter = many", ["ini loop_max_iter", "'many'", "an integer >= 1"]),
     ("loop_budget_seconds = soon", ["ini loop_budget_seconds", "'soon'", ">= 0"]),
     ("loop_no_progress_k = -3", ["ini loop_no_progress_k", "'-3'", ">= 0"]),
-    ("loop_exitcode = sometimes", ["'sometimes'", "loop-exitcode", "pytest, verdict"]),
+    ("loop_exitcode = sometimes", ["'sometimes'", "ini loop_exitcode", "pytest, verdict"]),
     ("loop_config = nowhere.yaml", ["ini loop_config", "'nowhere.yaml'", "not a file"]),
 ]
 

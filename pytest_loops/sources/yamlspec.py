@@ -40,6 +40,7 @@ import yaml
 
 from ..errors import LoopFileError, LoopUsageError
 from ..limits import MAX_YAML_BYTES, check_size, load_yaml, safe_loader, short_repr
+from ..settings import runner_guard_keys, runner_keys, yaml_keys
 from ..spec import (
     DEFAULT_BUDGET_SECONDS,
     DEFAULT_ESCALATE_AFTER,
@@ -60,10 +61,11 @@ from .phrases import Problem
 from .reading import read_text
 
 TOP_KEYS = ("loops", "pipelines")
-LOOP_KEYS = ("name", "goal", "checks", "revise", "guards", "state_paths", "memory_page", "protect",
-             "scope", "look_at", "stop_message", "escalate_when_blocked", "reflexion")
+# a loop's own keys, then the settings table's (revise, state_paths, memory_page, reflexion)
+LOOP_KEYS = ("name", "goal", "checks", "guards", "protect", "scope", "look_at", "stop_message",
+             "escalate_when_blocked", *yaml_keys())
 PIPELINE_KEYS = ("name", "stages")
-GUARD_KEYS = ("max_iter", "budget_seconds", "budget", "no_progress_k", "escalate_after", "no_progress_signal")
+GUARD_KEYS = yaml_keys("guards")  # max_iter, budget_seconds, budget, no_progress_k, ...
 CHECK_KINDS = ("command", "finds_nothing", "test", "human", "skill")
 CHECK_EXTRAS = {
     "command": ("name", "times", "timeout", "hidden"),
@@ -469,13 +471,11 @@ class _Reader:
             raise self.fail("verify", "missing: a loop-runner config needs a verify command to be a loop",
                             getattr(data, "start", None), fix="add `verify: {cmd: \"pytest -q\"}`")
         origin: dict[str, str] = {}
-        guard_keys = {"max_iter": ("max_iter",), "budget_seconds": ("budget_seconds",),
-                      "no_progress_k": ("no_progress_k",), "escalate_after": ("escalate_after_iter", "escalate_after")}
+        guard_keys = runner_guard_keys()  # setting -> its config-file keys, from the settings table
         for name, keys in guard_keys.items():
             origin[f"guards.{name}"] = next((self.where(self.keypath_mark(data, f"guards.{k}"))
                                              for k in keys if self.has(data, f"guards.{k}")), "default")
-        for name, key in (("revise", "revise.cmd"), ("state_paths", "progress.state_paths"),
-                          ("memory_page", "reflexion.episodic_memory_page"), ("reflexion", "reflexion.enabled")):
+        for name, key in runner_keys():
             origin[name] = self.where(self.keypath_mark(data, key)) if self.has(data, key) else "default"
         ignored = [IgnoredLine(self.keypath_mark(data, key).line + 1, key, "not a loop-runner key; ignored")
                    for key in layer.get("unknown_keys", [])]

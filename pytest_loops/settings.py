@@ -1,0 +1,429 @@
+"""Every setting once: its type, default, validation and every spelling.
+
+A setting is one :class:`Setting` row of :data:`SETTINGS`. The ``pytest-loops run``
+flags, pytest's ``--loop-*`` options and ini keys, the ``PYTEST_LOOPS_*``
+environment variables, the marker keywords, the YAML loop file keys and the
+report header's reproduce command are generated from the table, and
+:func:`resolve` applies the one precedence, lowest first:
+
+    built-in defaults < config file < ini < environment < command line
+    < marker / loop file line
+
+A value of ``None`` in a layer means "not set here". A loop file's own line wins
+over every session setting; the session fills what the file left at its default
+(:func:`file_has`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import LoopUsageError
+from .limits import short_repr
+from .spec import (
+    DEFAULT_BUDGET_SECONDS,
+    DEFAULT_ESCALATE_AFTER,
+    DEFAULT_MAX_ITER,
+    DEFAULT_NO_PROGRESS_K,
+    DEFAULT_OUTPUT_CAP,
+    NO_PROGRESS_SIGNALS,
+    validate_guard_values,
+)
+
+ON_OFF = ("on", "off")
+TAKES_VALUE = object()  # an alias flag that takes the setting's value (not a constant)
+
+
+def number_text(value: Any) -> str:
+    """A number as text that parses back to the same value (`:g` keeps only 6 digits)."""
+    return format(value, ".15g") if isinstance(value, float) else str(value)
+
+
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting and every spelling of it; ``None`` means "not on that surface".
+
+    kind: ``int`` / ``number`` (guards, validated by the guard rules), ``choice``,
+    ``switch`` (on|off, a bool after parsing), ``size`` (bytes, K/M/G), ``command``
+    (a non-empty shell command), ``path``, ``text``, ``list`` (repeatable).
+    """
+
+    name: str  # the key in resolved values
+    help: str
+    kind: str
+    default: Any = None
+    choices: tuple[str, ...] = ()
+    valid: str = ""  # what is valid, for the error line
+    run_flag: str | None = None
+    run_aliases: tuple[tuple[str, Any], ...] = ()  # (flag, TAKES_VALUE or the constant it stores)
+    run_accepts_path: bool = False  # `--tine on|off|PATH`: any other value is a path (runner only)
+    option: str | None = None  # pytest's --loop-...
+    ini: str | None = None
+    env: str | None = None
+    env_read_here: bool = True  # False: another module reads the variable (PYTEST_LOOPS_MASK)
+    marker: str | None = None
+    yaml_key: str | None = None  # in a YAML loop file: "guards.max_iter", "revise"
+    yaml_aliases: tuple[str, ...] = ()
+    config_key: str | None = None  # in a loop-runner config file
+    loop_line: str | None = None  # the .loop file line that sets it
+    metavar: str = "VALUE"
+    sample: str = ""  # a valid value as text, for tests
+    reproduce: str = "changed"  # in the reproduce command: "always", "changed" or "never"
+    origin_key: str = ""  # the key of LoopSpec.origin a loop file records it under
+    guard: bool = False
+
+    # -- spellings ------------------------------------------------------------------
+
+    @property
+    def dest(self) -> str:
+        """The pytest option's dest (``config.getoption``) and its ini key."""
+        assert self.option is not None
+        return self.option[2:].replace("-", "_")
+
+    @property
+    def repeatable(self) -> bool:
+        return self.kind == "list"
+
+    @property
+    def shown_metavar(self) -> str:
+        """The metavar in --help: the choices themselves when there are any."""
+        return "{" + ",".join(self.choices) + "}" if self.choices else self.metavar
+
+    @property
+    def record_key(self) -> str:
+        return self.origin_key or self.name
+
+    def spellings(self) -> list[str]:
+        """Every way to write this setting (flags, ini key, variable, keys), for the docs."""
+        names = [self.run_flag, *(a for a, _ in self.run_aliases), self.option, self.ini,
+                 self.env, self.config_key]
+        if self.marker:
+            names.append(f"{self.marker}=")
+        if self.yaml_key and self.yaml_key != self.config_key:
+            names.append(self.yaml_key)
+        return [n for n in names if n]
+
+    # -- values ---------------------------------------------------------------------
+
+    def fail(self, raw: Any, where: str) -> LoopUsageError:
+        return LoopUsageError(f"{short_repr(raw)} is not a valid {self.name}; valid: {self.valid}",
+                              location=where)
+
+    def parse(self, raw: Any, where: str) -> Any:
+        """Validate a raw value (text from a flag, ini or environment; a YAML or marker
+        value) and return it typed. Bad input raises one LoopUsageError line naming
+        ``where``, the value and what is valid."""
+        kind = self.kind
+        if kind in ("int", "number"):
+            return self._guard(raw, where)
+        if kind == "size":
+            return self._size(raw, where)
+        if kind == "choice":
+            if not isinstance(raw, str) or raw.strip() not in self.choices:
+                raise self.fail(raw, where)
+            return raw.strip()
+        if kind == "switch":
+            if isinstance(raw, bool):
+                return raw
+            if not isinstance(raw, str) or raw.strip().lower() not in ON_OFF:
+                raise self.fail(raw, where)
+            return raw.strip().lower() == "on"
+        if kind == "list":
+            items = [raw] if isinstance(raw, str) else raw
+            if not isinstance(items, (list, tuple)) or not all(isinstance(p, str) and p.strip() for p in items):
+                raise self.fail(raw, where)
+            return list(items)
+        if not isinstance(raw, str) or not raw.strip():  # command, path, text
+            raise self.fail(raw, where)
+        return raw
+
+    def parse_env(self, raw: str, where: str) -> Any:
+        if self.kind == "list":
+            return self.parse([p for p in raw.split(os.pathsep) if p], where)
+        return self.parse(raw, where)
+
+    def text(self, value: Any) -> list[str]:
+        """The value as command-line text that parses back to it (one per item of a list)."""
+        if self.kind == "list":
+            return [str(v) for v in value]
+        if self.kind == "switch":
+            return ["on" if value else "off"]
+        return [number_text(value)]
+
+    def _guard(self, raw: Any, where: str) -> Any:
+        value = raw
+        if isinstance(raw, str):
+            try:
+                value = float(raw.strip()) if self.kind == "number" else int(raw.strip())
+            except ValueError:
+                raise self.fail(raw, where) from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(raw, where)
+        if self.kind == "number":
+            value = float(value)
+        elif isinstance(value, float):
+            if not math.isfinite(value) or value != int(value):
+                raise self.fail(raw, where)
+            value = int(value)
+        if validate_guard_values(**{self.name: value}):
+            raise self.fail(raw, where)
+        return value
+
+    def _size(self, raw: Any, where: str) -> int:
+        text = str(raw).strip().lower().removesuffix("b").removesuffix("i")
+        unit = text[-1:] if text[-1:] in _SIZE_UNITS else ""
+        try:
+            value = int(text[:len(text) - len(unit)].strip()) * _SIZE_UNITS[unit]
+        except ValueError:
+            value = -1
+        if isinstance(raw, bool) or value < 0:
+            raise self.fail(raw, where)
+        return value
+
+
+def _guard_row(name: str, help_text: str, kind: str, default: Any, valid: str, metavar: str,
+               sample: str, loop_line: str, config_key: str | None = None,
+               aliases: tuple[str, ...] = ()) -> Setting:
+    flag = name.replace("_", "-")
+    return Setting(
+        name=name, help=help_text, kind=kind, default=default, valid=valid, metavar=metavar,
+        run_flag=f"--{flag}", option=f"--loop-{flag}", ini=f"loop_{name}",
+        env=f"PYTEST_LOOPS_{name.upper()}", marker=name, yaml_key=f"guards.{name}", yaml_aliases=aliases,
+        config_key=config_key or f"guards.{name}", loop_line=loop_line, sample=sample,
+        reproduce="always", origin_key=f"guards.{name}", guard=True)
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("revise", "shell command that revises the code after a failed iteration; with --loop, failing "
+            "tests become a fix-loop", "command", None, valid="a non-empty shell command",
+            run_flag="--revise", option="--loop-revise", ini="loop_revise", env="PYTEST_LOOPS_REVISE",
+            marker="revise", yaml_key="revise", config_key="revise.cmd", loop_line='revise with "CMD"',
+            metavar="CMD", sample="python fix.py"),
+    _guard_row("max_iter", "iteration cap of every loop, >= 1 (default 6)", "int", DEFAULT_MAX_ITER,
+               "an integer >= 1 (the cap is always on)", "N", "3", "after 6 tries: stop"),
+    _guard_row("budget_seconds", "wall-clock budget per loop in seconds, enforced during commands; "
+               "0 = off (default 900)", "number", DEFAULT_BUDGET_SECONDS,
+               "a number of seconds >= 0 (0 turns the budget off)", "S", "60.5", "budget: 15 minutes",
+               aliases=("guards.budget",)),
+    _guard_row("no_progress_k", "stop a loop after K iterations with unchanged state; 0 = off (default 2)",
+               "int", DEFAULT_NO_PROGRESS_K, "an integer >= 0 (0 turns it off)", "K", "4",
+               "stop when nothing changes for 2 tries"),
+    _guard_row("escalate_after", "hand a loop to a human after N failed iterations; 0 = off (default)",
+               "int", DEFAULT_ESCALATE_AFTER, "an integer >= 0 (0 turns it off)", "N", "5",
+               "escalate after 4 tries", config_key="guards.escalate_after_iter"),
+    Setting("no_progress_signal", "what no-progress watches: 'state' (default: the state paths), 'failure' "
+            "(the same failure K times in a row, even when files changed) or 'both'", "choice", "state",
+            choices=NO_PROGRESS_SIGNALS, valid=", ".join(NO_PROGRESS_SIGNALS),
+            run_flag="--no-progress-signal", option="--loop-no-progress-signal", ini="loop_no_progress_signal",
+            env="PYTEST_LOOPS_NO_PROGRESS_SIGNAL", marker="no_progress_signal",
+            yaml_key="guards.no_progress_signal", config_key="guards.no_progress_signal",
+            loop_line="no progress signal: both", sample="failure"),
+    Setting("state_paths", "state paths (globs) the no-progress guard fingerprints (pytest default: the "
+            "rootdir)", "list", [], valid="a glob or a list of globs", run_flag="--state",
+            option="--loop-state", ini="loop_state", env="PYTEST_LOOPS_STATE", marker="state",
+            yaml_key="state_paths", config_key="progress.state_paths", loop_line="watch: src/**",
+            metavar="GLOB", sample="src/**"),
+    Setting("memory_page", "the reflexion page lessons are appended to and read from (markdown)", "path",
+            None, valid="a file path", run_flag="--memory", run_aliases=(("--episodic", TAKES_VALUE),),
+            option="--loop-memory", ini="loop_memory", env="PYTEST_LOOPS_MEMORY", yaml_key="memory_page",
+            config_key="reflexion.episodic_memory_page", loop_line='remember in "lessons.md"',
+            metavar="PATH", sample="lessons.md"),
+    Setting("reflexion", "'on' (default): write one lesson per failed iteration and read them back; "
+            "'off' writes and reads none", "switch", True, choices=ON_OFF, valid="on or off",
+            run_flag="--reflexion", run_aliases=(("--no-reflexion", False),), option="--loop-reflexion",
+            ini="loop_reflexion", yaml_key="reflexion", config_key="reflexion.enabled", sample="off"),
+    Setting("artifacts", "directory for run logs, lessons and provenance (default: .pytest-loops under the "
+            "working directory; pytest: the rootdir)", "path", None, valid="a directory path",
+            run_flag="--artifacts", option="--loop-artifacts", ini="loop_artifacts",
+            env="PYTEST_LOOPS_ARTIFACTS", metavar="DIR", sample="out"),
+    Setting("output_cap", "bytes of each command's output kept (first and last halves), e.g. 16M; 0 = all "
+            "(default 16M)", "size", DEFAULT_OUTPUT_CAP,
+            valid="a number of bytes >= 0 with an optional K, M or G suffix, e.g. 16M (0 keeps all output)",
+            run_flag="--output-cap", option="--loop-output-cap", ini="loop_output_cap",
+            env="PYTEST_LOOPS_OUTPUT_CAP", metavar="SIZE", sample="4096"),
+    Setting("tine", "'on' (default) writes one .tine provenance file per loop beside its run log; 'off' "
+            "none", "switch", True, choices=ON_OFF, valid="on or off", run_flag="--tine",
+            run_aliases=(("--no-tine", False),), run_accepts_path=True, option="--loop-tine",
+            ini="loop_tine", sample="off"),
+    Setting("suspects", "'on' (default): when a pytest check fails, re-run its tests under coverage and hand "
+            "the top suspect lines to the revise step (prompt and suspects.json); 'off' skips it", "switch",
+            True, choices=ON_OFF, valid="on or off", run_flag="--suspects",
+            run_aliases=(("--no-suspects", False),), option="--loop-suspects", ini="loop_suspects",
+            sample="off"),
+    Setting("audit", "the diff audit of a revise step's in-scope changes (hard-coded failing inputs, constant "
+            "__eq__, pytest in library code, added exits): 'error' (default) ends the loop ESCALATE, "
+            "'warn' records the findings, 'off' skips it", "choice", "error", choices=("error", "warn", "off"),
+            valid="error, warn, off", run_flag="--audit", option="--loop-audit", ini="loop_audit",
+            sample="warn"),
+    Setting("exitcode", "'pytest' (default): exit 1 when a loop fails; 'verdict': exit with the highest loop "
+            "verdict code (5 ESCALATE > 4 NO_PROGRESS > 3 TIMEOUT > 2 MAX_ITER)", "choice", "pytest",
+            choices=("pytest", "verdict"), valid="pytest, verdict", option="--loop-exitcode",
+            ini="loop_exitcode", sample="verdict"),
+    Setting("config", "a loop-runner config file (guards, progress, reflexion, revise) as a settings layer",
+            "path", None, valid="a loop-runner yaml file", run_flag="--config", option="--loop-config",
+            ini="loop_config", metavar="FILE", reproduce="never", sample="runner.yaml"),
+    Setting("log_path", "run log path (default .pytest-loops/runs/NAME-TIME.json)", "path", None,
+            valid="a file path", run_flag="--log", config_key="run_log.path", metavar="PATH", sample="run.json"),
+    Setting("report", "write a self-contained HTML report of this session's loops to this file", "path", None,
+            valid="a file path", option="--loop-report", ini="loop_report", metavar="FILE",
+            sample="report.html"),
+    Setting("mask", "a value masked in everything the loops write or print, like a secret-named environment "
+            "variable's", "list", [], valid="a value to mask", run_flag="--mask", option="--loop-mask",
+            ini="loop_mask", env="PYTEST_LOOPS_MASK", env_read_here=False, metavar="VALUE",
+            reproduce="never", sample="hunter22"),
+    Setting("sign_key_env", "sign .tine files with the HMAC key in this environment variable (>= 16 bytes)",
+            "text", None, valid="an environment variable name", run_flag="--sign-key-env",
+            option="--loop-sign-key-env", ini="loop_sign_key_env", metavar="VAR", sample="LOOP_KEY"),
+    Setting("sign_key_file", "sign .tine files with this Ed25519 private key file", "path", None,
+            valid="a key file path", run_flag="--sign-key-file", option="--loop-sign-key-file",
+            ini="loop_sign_key_file", metavar="FILE", sample="key.pem"),
+)
+
+BY_NAME: dict[str, Setting] = {row.name: row for row in SETTINGS}
+GUARD_KEYS: tuple[str, ...] = tuple(row.name for row in SETTINGS if row.guard)
+MARKER_KEYS: tuple[str, ...] = tuple(row.marker for row in SETTINGS if row.marker)
+ENV_NAMES: dict[str, str] = {row.name: row.env for row in SETTINGS if row.env and row.env_read_here}
+# settings a loop file line overrides and the session fills otherwise (merge_file_spec)
+FILE_MERGED: tuple[str, ...] = tuple(row.name for row in SETTINGS if row.yaml_key)
+# the settings a loop's spec records the origin of: the runner's (the config-file rows, the
+# output cap and the runner-only lists) and pytest's (the same, with the artifacts directory)
+DEFAULTS: dict[str, Any] = {row.name: row.default for row in SETTINGS if row.config_key}
+DEFAULTS.update(output_cap=DEFAULT_OUTPUT_CAP, verify=[], protect=[], scope=[])
+PYTEST_DEFAULTS: dict[str, Any] = {key: value for key, value in DEFAULTS.items()
+                                   if key not in ("verify", "protect", "scope", "log_path")}
+PYTEST_DEFAULTS["artifacts"] = None
+
+
+def option_rows() -> list[Setting]:
+    """Rows with a pytest option (and its ini twin)."""
+    return [row for row in SETTINGS if row.option]
+
+
+def run_rows() -> list[Setting]:
+    """Rows with a ``pytest-loops run`` flag."""
+    return [row for row in SETTINGS if row.run_flag]
+
+
+def by_marker(keyword: str) -> Setting:
+    return next(row for row in SETTINGS if row.marker == keyword)
+
+
+def yaml_keys(section: str = "") -> tuple[str, ...]:
+    """The YAML loop file keys of settings: top-level (``""``) or in ``guards``."""
+    keys = []
+    for row in SETTINGS:
+        for key in (row.yaml_key, *row.yaml_aliases):
+            if not key:
+                continue
+            head, _, tail = key.rpartition(".")
+            if head == section:
+                keys.append(tail)
+    return tuple(dict.fromkeys(keys))
+
+
+def runner_guard_keys() -> dict[str, tuple[str, ...]]:
+    """Guard -> the loop-runner config-file keys under ``guards:`` that set it."""
+    return {row.name: tuple(dict.fromkeys(k.removeprefix("guards.") for k in (row.config_key, row.yaml_key) if k))
+            for row in SETTINGS if row.guard}
+
+
+def runner_keys() -> list[tuple[str, str]]:
+    """(setting, config-file key) of the loop settings a loop-runner config sets besides guards."""
+    return [(row.name, row.config_key) for row in SETTINGS
+            if row.config_key and row.yaml_key and not row.yaml_key.startswith("guards.")]
+
+
+# -- resolution ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Resolved:
+    """Values after precedence, and where each came from ("default", a file, a flag...)."""
+
+    values: dict[str, Any]
+    origin: dict[str, str] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def with_layer(self, name: str, layer: Mapping[str, Any]) -> Resolved:
+        """These values with one more layer on top (a marker, a loop file line)."""
+        return resolve([(name, layer)], defaults=self.values, origin=self.origin)
+
+
+def resolve(layers: Sequence[tuple[str, Mapping[str, Any]]], defaults: Mapping[str, Any] = DEFAULTS,
+            origin: Mapping[str, str] | None = None) -> Resolved:
+    """Apply ``layers`` lowest first over ``defaults``; a None value means "not set here".
+
+    Every entry point builds its layers in the one order (config file, ini,
+    environment, command line; then a marker or a loop file line) and calls this.
+    """
+    values = dict(defaults)
+    where = dict(origin) if origin is not None else dict.fromkeys(defaults, "default")
+    for name, layer in layers:
+        for key, value in layer.items():
+            if value is None:
+                continue
+            values[key] = value
+            where[key] = name
+    return Resolved(values, where)
+
+
+def spec_origin(values: Resolved) -> dict[str, str]:
+    """Where each of a pytest loop's settings came from (the others are the session's)."""
+    return {key: where for key, where in values.origin.items() if key in PYTEST_DEFAULTS}
+
+
+def env_layer(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Settings from PYTEST_LOOPS_* environment variables (validated)."""
+    environ = os.environ if environ is None else environ
+    layer: dict[str, Any] = {}
+    for name, var in ENV_NAMES.items():
+        raw = environ.get(var)
+        if raw:
+            layer[name] = BY_NAME[name].parse_env(raw, f"environment variable {var}")
+    return layer
+
+
+def marker_layer(kwargs: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A marker's keywords (already checked to be marker keywords) as a settings layer."""
+    layer: dict[str, Any] = {}
+    for keyword, value in kwargs.items():
+        if value is None:
+            continue
+        row = by_marker(keyword)
+        if row.kind in ("int", "number") and isinstance(value, str):
+            raise LoopUsageError(f"{value!r} is not a valid {row.name}; give a number",
+                                 location=f"{where}({keyword}=...)")
+        layer[row.name] = row.parse(value, f"{where}({keyword}=...)")
+    return layer
+
+
+def file_has(row: Setting, spec_origin: Mapping[str, str]) -> bool:
+    """Whether a loop file set this setting itself (its line wins over the session)."""
+    return spec_origin.get(row.record_key, "default") != "default"
+
+
+def reproduce_pairs(values: Resolved) -> list[tuple[str, str]]:
+    """The ``--loop-*`` flags and values that reproduce these settings (``=`` form)."""
+    pairs: list[tuple[str, str]] = []
+    for row in option_rows():
+        if row.reproduce == "never" or row.name not in values.values:
+            continue
+        value = values[row.name]
+        if row.reproduce == "changed" and (value in (None, [], ()) or value == row.default
+                                           or values.origin.get(row.name, "default") == "default"):
+            continue
+        pairs += [(row.option, text) for text in row.text(value)]
+    return pairs
+
+
+def own_options() -> set[str]:
+    """The pytest options whose values the reproduce command writes itself (or drops)."""
+    return {"--loop", *(row.option for row in option_rows() if row.option)}
