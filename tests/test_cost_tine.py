@@ -72,8 +72,8 @@ def test_each_distinct_string_is_scanned_once_per_write(tmp_path, monkeypatch):
 def test_opentine_is_left_as_it_was_found_even_when_the_save_fails(tmp_path, monkeypatch):
     from opentine import Run, _canon_redact, _graph_serde, redaction
 
-    before = (redaction.redact_text, _graph_serde._redact, _canon_redact._field_name,
-              _canon_redact._secret_field)
+    before = (redaction.redact_text, _graph_serde._redact, _graph_serde.redact_value,
+              _canon_redact._field_name, _canon_redact._secret_field)
     write_tine(make_result(2), tmp_path / "ok.tine")
 
     def boom(self, *a, **k):
@@ -82,8 +82,8 @@ def test_opentine_is_left_as_it_was_found_even_when_the_save_fails(tmp_path, mon
     monkeypatch.setattr(Run, "save", boom)
     with pytest.raises(OSError):
         write_tine(make_result(2), tmp_path / "full.tine")
-    after = (redaction.redact_text, _graph_serde._redact, _canon_redact._field_name,
-             _canon_redact._secret_field)
+    after = (redaction.redact_text, _graph_serde._redact, _graph_serde.redact_value,
+             _canon_redact._field_name, _canon_redact._secret_field)
     assert after == before
     assert not list(tmp_path.glob(".full.tine.*"))
 

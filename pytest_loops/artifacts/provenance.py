@@ -265,7 +265,7 @@ class _RedactionMemo:
         text_fn = getattr(redaction, "redact_text", None)
         walk_fn = getattr(_graph_serde, "_redact", None)
         if not callable(text_fn) or not callable(walk_fn) or not callable(
-                getattr(redaction, "redact_value", None)):
+                getattr(_graph_serde, "redact_value", None)):
             return self  # pragma: no cover - another opentine layout
         cache = self._cache
 
@@ -277,6 +277,8 @@ class _RedactionMemo:
             clean = text_fn(value)
             if clean != value:
                 self._changed = True
+            else:
+                clean = value  # the same object: the redacted copy shares it
             cache[value] = clean
             return clean
 
@@ -284,11 +286,19 @@ class _RedactionMemo:
             out = walk_fn(value, *args, **kwargs)
             if out != value:
                 self._changed = True
-            return out
+                return out
+            return value  # equal: the copy is dropped at once (a save's peak memory)
 
-        self._patched = [(redaction, "redact_text", text_fn), (_graph_serde, "_redact", walk_fn)]
+        def scrub_value(value: Any, *args: Any, **kwargs: Any) -> Any:
+            out = value_fn(value, *args, **kwargs)
+            return out if out != value else value
+
+        value_fn = _graph_serde.redact_value
+        self._patched = [(redaction, "redact_text", text_fn), (_graph_serde, "_redact", walk_fn),
+                         (_graph_serde, "redact_value", value_fn)]
         redaction.redact_text = redact_text
         _graph_serde._redact = walk
+        _graph_serde.redact_value = scrub_value
         self._memo_field_names()
         self._active = True
         return self
@@ -380,14 +390,14 @@ def _signing_key(hmac_key: bytes | None, ed25519_key_path: str | None) -> tuple[
 
 
 def _add_step(run: Any, kind: str, inputs: dict, outputs: dict, duration: float,
-              tool_info: dict | None) -> None:
+              tool_info: dict | None) -> Any:
     from opentine import StepKind
 
     # opentine accepts a non-dict output here and only fails later, in save().
     if not isinstance(outputs, dict) or not isinstance(inputs, dict):
         raise TypeError("step inputs and outputs must be dicts")
-    run.add_step(StepKind(kind), inputs=inputs, outputs=outputs,
-                 tool_info=tool_info, duration=nonneg_seconds(duration))
+    return run.add_step(StepKind(kind), inputs=inputs, outputs=outputs,
+                        tool_info=tool_info, duration=nonneg_seconds(duration))
 
 
 def _metadata(result: LoopResult, scrub: Scrub) -> dict[str, Any]:
@@ -572,8 +582,11 @@ def _save(payloads: list[Payload], metadata: dict[str, Any], succeeded: bool, ta
     from opentine import Run, RunStatus
 
     run = Run(metadata=metadata, tags=["pytest-loops", str(metadata.get("verdict", "")).lower()])
-    for kind, inputs, outputs, duration, tool_info in payloads:
-        _add_step(run, kind, inputs, outputs, duration, tool_info)
+    for index, (kind, inputs, outputs, duration, tool_info) in enumerate(payloads):
+        step = _add_step(run, kind, inputs, outputs, duration, tool_info)
+        # the step holds its own copy: the payload shares it, so only one is kept
+        if step is not None and step.inputs == inputs and step.outputs == outputs:
+            payloads[index] = (kind, step.inputs, step.outputs, duration, tool_info)
     run.status = RunStatus.completed if succeeded else RunStatus.failed
     if sign_key is None:
         run.save(target)
