@@ -107,7 +107,7 @@ def test_a_file_written_without_the_memo_reads_and_verifies_the_same(tmp_path, m
     result = make_result(3, tail=f"x\ntoken={SECRET}\ny")
     new = write_tine(result, tmp_path / "new.tine")
     with monkeypatch.context() as m:  # the writer as it was: every string scanned, read back
-        m.setattr(provenance._RedactionMemo, "__enter__", lambda self: self)
+        m.setattr(provenance._RedactionMemo, "_install", lambda self: self)
         old = write_tine(result, tmp_path / "old.tine")
     for path in (old, new):
         ok, message = verify_tine(path)
@@ -115,3 +115,37 @@ def test_a_file_written_without_the_memo_reads_and_verifies_the_same(tmp_path, m
     old_summary, new_summary = load_tine_summary(old), load_tine_summary(new)
     assert old_summary == new_summary
     assert [(s.inputs, s.outputs) for s in steps_of(old)] == [(s.inputs, s.outputs) for s in steps_of(new)]
+
+
+def test_writes_from_two_threads_at_once_leave_opentine_as_found(tmp_path):
+    import threading
+
+    from opentine import _canon_redact, _graph_serde, redaction
+
+    def functions():
+        return (redaction.redact_text, _graph_serde._redact, _graph_serde.redact_value,
+                _canon_redact._field_name, _canon_redact._secret_field)
+
+    before = functions()
+    errors: list[BaseException] = []
+
+    def write(name: str, tail: str) -> None:
+        try:
+            for k in range(3):
+                write_tine(make_result(4, tail=tail), tmp_path / f"{name}-{k}.tine")
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=("a", "plain tail")),
+               threading.Thread(target=write, args=("b", f"x\nsshkey: {SECRET}\ny"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    assert functions() == before
+    for path in sorted(tmp_path.glob("*.tine")):
+        ok, message = verify_tine(path)
+        assert ok, message
+    for step in steps_of(tmp_path / "b-2.tine"):
+        assert SECRET not in str(step.outputs)

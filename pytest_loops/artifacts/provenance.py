@@ -17,6 +17,7 @@ import math
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -257,7 +258,19 @@ class _RedactionMemo:
         self._changed = False
         self._active = False
 
+    # opentine's module functions are swapped for the write: one write at a time in
+    # a process, so two loops saving at once never restore each other's wrappers
+    _lock = threading.Lock()
+
     def __enter__(self) -> _RedactionMemo:
+        self._lock.acquire()
+        try:
+            return self._install()
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def _install(self) -> _RedactionMemo:
         try:
             from opentine import _graph_serde, redaction
         except ImportError:  # pragma: no cover - another opentine layout
@@ -343,10 +356,13 @@ class _RedactionMemo:
         canon._secret_field = secret_field
 
     def __exit__(self, *exc: Any) -> None:
-        for module, name, original in self._patched:
-            setattr(module, name, original)
-        self._patched = []
-        self._active = False
+        try:
+            for module, name, original in reversed(self._patched):
+                setattr(module, name, original)
+        finally:
+            self._patched = []
+            self._active = False
+            self._lock.release()
 
     def unchanged(self) -> bool:
         return self._active and not self._changed
