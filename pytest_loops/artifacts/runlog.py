@@ -153,8 +153,12 @@ class RunLogWriter:
             self._failed(exc)
 
     def __del__(self) -> None:  # a writer dropped without finish() or close()
-        with contextlib.suppress(Exception):
-            self.close()
+        events = getattr(self, "_events", None)
+        if events is not None:
+            try:
+                events.close()
+            except Exception:  # noqa: BLE001 - nothing to report to at collection time
+                pass
 
     def close(self) -> None:
         """Close the events file (events appended after this reopen it)."""
