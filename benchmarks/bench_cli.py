@@ -3,6 +3,7 @@
     python benchmarks/bench_cli.py [--quick] [--rounds R] [--iters LO,HI]
                                    [--sizes 10000,100000] [--tree-iters LO,HI]
                                    [--skip trivial,trees] [--tmp DIR]
+                                   [--baseline-cli PATH]
 
 Every arm is a whole process (spawn to reap, wall clock; peak RSS from
 ``os.wait4``) and every loop runs ``false`` as its check and ``true`` as its
@@ -20,7 +21,9 @@ only). The pytest arms are in bench_pytest.py.
               for each command, append one JSON line per iteration);
    - cli:     ``pytest-loops run --verify false --revise true`` with every
               default on (.tine, lessons, suspects, protection, run log);
-   - cli --no-tine; cli --no-tine --no-reflexion --no-suspects.
+   - cli --no-tine; cli --no-tine --no-reflexion --no-suspects;
+   - with ``--baseline-cli PATH``: the defaults and --no-tine arms of an older
+     build too (an executable running it), for before -> after figures.
 
    Each cli run starts in a fresh empty directory, as a first run would.
    .tine cost = cli - cli --no-tine, per iteration and in peak RSS per iteration.
@@ -194,10 +197,14 @@ def rss_per_iter(samples: dict[str, list[Sample]], arm: str, lo: int, hi: int) -
             for h, low in zip(samples[f"{arm}@{hi}"], samples[f"{arm}@{lo}"], strict=True)]
 
 
-def bench_trivial(cli: str, ws: Workspace, harness: Path, rounds: int, lo: int, hi: int) -> Table:
+def bench_trivial(cli: str, ws: Workspace, harness: Path, rounds: int, lo: int, hi: int,
+                  baseline: str | None = None) -> Table:
     arms = {"floor": lambda n: floor_run(n, ws), "harness": lambda n: harness_run(harness, n, ws)}
     for name, extra in CLI_ARMS.items():
         arms[name] = lambda n, e=extra: cli_run(cli, n, e, ws)
+    if baseline:  # an older build, interleaved with this one: before -> after from one run
+        for name in ("cli", "cli --no-tine"):
+            arms[f"baseline {name}"] = lambda n, e=CLI_ARMS[name]: cli_run(baseline, n, e, ws)
     for fn in arms.values():  # warm-up: the interpreter's and the package's files into the page cache
         fn(2)
     jobs = {f"{name}@{n}": (lambda fn=fn, n=n: fn(n)) for name, fn in arms.items() for n in (lo, hi)}
@@ -246,6 +253,24 @@ def bench_trivial(cli: str, ws: Workspace, harness: Path, rounds: int, lo: int, 
                   f"<= {TARGET_RSS_MB:g} MB at 400 iter" if is_default else "",
                   (peak / 1024 <= TARGET_RSS_MB) if is_default and hi >= 400 else None)
         table.add(f"  peak RSS growth per iteration, {name[4:] or 'defaults'}", f"{grow[name]:.2f} KB")
+    if baseline:
+        for name in ("cli", "cli --no-tine"):
+            before = f"baseline {name}"
+            label = name[4:] or "defaults"
+            table.add(f"CPU: baseline build, {label}", ms(c[before]), f"this build {ms(c[name])}",
+                      med([b / a for a, b in zip(cpu[name], cpu[before], strict=True)]))
+            table.add(f"peak RSS at {hi} iterations, baseline build, {label}",
+                      mb(med([s.rss_kb for s in samples[f"{before}@{hi}"]])),
+                      f"this build {mb(med([s.rss_kb for s in samples[f'{name}@{hi}']]))}")
+        before_tine = med([a - b for a, b in zip(cpu["baseline cli"], cpu["baseline cli --no-tine"],
+                                                 strict=True)])
+        table.add("CPU: .tine provenance, baseline build", ms(before_tine), f"this build {ms(tine_cpu)}",
+                  before_tine / tine_cpu if tine_cpu > 0 else None)
+        before_kb = med([a - b for a, b in zip(rss_per_iter(samples, "baseline cli", lo, hi),
+                                               rss_per_iter(samples, "baseline cli --no-tine", lo, hi),
+                                               strict=True)])
+        table.add(".tine memory per iteration, baseline build", f"{before_kb:.2f} KB",
+                  f"this build {tine_kb:.2f} KB")
     print(table.render())
     print("\nrounds, ms per iteration: " + "; ".join(
         f"{name} " + ", ".join(f"{v * 1000:.2f}" for v in vals) for name, vals in per.items()))
@@ -330,6 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tree-rounds", type=int, default=None, help="rounds on the trees (default: --rounds)")
     parser.add_argument("--skip", default="", help="parts to skip, comma-separated: trivial,trees")
     parser.add_argument("--tmp", default=None, help="where the trees go (default /dev/shm if writable)")
+    parser.add_argument("--baseline-cli", default=None, metavar="PATH",
+                        help="an older build's pytest-loops executable: its defaults and --no-tine arms "
+                             "run interleaved with this build's, for before -> after figures from one run")
     args = parser.parse_args(argv)
     q = args.quick
     rounds = args.rounds or (3 if q else 5)
@@ -356,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         harness.write_text(HARNESS_SCRIPT)
         if "trivial" not in skip:
             print(f"trivial commands run in fresh directories under {disk} ({fs_type(str(disk))})")
-            bench_trivial(cli, Workspace(disk / "runs"), harness, rounds, lo, hi)
+            bench_trivial(cli, Workspace(disk / "runs"), harness, rounds, lo, hi, args.baseline_cli)
         if "trees" not in skip:
             private = mem / "tmp"
             private.mkdir()

@@ -556,6 +556,7 @@ class Engine:
             raise
         finally:
             self._log = None
+            log.close()  # the events file, open while the loop ran
             close = getattr(fingerprint, "close", None)
             if close is not None:
                 close()  # release the change journal (an inotify descriptor) now

@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import os
 import select
+import shlex
 import signal
 import subprocess
 import sys
@@ -50,10 +51,17 @@ _POLL_MAX = 0.01  # seconds between exit checks: keeps deadlines precise to ~10 
 _SCAN_FIRST = 0.05  # first /proc walk: most commands that escape live longer; sooner costs short ones
 _SCAN_MAX = 0.2  # later walks further apart, to stay cheap on long commands
 _REAP_WAIT = 2.0  # how long to wait for SIGKILLed processes to become reapable
-# the command's shell joins its cgroup leaf before it runs anything, then becomes
-# the usual `/bin/sh -c COMMAND` (a write from Python after Popen() would race
-# with the command's first forks; a preexec_fn costs a full fork() of the harness)
-_JOIN = ("/bin/sh", "-c", '{ echo $$ >"$0"; } 2>/dev/null; exec /bin/sh -c "$1"')
+# the command's shell joins its cgroup leaf before it runs anything, then runs the
+# command itself: one shell, as `/bin/sh -c COMMAND` ($0 is /bin/sh, no arguments,
+# the same pid). A write from Python after Popen() would race with the command's
+# first forks; a preexec_fn costs a full fork() of the harness; a second shell
+# (`exec /bin/sh -c "$1"`) costs an exec per command.
+_JOIN = "{{ echo $$ >{procs}; }} 2>/dev/null; {command}"
+
+
+def _joined(procs: str, command: str) -> list[str]:
+    """``/bin/sh -c`` running ``command`` after the shell joined the cgroup leaf ``procs``."""
+    return ["/bin/sh", "-c", _JOIN.format(procs=shlex.quote(procs), command=command)]
 
 _tags = itertools.count(1)  # with the pid, makes each command's tag unique
 _subreaper_lock = threading.Lock()
@@ -314,7 +322,7 @@ class ProcessRunner:
             grow_pipe(pipe_w)
             try:
                 proc = subprocess.Popen(
-                    ["/bin/sh", "-c", command] if cgroup is None else [*_JOIN, cgroup.procs, command],
+                    ["/bin/sh", "-c", command] if cgroup is None else _joined(cgroup.procs, command),
                     cwd=cwd,
                     env=child_env,
                     stdin=subprocess.DEVNULL,

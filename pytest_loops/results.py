@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,7 +55,19 @@ class CheckResult:
     failing_tests: tuple[str, ...] = ()  # pytest node ids that failed, when known (for localization)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # field by field: dataclasses.asdict deep-copies every value, once per event
+        return {
+            "name": self.name, "kind": self.kind, "passed": self.passed, "exit_code": self.exit_code,
+            "duration_s": self.duration_s, "output_tail": self.output_tail,
+            "output_file": self.output_file, "reason": self.reason, "runs": self.runs,
+            "timed_out": self.timed_out, "needs_human": self.needs_human,
+            "output_digest": self.output_digest, "command": self.command,
+            "failing_tests": tuple(self.failing_tests),
+        }
+
+
+def _nested(values: dict[str, Any]) -> bool:
+    return any(isinstance(v, (dict, list, set, tuple)) for v in values.values())
 
 
 @dataclass
@@ -95,10 +108,26 @@ class IterationRecord:
     elapsed_s: float = 0.0  # loop time when this iteration ended
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["checks"] = [c.to_dict() for c in self.checks]
-        data["clean_room"] = [c.to_dict() for c in self.clean_room]
-        return data
+        # field by field, in field order (what dataclasses.asdict gave, without its deep copies)
+        return {
+            "iter": self.iter, "started_at": self.started_at,
+            "checks": [c.to_dict() for c in self.checks],
+            "verify_exit": self.verify_exit, "passed": self.passed, "duration_s": self.duration_s,
+            "verify_duration_s": self.verify_duration_s, "output_tail": self.output_tail,
+            "state_hash": self.state_hash, "state_changed": self.state_changed,
+            "unchanged_streak": self.unchanged_streak, "failure_signature": self.failure_signature,
+            "same_failure_streak": self.same_failure_streak, "lesson": self.lesson,
+            "revise_exit": self.revise_exit, "revise_duration_s": self.revise_duration_s,
+            "revise_output_file": self.revise_output_file, "revise_tail": self.revise_tail,
+            "suspects_file": self.suspects_file, "protected_changes": list(self.protected_changes),
+            "scope_reverted": list(self.scope_reverted),
+            "clean_room": [c.to_dict() for c in self.clean_room],
+            "clean_room_s": self.clean_room_s, "audit_findings": list(self.audit_findings),
+            "caches_cleared": self.caches_cleared, "guard": self.guard,
+            "guards_seen": copy.deepcopy(self.guards_seen) if _nested(self.guards_seen)
+            else dict(self.guards_seen),
+            "elapsed_s": self.elapsed_s,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> IterationRecord:

@@ -301,6 +301,7 @@ def test_a_write_error_goes_to_on_error_and_the_loop_log_stops(tmp_path, monkeyp
     log = tmp_path / "run.json"
     writer = RunLogWriter(log, key=None, on_error=lambda path, exc: seen.append((path, exc.errno)))
     writer.start({"loop": "x", "guards": {}})
+    writer.close()  # the events file stays open between events: reopened (and failing) on the next
     real_open = open
 
     def full(file, mode="r", *args, **kwargs):

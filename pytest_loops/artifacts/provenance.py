@@ -17,6 +17,7 @@ import math
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -152,25 +153,37 @@ def jsonable(obj: Any, scrub: Scrub | None = None) -> Any:
     return _jsonable(obj, scrub or make_redactor())
 
 
-def _jsonable(obj: Any, scrub: Scrub) -> Any:
+def _jsonable(obj: Any, scrub: Scrub, memo: dict[str, str] | None = None) -> Any:
+    """``memo`` maps strings already cleaned to their clean form (one write's keys,
+    commands and repeated tails are cleaned once)."""
     if obj is None or isinstance(obj, bool) or isinstance(obj, int):
         return obj
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, str):
-        return clean_text(obj, scrub)
+        return _clean(obj, scrub, memo)
     if isinstance(obj, Mapping):
-        return {clean_text(k, scrub): _jsonable(v, scrub) for k, v in obj.items()}
+        return {_clean(str(k), scrub, memo): _jsonable(v, scrub, memo) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_jsonable(v, scrub) for v in obj]
+        return [_jsonable(v, scrub, memo) for v in obj]
     if isinstance(obj, (set, frozenset)):
-        return sorted((_jsonable(v, scrub) for v in obj), key=str)
+        return sorted((_jsonable(v, scrub, memo) for v in obj), key=str)
     if isinstance(obj, bytes):
-        return clean_text(obj.decode("utf-8", "replace"), scrub)
+        return _clean(obj.decode("utf-8", "replace"), scrub, memo)
     value = getattr(obj, "value", None)  # enums
     if isinstance(value, (str, int)) and not isinstance(value, bool):
-        return _jsonable(value, scrub)
-    return clean_text(obj, scrub)
+        return _jsonable(value, scrub, memo)
+    return _clean(str(obj), scrub, memo)
+
+
+def _clean(text: str, scrub: Scrub, memo: dict[str, str] | None) -> str:
+    if memo is None:
+        return clean_text(text, scrub)
+    try:
+        return memo[text]
+    except KeyError:
+        clean = memo[text] = clean_text(text, scrub)
+        return clean
 
 
 # --------------------------------------------------------------------------- writing
@@ -204,22 +217,158 @@ def write_tine(
     os.close(fd)
     tmp = Path(name)
     try:
-        _save(payloads, metadata, result.succeeded, tmp, sign_key, algorithm)
         # opentine redacts on save and cannot be told not to; it may drop the rest of
-        # a multi-line string after a `token:`. Reading back (~20 ms) is far cheaper
-        # than a second redaction pass, and the rare file that changed is re-saved
-        # with the changed strings masked line by line, so nothing else is lost.
-        for _ in range(_REFITS):
-            stored = _bodies_of(Run.load(tmp).steps)
-            if stored == _bodies(payloads):
-                break
-            payloads = _refit(payloads, stored, Run)
+        # a multi-line string after a `token:`. Its scan is memoized for this write
+        # (each distinct string scanned once: step keys, exit codes and repeated
+        # tails are most of a run), and the memo tells whether it changed anything.
+        # Only then is the file read back and re-saved with the changed strings
+        # masked line by line, so nothing else is lost.
+        with _RedactionMemo() as memo:
             _save(payloads, metadata, result.succeeded, tmp, sign_key, algorithm)
+            for _ in range(_REFITS):
+                if memo.unchanged():
+                    break
+                stored = _bodies_of(Run.load(tmp).steps)
+                if stored == _bodies(payloads):
+                    break
+                payloads = _refit(payloads, stored, Run)
+                memo.reset_changes()
+                _save(payloads, metadata, result.succeeded, tmp, sign_key, algorithm)
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return str(target)
+
+
+class _RedactionMemo:
+    """opentine's save-time redaction, each distinct string scanned once, for one write.
+
+    ``redact_text`` is a pure function of its string, so a dict in front of it
+    changes no output. The wrappers also note whether redaction changed anything
+    (a changed string, or the field walk replacing a secret-named field): when
+    nothing changed, the saved steps are exactly the payloads and need no reading
+    back. Should opentine's internals move, the memo steps aside and
+    ``unchanged()`` answers False, so the file is read back and checked as before.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[str, str] = {}
+        self._patched: list[tuple[Any, str, Any]] = []
+        self._changed = False
+        self._active = False
+
+    # opentine's module functions are swapped for the write: one write at a time in
+    # a process, so two loops saving at once never restore each other's wrappers
+    _lock = threading.Lock()
+
+    def __enter__(self) -> _RedactionMemo:
+        self._lock.acquire()
+        try:
+            return self._install()
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def _install(self) -> _RedactionMemo:
+        try:
+            from opentine import _graph_serde, redaction
+        except ImportError:  # pragma: no cover - another opentine layout
+            return self
+        text_fn = getattr(redaction, "redact_text", None)
+        walk_fn = getattr(_graph_serde, "_redact", None)
+        if not callable(text_fn) or not callable(walk_fn) or not callable(
+                getattr(_graph_serde, "redact_value", None)):
+            return self  # pragma: no cover - another opentine layout
+        cache = self._cache
+
+        def redact_text(value: str) -> str:
+            try:
+                return cache[value]
+            except KeyError:
+                pass
+            clean = text_fn(value)
+            if clean != value:
+                self._changed = True
+            else:
+                clean = value  # the same object: the redacted copy shares it
+            cache[value] = clean
+            return clean
+
+        def walk(value: Any, *args: Any, **kwargs: Any) -> Any:
+            out = walk_fn(value, *args, **kwargs)
+            if out != value:
+                self._changed = True
+                return out
+            return value  # equal: the copy is dropped at once (a save's peak memory)
+
+        def scrub_value(value: Any, *args: Any, **kwargs: Any) -> Any:
+            out = value_fn(value, *args, **kwargs)
+            return out if out != value else value
+
+        value_fn = _graph_serde.redact_value
+        self._patched = [(redaction, "redact_text", text_fn), (_graph_serde, "_redact", walk_fn),
+                         (_graph_serde, "redact_value", value_fn)]
+        redaction.redact_text = redact_text
+        _graph_serde._redact = walk
+        _graph_serde.redact_value = scrub_value
+        self._memo_field_names()
+        self._active = True
+        return self
+
+    def _memo_field_names(self) -> None:
+        """The field walk's name tests, once per distinct name (both pure)."""
+        try:
+            from opentine import _canon_redact as canon
+        except ImportError:  # pragma: no cover - another opentine layout
+            return
+        name_fn = getattr(canon, "_field_name", None)
+        secret_fn = getattr(canon, "_secret_field", None)
+        if not callable(name_fn) or not callable(secret_fn):
+            return  # pragma: no cover - another opentine layout
+        names: dict[str, str] = {}
+        secrets: dict[tuple[str, tuple[str, ...]], bool] = {}
+        seen: list[Any] = []  # the credential names the memo answers for
+
+        def field_name(value: Any) -> str:
+            if type(value) is not str:
+                return name_fn(value)
+            try:
+                return names[value]
+            except KeyError:
+                name = names[value] = name_fn(value)
+                return name
+
+        def secret_field(name: str, credential_names: Any, suffixes: tuple[str, ...]) -> bool:
+            if not seen:
+                seen.append(frozenset(credential_names))
+            elif credential_names != seen[0]:
+                return secret_fn(name, credential_names, suffixes)
+            key = (name, suffixes)
+            try:
+                return secrets[key]
+            except KeyError:
+                found = secrets[key] = secret_fn(name, credential_names, suffixes)
+                return found
+
+        self._patched += [(canon, "_field_name", name_fn), (canon, "_secret_field", secret_fn)]
+        canon._field_name = field_name
+        canon._secret_field = secret_field
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            for module, name, original in reversed(self._patched):
+                setattr(module, name, original)
+        finally:
+            self._patched = []
+            self._active = False
+            self._lock.release()
+
+    def unchanged(self) -> bool:
+        return self._active and not self._changed
+
+    def reset_changes(self) -> None:
+        self._changed = False
 
 
 def _signing_key(hmac_key: bytes | None, ed25519_key_path: str | None) -> tuple[Any, str]:
@@ -257,14 +406,14 @@ def _signing_key(hmac_key: bytes | None, ed25519_key_path: str | None) -> tuple[
 
 
 def _add_step(run: Any, kind: str, inputs: dict, outputs: dict, duration: float,
-              tool_info: dict | None) -> None:
+              tool_info: dict | None) -> Any:
     from opentine import StepKind
 
     # opentine accepts a non-dict output here and only fails later, in save().
     if not isinstance(outputs, dict) or not isinstance(inputs, dict):
         raise TypeError("step inputs and outputs must be dicts")
-    run.add_step(StepKind(kind), inputs=inputs, outputs=outputs,
-                 tool_info=tool_info, duration=nonneg_seconds(duration))
+    return run.add_step(StepKind(kind), inputs=inputs, outputs=outputs,
+                        tool_info=tool_info, duration=nonneg_seconds(duration))
 
 
 def _metadata(result: LoopResult, scrub: Scrub) -> dict[str, Any]:
@@ -299,7 +448,9 @@ def _payloads(result: LoopResult, scrub: Scrub) -> list[Payload]:
         if record.revise_exit is not None or record.revise_duration_s is not None:
             steps.append(_revise_step(record, spec.revise, scrub))
     steps.append(_done_step(result))
-    return [(kind, _jsonable(i, scrub), _jsonable(o, scrub), d, t) for kind, i, o, d, t in steps]
+    memo: dict[str, str] = {}
+    return [(kind, _jsonable(i, scrub, memo), _jsonable(o, scrub, memo), d, t)
+            for kind, i, o, d, t in steps]
 
 
 def _start_step(result: LoopResult) -> Payload:
@@ -447,8 +598,11 @@ def _save(payloads: list[Payload], metadata: dict[str, Any], succeeded: bool, ta
     from opentine import Run, RunStatus
 
     run = Run(metadata=metadata, tags=["pytest-loops", str(metadata.get("verdict", "")).lower()])
-    for kind, inputs, outputs, duration, tool_info in payloads:
-        _add_step(run, kind, inputs, outputs, duration, tool_info)
+    for index, (kind, inputs, outputs, duration, tool_info) in enumerate(payloads):
+        step = _add_step(run, kind, inputs, outputs, duration, tool_info)
+        # the step holds its own copy: the payload shares it, so only one is kept
+        if step is not None and step.inputs == inputs and step.outputs == outputs:
+            payloads[index] = (kind, step.inputs, step.outputs, duration, tool_info)
     run.status = RunStatus.completed if succeeded else RunStatus.failed
     if sign_key is None:
         run.save(target)

@@ -144,10 +144,13 @@ class MemoryPage:
         line = " ".join(strip_control(lesson).splitlines()).strip()
         if not line.startswith("- "):
             line = "- " + line
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self._has_heading:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock:
             prefix = ""
-            found = self._read_tail(reading_back=False)
+            # Once this page has had a lesson appended, the heading is known to be in
+            # place: only its last byte is checked (below), not its tail re-read.
+            found = ("\n", False) if self._has_heading else self._read_tail(reading_back=False)
             if found is True:
                 return  # not a regular file, or unreadable: warned
             text, whole = found if found else ("", True)
@@ -162,7 +165,7 @@ class MemoryPage:
                 elif not text.endswith("\n"):
                     prefix = "\n"
             try:  # O_NONBLOCK: a FIFO put there since is refused (ENXIO), never waited on
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
+                fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
                              | getattr(os, "O_NOCTTY", 0), 0o644)
             except OSError as exc:
                 if exc.errno != errno.ENXIO:
@@ -170,9 +173,15 @@ class MemoryPage:
                 self._warn("is a FIFO nobody reads; lesson not kept")
                 return
             try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode):
                     self._warn("is not a regular file; lesson not kept")
                     return
+                if self._has_heading:  # the page as this loop last left it?
+                    if info.st_size == 0:  # emptied or removed since: a new page
+                        prefix = self._header()
+                    elif os.pread(fd, 1, info.st_size - 1) != b"\n":  # edited since
+                        prefix = "\n"
                 os.write(fd, (prefix + line + "\n").encode("utf-8"))
             finally:
                 os.close(fd)

@@ -13,13 +13,14 @@ and `report` print "unverified" next to its verdict.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from filelock import FileLock
 
@@ -90,6 +91,7 @@ class RunLogWriter:
         self.key: bytes | None = None
         self.key_error: str | None = None
         self.source_file: dict[str, str] | None = None  # the loop file and its digest at the start
+        self._events: BinaryIO | None = None  # the events file, open while the loop runs
 
     def _load_key(self) -> None:
         if self._key_loaded:
@@ -128,19 +130,46 @@ class RunLogWriter:
             raise exc
         self.on_error(str(self.path), exc)
 
-    def _append(self, event: dict[str, Any]) -> None:
+    def _append(self, event: dict[str, Any], *, sync: bool = False) -> None:
+        """One line, one write(2) to the events file opened once per run (the kernel
+        keeps it across a kill -9); ``sync`` flushes it to the disk as well."""
         if self.broken:
             return
         line = self._signed_line(self._text(_dump(event)))
         try:
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(line + "\n")
+            if self._events is None or self._events.closed:
+                self._events = open(self.path, "ab", buffering=0)  # noqa: SIM115 - closed in close()
+            data = (line + "\n").encode("utf-8")
+            written = self._events.write(data)
+            if written is not None and written < len(data):  # a short write: the rest, in order
+                view = memoryview(data)[written:]
+                while view:
+                    view = view[self._events.write(view) or 0:]
+            if sync:
+                os.fsync(self._events.fileno())
         except OSError as exc:
             self.broken = True
+            self.close()
             self._failed(exc)
+
+    def __del__(self) -> None:  # a writer dropped without finish() or close()
+        events = getattr(self, "_events", None)
+        if events is not None:
+            try:
+                events.close()
+            except Exception:  # noqa: BLE001 - nothing to report to at collection time
+                pass
+
+    def close(self) -> None:
+        """Close the events file (events appended after this reopen it)."""
+        events, self._events = self._events, None
+        if events is not None:
+            with contextlib.suppress(OSError):
+                events.close()
 
     def start(self, header: dict[str, Any]) -> None:
         self._load_key()
+        self.close()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_text("", encoding="utf-8")
@@ -163,7 +192,8 @@ class RunLogWriter:
         event: dict[str, Any] = {"event": "iteration", "record": record}
         if verdict is not None:
             event.update(verdict=verdict, reason=reason)
-        self._append(event)
+        # the verdict is on disk before anything else is done about it
+        self._append(event, sync=verdict is not None)
 
     def revise_start(self, record: dict[str, Any]) -> None:
         """The iteration so far (verify, progress, guards), before its revise step runs."""
@@ -173,12 +203,14 @@ class RunLogWriter:
         self._append({"event": "revise_end", "iter": iteration, "revise_exit": exit_code})
 
     def aborted(self, reason: str) -> None:
-        self._append({"event": "aborted", "reason": reason})
+        self._append({"event": "aborted", "reason": reason}, sync=True)
+        self.close()
 
     def finish(self, summary: dict[str, Any]) -> bool:
         """Replace the events by the summary (atomic rename); False when it could not
         be written (reported to ``on_error``): the events stay as they were."""
         self._load_key()
+        self.close()  # the summary replaces the events file
         if self.source_file is not None and "source_file" not in summary:
             summary = {**summary, "source_file": self.source_file}
         text = self._text(json.dumps(summary, ensure_ascii=False, indent=2, default=str, allow_nan=False))
