@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from filelock import FileLock
 
 from .errors import LoopUsageError
 from .redact import make_redactor, name_slug, redact, redact_obj
@@ -229,6 +228,8 @@ def shared_result(session_dir: Path, nodeid: str, spec: LoopSpec, run, *, key: b
     does not (forged, or another loop's) is removed and the loop is run; when it
     cannot be removed the item fails with one line.
     """
+    from filelock import FileLock
+
     from .artifacts.runlog import atomic_write_text
     from .trust import json_mac
 

@@ -317,7 +317,9 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         settings = build_settings(config)
         exitcode = _choice(config, "exitcode", EXITCODE_CHOICES)
-        artifact_options(config)  # validates the signing key now, before any test runs
+        _choice(config, "tine", TINE_CHOICES)
+        if _option(config, "sign_key_env") or _option(config, "sign_key_file"):
+            artifact_options(config)  # validates the signing key now, before any test runs
         check_outputs(config, settings)
         if settings["revise"]:
             from .preflight import check_revise
@@ -335,11 +337,9 @@ def pytest_configure(config: pytest.Config) -> None:
         config.add_cleanup(export_masks(_ini(config, "mask") or (), where="ini loop_mask"))
     except LoopUsageError as exc:
         usage_error(config, str(exc))
-    from .hooks import register_builtins
     from .reporting import ReportMasking
     from .session import LoopSession
 
-    register_builtins(config.pluginmanager)
     config.pluginmanager.register(LoopSession(config, settings, exitcode), "loop-session")
     config.pluginmanager.register(ReportMasking(), "loop-report-masking")
     if config.args_source is not pytest.Config.ArgsSource.ARGS:

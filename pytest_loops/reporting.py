@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -15,6 +16,7 @@ hookimpl = pluggy.HookimplMarker("pytest")
 
 # JUnit properties (report.user_properties) every loop item carries.
 LOOP_PROPERTY = "loop"
+SETTINGS_PROPERTY = "settings"  # the loop's settings line (printed by an xdist controller)
 TAIL_LINES = 30
 
 
@@ -62,6 +64,15 @@ def iteration_line(spec: LoopSpec, record: IterationRecord) -> str:
     return shown(f"[{spec.name}] iter {seen.get('iteration', record.iter)}  {checks}  | " + ", ".join(extras))
 
 
+def settings_line(spec: LoopSpec) -> str:
+    """The settings one loop runs with (a marker or a loop file may set its own), one line."""
+    g = spec.guards
+    budget = f"{format(g.budget_seconds, '.15g')}s" if g.budget_seconds else "off"
+    return shown(f"[{spec.name}] settings: max_iter={g.max_iter} budget={budget} "
+                 f"no_progress_k={g.no_progress_k} no_progress_signal={spec.no_progress_signal} "
+                 f"escalate_after={g.escalate_after} revise={spec.revise or '(none)'}")
+
+
 def shown(text: str) -> str:
     """Text fit for a terminal or a report: secrets masked, escape sequences removed."""
     return strip_control(redact(text))
@@ -98,6 +109,7 @@ def loop_properties(result: LoopResult) -> list[tuple[str, str]]:
         ("iterations", str(result.iterations_run)),
         ("reason", result.reason),
         ("elapsed_s", f"{result.elapsed_s:.2f}"),
+        (SETTINGS_PROPERTY, settings_line(result.spec)),
     ]
     props += [(f"artifact_{key}", path) for key, path in result.artifacts.items() if key != "run_dir"]
     props += [(f"iteration_{r.iter}", iteration_summary(r)) for r in result.iterations]
@@ -149,11 +161,28 @@ def summary_rows(rows: Iterable[dict[str, Any]]) -> list[str]:
     return [shown(line) for line in out]
 
 
+# the environment last looked at, and whether it held anything to mask
+_seen_env: list[Any] = [None, False]
+
+
+def anything_to_mask() -> bool:
+    """True when the environment holds a secret-named value or a mask. Looked up again
+    only when the environment changed since the last call (a C-level dict comparison:
+    a session of many reports and no secret pays next to nothing)."""
+    data = getattr(os.environ, "_data", None)
+    if not isinstance(data, dict):  # not CPython's os.environ: look every time
+        return bool(secret_values())
+    if _seen_env[0] is None or data != _seen_env[0]:
+        _seen_env[0] = dict(data)
+        _seen_env[1] = bool(secret_values())
+    return _seen_env[1]
+
+
 def mask_report(report: Any) -> None:
     """Secret values out of a test or collect report: its failure text, captured
     output and properties (what the terminal, JUnit XML and xdist carry). A failure
     text that held a secret becomes plain text."""
-    if not secret_values():
+    if not anything_to_mask():
         return
     scrub = make_redactor()
     longrepr = getattr(report, "longrepr", None)
