@@ -250,6 +250,19 @@ def usage_error(config: pytest.Config, message: str) -> NoReturn:
     raise pytest.UsageError(message)
 
 
+def usage_exit(config: pytest.Config, message: str) -> NoReturn:
+    """A usage error found once the session runs (at collection, in a running test):
+    the session stops and its one ``ERROR:`` line goes to stderr at the end (the loop
+    session prints it, in place of pytest's ``!`` banner); exit 64 under
+    --loop-exitcode=verdict, else pytest's usage error 4."""
+    verdict = (config.getoption("loop_exitcode") or _ini(config, "exitcode")) == "verdict"
+    raise _VerdictModeUsageError(message, returncode=EXIT_USAGE if verdict else int(pytest.ExitCode.USAGE_ERROR))
+
+
+def is_usage_exit(exc: BaseException) -> bool:
+    return isinstance(exc, _VerdictModeUsageError)
+
+
 VALUE_FLAGS = tuple("--loop-" + name.replace("_", "-") for name in OPTIONS)
 
 

@@ -72,6 +72,8 @@ class LoopSession:
         self.passed_nodeids: list[str] = []  # tests every part of which passed (subtests too)
         self._failed_set: set[str] = set()  # the two lists above as sets, for membership
         self._passed_set: set[str] = set()
+        self.usage_message = ""  # a usage error that stopped the running session
+        self.collect_usage_errors: list[str] = []  # found while collecting loop files
         self.announced: set[tuple[Any, Any]] = set()  # loops whose settings line the controller printed
         # failed reports per test as pytest counted them in session.testsfailed: one test
         # with subtests can fail several times (each subtest, and maybe the test itself)
@@ -242,8 +244,9 @@ class LoopSession:
             except LoopUsageError as exc:
                 # a usage error (64 under --loop-exitcode=verdict, else pytest's 4),
                 # from inside a running test too
-                code = EXIT_USAGE if self.exitcode == "verdict" else int(pytest.ExitCode.USAGE_ERROR)
-                pytest.exit(f"ERROR: {exc}", returncode=code)
+                from .plugin import usage_exit
+
+                usage_exit(self.config, str(exc))
             return data
         return None
 
@@ -343,9 +346,13 @@ class LoopSession:
 
     @pytest.hookimpl
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Reject a bad `@pytest.mark.loop(...)` before anything runs."""
-        from .plugin import marker_layer, usage_error
+        """Reject a bad `@pytest.mark.loop(...)` (or a loop file's revise step that cannot
+        start) before anything runs."""
+        from .plugin import marker_layer
 
+        if self.collect_usage_errors:
+            self._usage_at_collection(self.collect_usage_errors[0], items)
+            return
         marked = False
         for item in items:
             marker = item.get_closest_marker("loop")
@@ -359,25 +366,35 @@ class LoopSession:
                         check_revise(layer["revise"], self.rootdir,
                                      f"{item.nodeid}: @pytest.mark.loop(revise=...)")
                 except LoopUsageError as exc:
-                    if self.is_worker:
-                        # A UsageError raised on an xdist worker crashes it and the
-                        # controller reports an INTERNALERROR: run nothing here and let
-                        # the controller raise it (pytest_testnodedown).
-                        self.config.workeroutput[USAGE_ERROR_KEY] = str(exc)
-                        items[:] = []
-                        return
-                    usage_error(self.config, str(exc))
+                    self._usage_at_collection(str(exc), items)
+                    return
         pm = self.config.pluginmanager
         if marked and pm.get_plugin(MARKER_LOOPS) is None:  # without a marker, no test pays for it
             pm.register(MarkerLoops(self), MARKER_LOOPS)
+
+    def _usage_at_collection(self, message: str, items: list[pytest.Item]) -> None:
+        from .plugin import usage_error, usage_exit
+
+        if self.is_worker:
+            # A UsageError raised on an xdist worker crashes it and the controller
+            # reports an INTERNALERROR: run nothing here and let the controller
+            # raise it (pytest_testnodedown).
+            self.config.workeroutput[USAGE_ERROR_KEY] = message
+            items[:] = []
+            return
+        if self.exitcode == "verdict":
+            usage_exit(self.config, message)  # one ERROR: line and 64, not pytest's banner
+        usage_error(self.config, message)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         """On the xdist controller: a worker found a bad marker; fail as a usage error."""
         message = (getattr(node, "workeroutput", None) or {}).get(USAGE_ERROR_KEY)
         if message:
-            from .plugin import usage_error
+            from .plugin import usage_error, usage_exit
 
+            if self.exitcode == "verdict":
+                usage_exit(self.config, message)
             usage_error(self.config, message)
 
     def marker_report(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport):
@@ -495,6 +512,27 @@ class LoopSession:
         self._set_exitstatus(session)
 
     @pytest.hookimpl(trylast=True)
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        """A usage error that stopped the running session: its line is printed at the
+        end as one ``ERROR:`` line on stderr, not in pytest's ``!`` banner."""
+        from .plugin import is_usage_exit
+
+        if not is_usage_exit(excinfo.value):
+            return
+        self.usage_message = str(excinfo.value.msg)
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None and hasattr(reporter, "_keyboardinterrupt_memo"):
+            reporter._keyboardinterrupt_memo = None
+
+    def _report_usage_error(self) -> None:
+        if self.usage_message:
+            try:
+                sys.stderr.write(shown(f"ERROR: {self.usage_message}") + "\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+
+    @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         """JUnit XML is written at session finish, before the session loop's verdict is
         known to it: give the tests the loop repaired their loop properties and drop
@@ -512,6 +550,7 @@ class LoopSession:
             except OSError as exc:
                 self._artifact_failed(xmlpath, exc)
         self._report_artifact_errors()
+        self._report_usage_error()
 
     def _artifact_failed(self, path: str | Path, exc: OSError) -> None:
         from .finish import artifact_error
@@ -521,6 +560,8 @@ class LoopSession:
     def _report_artifact_errors(self) -> None:
         """One stderr line for every artifact this session could not write; pytest's
         exit code stays its own (an artifact records a result, it is not one)."""
+        if not self.artifact_errors:
+            return
         from .finish import artifact_errors_line
 
         line = artifact_errors_line(self.artifact_errors)
