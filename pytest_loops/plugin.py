@@ -13,7 +13,6 @@ from typing import Any, NoReturn
 
 import pytest
 
-from .checks import CHILD_ENV
 from .config import (
     ENV_NAMES,
     GUARD_KEYS,
@@ -28,6 +27,9 @@ from .config import (
 from .errors import LoopUsageError
 from .spec import DEFAULT_OUTPUT_CAP
 from .verdict import EXIT_USAGE
+
+# checks.CHILD_ENV, named here so a run without loops never imports the checks
+CHILD_ENV = "PYTEST_LOOPS_CHILD"
 
 MARKER = (
     "loop(revise=None, max_iter=None, budget_seconds=None, no_progress_k=None, "

@@ -53,6 +53,14 @@ def loaded(modules: list[str]) -> list[str]:
     return [m for m in modules if m in HEAVY or m.startswith(tuple(h + "." for h in HEAVY))]
 
 
+def test_the_package_names_load_on_first_use() -> None:
+    import pytest_loops
+
+    for name in pytest_loops.__all__:
+        assert getattr(pytest_loops, name) is not None, name
+    assert pytest_loops.LoopSpec.__module__ == "pytest_loops.spec"
+
+
 def test_without_loop_the_plugin_imports_nothing_heavy(project: Project) -> None:
     project.write("test_green.py", "def test_green():\n    pass\n")
     project.write("release.loop", 'loop "x":\n  goal: g\n  done when "true" passes\n')
@@ -60,6 +68,7 @@ def test_without_loop_the_plugin_imports_nothing_heavy(project: Project) -> None
     assert out["code"] == 0
     assert "pytest_loops.plugin" in out["modules"]
     assert loaded(out["modules"]) == []
+    assert "pytest_loops.results" not in out["modules"] and "pytest_loops.checks" not in out["modules"]
 
 
 def test_loop_with_nothing_to_loop_imports_nothing_heavy(project: Project) -> None:
@@ -104,10 +113,11 @@ def test_a_secret_set_in_the_middle_of_the_session_is_still_masked(project: Proj
 
 
 def test_the_names_spared_the_readers_are_the_readers_own() -> None:
-    from pytest_loops import engine
+    from pytest_loops import checks, engine, plugin
     from pytest_loops.sources import files
 
     assert ARTIFACTS_DIRNAME == engine.ARTIFACTS_DIRNAME
+    assert plugin.CHILD_ENV == checks.CHILD_ENV
     assert set(LOOP_FILE_ENDINGS) == {files.LOOP_SUFFIX, *files.YAML_LOOP_SUFFIXES}
     for name in ("a.loop", "A.LOOP", "x.loop.yaml", "x.Loop.yml", "loop", "x.yaml", "x.loops", "x.py"):
         assert Path(name).name.lower().endswith(LOOP_FILE_ENDINGS) == files.is_loop_file(name), name
