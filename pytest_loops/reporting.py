@@ -163,18 +163,30 @@ def summary_rows(rows: Iterable[dict[str, Any]]) -> list[str]:
 
 # the environment last looked at, and whether it held anything to mask
 _seen_env: list[Any] = [None, False]
+# set by pytest for every phase of every test; its name is not secret-named
+_PER_TEST = "PYTEST_CURRENT_TEST"
 
 
 def anything_to_mask() -> bool:
     """True when the environment holds a secret-named value or a mask. Looked up again
-    only when the environment changed since the last call (a C-level dict comparison:
-    a session of many reports and no secret pays next to nothing)."""
+    only when the environment changed since the last call, pytest's per-test variable
+    aside (a C-level dict comparison: a session of many reports and no secret pays
+    next to nothing)."""
     data = getattr(os.environ, "_data", None)
-    if not isinstance(data, dict):  # not CPython's os.environ: look every time
+    encodekey = getattr(os.environ, "encodekey", None)
+    if not isinstance(data, dict) or encodekey is None:  # not CPython's os.environ: look every time
         return bool(secret_values())
-    if _seen_env[0] is None or data != _seen_env[0]:
-        _seen_env[0] = dict(data)
-        _seen_env[1] = bool(secret_values())
+    seen = _seen_env[0]
+    if seen is not None:
+        key = encodekey(_PER_TEST)
+        if key in data:
+            seen[key] = data[key]
+        else:
+            seen.pop(key, None)
+        if seen == data:
+            return _seen_env[1]
+    _seen_env[0] = dict(data)
+    _seen_env[1] = bool(secret_values())
     return _seen_env[1]
 
 
