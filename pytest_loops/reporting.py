@@ -215,17 +215,15 @@ def mask_report(report: Any) -> None:
 
 
 class ReportMasking:
-    """Registered only under ``--loop``: every test and collect report leaves its
-    hook with secret values masked, whatever wrote them (the test, a loop)."""
+    """Registered only under ``--loop``: every test and collect report is masked before
+    anything else reads it (terminal, JUnit XML, xdist, the loop session), whatever
+    wrote its secrets (the test, a loop). Done when the report is logged, ahead of every
+    other reader: a plain call per report, not a wrapper around its making."""
 
-    @hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_makereport(self, item: Any, call: Any):
-        report = yield
+    @hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: Any) -> None:
         mask_report(report)
-        return report
 
-    @hookimpl(wrapper=True, tryfirst=True)
-    def pytest_make_collect_report(self, collector: Any):
-        report = yield
+    @hookimpl(tryfirst=True)
+    def pytest_collectreport(self, report: Any) -> None:
         mask_report(report)
-        return report
