@@ -14,7 +14,11 @@ from ``os.wait4``), arms interleaved, medians of ``--rounds`` rounds (default 5;
    - under ``-n 4`` (pytest-xdist): installed but unused and ``--loop``, against
      ``-n 4 -p no:loop``;
    - the plugin's own import, in a process that has imported pytest already
-     (and yaml's part of it, timed alone the same way).
+     (and yaml's part of it, timed alone the same way);
+   - with ``--against SRC`` (a directory holding another version's ``pytest_loops``
+     package, e.g. ``git archive OLD pytest_loops | tar -x -C SRC``): the plugin arms
+     again with that version first on PYTHONPATH, in the same rounds: before and after
+     from one run.
 2. Fix-loop (one test fails: ``calc.add`` subtracts): ``pytest --loop
    --loop-revise "python fix.py"`` (defaults otherwise: .tine, lessons, suspects,
    protection), SUCCESS in iteration 2. The minimum is what a user would do by
@@ -116,7 +120,12 @@ def import_time(module: str) -> Sample:
         shutil.rmtree(out, ignore_errors=True)
 
 
-def bench_overhead(pytest: str, root: Path, rounds: int, tests: int) -> Table:
+AGAINST = " [against]"
+PLUGIN_ARMS = ("installed, unused", "--loop, nothing to loop", "-n 4, installed, unused",
+               "-n 4 --loop, nothing to loop")
+
+
+def bench_overhead(pytest: str, root: Path, rounds: int, tests: int, against: Path | None = None) -> Table:
     arms = {
         "-p no:loop": ["-p", "no:loop"],
         "installed, unused": [],
@@ -125,13 +134,20 @@ def bench_overhead(pytest: str, root: Path, rounds: int, tests: int) -> Table:
         "-n 4, installed, unused": ["-n", "4"],
         "-n 4 --loop, nothing to loop": ["-n", "4", "--loop"],
     }
+    envs: dict[str, dict[str, str] | None] = dict.fromkeys(arms)
+    if against is not None:
+        env = user_env()
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(against), env.get("PYTHONPATH", "")) if p)
+        for name in PLUGIN_ARMS:
+            arms[name + AGAINST] = arms[name]
+            envs[name + AGAINST] = env
 
     def job(args: list[str], name: str):
         def go() -> Sample:
             clean(root)
             fixed(root)
             try:
-                return run_timed([pytest, "-q", *args], cwd=root, what=f"pytest {name}")
+                return run_timed([pytest, "-q", *args], cwd=root, env=envs[name], what=f"pytest {name}")
             finally:
                 clean(root)
         return go
@@ -149,18 +165,18 @@ def bench_overhead(pytest: str, root: Path, rounds: int, tests: int) -> Table:
 
     table = Table(f"pytest, {tests} passing tests: the plugin's cost, median of {rounds} interleaved rounds "
                   "(ratio = the arm over its baseline, round by round)")
-    for name, base, target in (("installed, unused", "-p no:loop", TARGET_UNUSED),
-                               ("--loop, nothing to loop", "-p no:loop", TARGET_LOOP),
-                               ("-n 4, installed, unused", "-n 4 -p no:loop", TARGET_XDIST),
-                               ("-n 4 --loop, nothing to loop", "-n 4 -p no:loop", TARGET_XDIST)):
+    compared = [("installed, unused", "-p no:loop", TARGET_UNUSED),
+                ("--loop, nothing to loop", "-p no:loop", TARGET_LOOP),
+                ("-n 4, installed, unused", "-n 4 -p no:loop", TARGET_XDIST),
+                ("-n 4 --loop, nothing to loop", "-n 4 -p no:loop", TARGET_XDIST)]
+    if against is not None:
+        compared += [(name + AGAINST, base, target) for name, base, target in compared]
+    for name, base, target in compared:
         o = over(name, base)
         table.add(name, f"{med(t[name]):.3f} s (+{o:.1%})" if o >= 0 else f"{med(t[name]):.3f} s ({o:.1%})",
                   f"{base} {med(t[base]):.3f} s", 1 + o, f"<= +{target:.0%}", o <= target)
     c = {name: [s.cpu for s in v] for name, v in samples.items()}
-    for name, base, target in (("installed, unused", "-p no:loop", TARGET_UNUSED),
-                               ("--loop, nothing to loop", "-p no:loop", TARGET_LOOP),
-                               ("-n 4, installed, unused", "-n 4 -p no:loop", TARGET_XDIST),
-                               ("-n 4 --loop, nothing to loop", "-n 4 -p no:loop", TARGET_XDIST)):
+    for name, base, target in compared:
         o = med([a / b - 1 for a, b in zip(c[name], c[base], strict=True)])
         table.add(f"CPU: {name}", f"{med(c[name]):.3f} s ({o:+.1%})", f"{base} {med(c[base]):.3f} s", 1 + o,
                   f"<= +{target:.0%}", o <= target)
@@ -241,11 +257,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 5; --quick 2)")
     parser.add_argument("--tests", type=int, default=500, help="tests in the suite (500)")
     parser.add_argument("--skip", default="", help="parts to skip, comma-separated: overhead,fixloop")
+    parser.add_argument("--against", type=Path, default=None, metavar="SRC",
+                        help="also time the overhead arms with the pytest_loops package in SRC first on "
+                             "PYTHONPATH (another version), in the same rounds")
     args = parser.parse_args(argv)
     rounds = args.rounds or (2 if args.quick else 5)
     if rounds < 1 or args.tests < FILES:
         parser.error(f"--rounds must be >= 1 and --tests >= {FILES}")
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    if args.against is not None and not (args.against / "pytest_loops" / "plugin.py").is_file():
+        parser.error(f"--against {args.against}: no pytest_loops/plugin.py there")
     pytest = console_script("pytest")
     print(f"{machine_line()}\n{pytest}")
     began = time.perf_counter()
@@ -257,12 +278,12 @@ def main(argv: list[str] | None = None) -> int:
         if env_note:
             print(f"note: PYTEST_ADDOPTS={env_note!r} applies to every arm")
         if "overhead" not in skip:
-            bench_overhead(pytest, root, rounds, args.tests)
+            bench_overhead(pytest, root, rounds, args.tests, args.against and args.against.resolve())
         if "fixloop" not in skip:
             bench_fixloop(pytest, root, rounds, args.tests)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    print(f"\n(took {time.perf_counter() - began:.0f} s)")
+    print(f"\n(took {time.perf_counter() - began:.0f} s; at the end: {machine_line()})")
     return 0
 
 

@@ -2,15 +2,33 @@
 
 from __future__ import annotations
 
-from .errors import LoopFileError, LoopUsageError
-from .results import CheckResult, IterationRecord, LoopResult
-from .spec import Check, CheckKind, Guards, LoopSpec, Pipeline
-from .verdict import EXIT_INTERNAL, EXIT_USAGE, Verdict
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .errors import LoopFileError, LoopUsageError
+    from .results import CheckResult, IterationRecord, LoopResult
+    from .spec import Check, CheckKind, Guards, LoopSpec, Pipeline
+    from .verdict import EXIT_INTERNAL, EXIT_USAGE, Verdict
+
+# public name -> its module, imported on first use: a pytest run that loads the plugin
+# and loops nothing does not pay for the result and spec types
+_LAZY = {
+    "LoopFileError": "errors", "LoopUsageError": "errors",
+    "CheckResult": "results", "IterationRecord": "results", "LoopResult": "results",
+    "Check": "spec", "CheckKind": "spec", "Guards": "spec", "LoopSpec": "spec", "Pipeline": "spec",
+    "EXIT_INTERNAL": "verdict", "EXIT_USAGE": "verdict", "Verdict": "verdict",
+}
 
 
-def __getattr__(name: str) -> str:
-    """``__version__``, read from the installed metadata on first use (not at import:
-    a pytest run that never asks does not pay for it)."""
+def __getattr__(name: str) -> Any:
+    """The public names, and ``__version__`` read from the installed metadata, on first
+    use (not at import: a pytest run that never asks does not pay for them)."""
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
     if name != "__version__":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from importlib.metadata import PackageNotFoundError, version

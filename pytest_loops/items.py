@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from filelock import FileLock
 
 from .errors import LoopUsageError
 from .redact import make_redactor, name_slug, redact, redact_obj
@@ -56,6 +55,10 @@ class LoopFileCollector(pytest.File):
             raise LoopFileError(str(exc)) from None
         session: LoopSession = self.config.stash[SESSION_KEY]
         session.not_acted_on(loop_file)
+        message = revise_cannot_start(loop_file, session.rootdir, self.path)
+        if message:  # a usage error, raised once collection is done (as a bad marker's)
+            session.collect_usage_errors.append(message)
+            return
         for spec in loop_file.loops:
             # node names are in node ids, the terminal, JUnit XML and stored results: masked
             yield LoopCollector.from_parent(self, name=redact(spec.name), spec=session.loop_file_spec(spec))
@@ -68,6 +71,18 @@ class LoopFileCollector(pytest.File):
         if excinfo.errisinstance(LoopFileError):
             return str(excinfo.value)
         return super().repr_failure(excinfo, style=style)
+
+
+def revise_cannot_start(loop_file: Any, rootdir: Path, path: Path) -> str | None:
+    """The usage error of the first loop of this file whose own revise step cannot start."""
+    from .preflight import check_revise
+
+    for spec in loop_file.all_loops():
+        try:
+            check_revise(spec.revise, spec.cwd or rootdir, f"{path}: loop {spec.name!r}: revise with")
+        except LoopUsageError as exc:
+            return str(exc)
+    return None
 
 
 class PipelineCollector(pytest.Collector):
@@ -229,6 +244,8 @@ def shared_result(session_dir: Path, nodeid: str, spec: LoopSpec, run, *, key: b
     does not (forged, or another loop's) is removed and the loop is run; when it
     cannot be removed the item fails with one line.
     """
+    from filelock import FileLock
+
     from .artifacts.runlog import atomic_write_text
     from .trust import json_mac
 

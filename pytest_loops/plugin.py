@@ -13,12 +13,14 @@ from typing import Any, NoReturn
 
 import pytest
 
-from .checks import CHILD_ENV
 from .config import ENV_NAMES, Resolved, read_runner_config
 from .errors import LoopUsageError
 from .settings import BY_NAME, MARKER_KEYS, PYTEST_DEFAULTS, env_layer, option_rows, resolve
 from .settings import marker_layer as _marker_settings
 from .verdict import EXIT_USAGE
+
+# checks.CHILD_ENV, named here so a run without loops never imports the checks
+CHILD_ENV = "PYTEST_LOOPS_CHILD"
 
 MARKER = (
     "loop(" + ", ".join(f"{key}=None" for key in MARKER_KEYS) + "): under --loop, when this test fails, run "
@@ -170,6 +172,19 @@ def usage_error(config: pytest.Config, message: str) -> NoReturn:
     raise pytest.UsageError(message)
 
 
+def usage_exit(config: pytest.Config, message: str) -> NoReturn:
+    """A usage error found once the session runs (at collection, in a running test):
+    the session stops and its one ``ERROR:`` line goes to stderr at the end (the loop
+    session prints it, in place of pytest's ``!`` banner); exit 64 under
+    --loop-exitcode=verdict, else pytest's usage error 4."""
+    verdict = (config.getoption("loop_exitcode") or _ini(config, "exitcode")) == "verdict"
+    raise _VerdictModeUsageError(message, returncode=EXIT_USAGE if verdict else int(pytest.ExitCode.USAGE_ERROR))
+
+
+def is_usage_exit(exc: BaseException) -> bool:
+    return isinstance(exc, _VerdictModeUsageError)
+
+
 VALUE_FLAGS = tuple(row.option for row in option_rows() if row.option)
 
 
@@ -237,7 +252,9 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         settings = build_settings(config)
         exitcode = _choice(config, "exitcode", EXITCODE_CHOICES)
-        artifact_options(config)  # validates the signing key now, before any test runs
+        _choice(config, "tine", TINE_CHOICES)
+        if _option(config, "sign_key_env") or _option(config, "sign_key_file"):
+            artifact_options(config)  # validates the signing key now, before any test runs
         check_outputs(config, settings)
         if settings["revise"]:
             from .preflight import check_revise
@@ -255,11 +272,9 @@ def pytest_configure(config: pytest.Config) -> None:
         config.add_cleanup(export_masks(_ini(config, "mask") or (), where="ini loop_mask"))
     except LoopUsageError as exc:
         usage_error(config, str(exc))
-    from .hooks import register_builtins
     from .reporting import ReportMasking
     from .session import LoopSession
 
-    register_builtins(config.pluginmanager)
     config.pluginmanager.register(LoopSession(config, settings, exitcode), "loop-session")
     config.pluginmanager.register(ReportMasking(), "loop-report-masking")
     if config.args_source is not pytest.Config.ArgsSource.ARGS:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -15,6 +16,7 @@ hookimpl = pluggy.HookimplMarker("pytest")
 
 # JUnit properties (report.user_properties) every loop item carries.
 LOOP_PROPERTY = "loop"
+SETTINGS_PROPERTY = "settings"  # the loop's settings line (printed by an xdist controller)
 TAIL_LINES = 30
 
 
@@ -62,6 +64,15 @@ def iteration_line(spec: LoopSpec, record: IterationRecord) -> str:
     return shown(f"[{spec.name}] iter {seen.get('iteration', record.iter)}  {checks}  | " + ", ".join(extras))
 
 
+def settings_line(spec: LoopSpec) -> str:
+    """The settings one loop runs with (a marker or a loop file may set its own), one line."""
+    g = spec.guards
+    budget = f"{format(g.budget_seconds, '.15g')}s" if g.budget_seconds else "off"
+    return shown(f"[{spec.name}] settings: max_iter={g.max_iter} budget={budget} "
+                 f"no_progress_k={g.no_progress_k} no_progress_signal={spec.no_progress_signal} "
+                 f"escalate_after={g.escalate_after} revise={spec.revise or '(none)'}")
+
+
 def shown(text: str) -> str:
     """Text fit for a terminal or a report: secrets masked, escape sequences removed."""
     return strip_control(redact(text))
@@ -98,6 +109,7 @@ def loop_properties(result: LoopResult) -> list[tuple[str, str]]:
         ("iterations", str(result.iterations_run)),
         ("reason", result.reason),
         ("elapsed_s", f"{result.elapsed_s:.2f}"),
+        (SETTINGS_PROPERTY, settings_line(result.spec)),
     ]
     props += [(f"artifact_{key}", path) for key, path in result.artifacts.items() if key != "run_dir"]
     props += [(f"iteration_{r.iter}", iteration_summary(r)) for r in result.iterations]
@@ -149,11 +161,40 @@ def summary_rows(rows: Iterable[dict[str, Any]]) -> list[str]:
     return [shown(line) for line in out]
 
 
+# the environment last looked at, and whether it held anything to mask
+_seen_env: list[Any] = [None, False]
+# set by pytest for every phase of every test; its name is not secret-named
+_PER_TEST = "PYTEST_CURRENT_TEST"
+
+
+def anything_to_mask() -> bool:
+    """True when the environment holds a secret-named value or a mask. Looked up again
+    only when the environment changed since the last call, pytest's per-test variable
+    aside (a C-level dict comparison: a session of many reports and no secret pays
+    next to nothing)."""
+    data = getattr(os.environ, "_data", None)
+    encodekey = getattr(os.environ, "encodekey", None)
+    if not isinstance(data, dict) or encodekey is None:  # not CPython's os.environ: look every time
+        return bool(secret_values())
+    seen = _seen_env[0]
+    if seen is not None:
+        key = encodekey(_PER_TEST)
+        if key in data:
+            seen[key] = data[key]
+        else:
+            seen.pop(key, None)
+        if seen == data:
+            return _seen_env[1]
+    _seen_env[0] = dict(data)
+    _seen_env[1] = bool(secret_values())
+    return _seen_env[1]
+
+
 def mask_report(report: Any) -> None:
     """Secret values out of a test or collect report: its failure text, captured
     output and properties (what the terminal, JUnit XML and xdist carry). A failure
     text that held a secret becomes plain text."""
-    if not secret_values():
+    if not anything_to_mask():
         return
     scrub = make_redactor()
     longrepr = getattr(report, "longrepr", None)
@@ -174,17 +215,15 @@ def mask_report(report: Any) -> None:
 
 
 class ReportMasking:
-    """Registered only under ``--loop``: every test and collect report leaves its
-    hook with secret values masked, whatever wrote them (the test, a loop)."""
+    """Registered only under ``--loop``: every test and collect report is masked before
+    anything else reads it (terminal, JUnit XML, xdist, the loop session), whatever
+    wrote its secrets (the test, a loop). Done when the report is logged, ahead of every
+    other reader: a plain call per report, not a wrapper around its making."""
 
-    @hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_makereport(self, item: Any, call: Any):
-        report = yield
+    @hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: Any) -> None:
         mask_report(report)
-        return report
 
-    @hookimpl(wrapper=True, tryfirst=True)
-    def pytest_make_collect_report(self, collector: Any):
-        report = yield
+    @hookimpl(tryfirst=True)
+    def pytest_collectreport(self, report: Any) -> None:
         mask_report(report)
-        return report

@@ -10,19 +10,20 @@ import signal
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .engine import ARTIFACTS_DIRNAME, Engine
 from .errors import LoopUsageError
 from .items import SESSION_KEY, LoopFileCollector, merge_file_spec, shared_result
 from .reporting import (
+    SETTINGS_PROPERTY,
     failure_text,
     is_loop_report,
     iteration_line,
     live_write,
     loop_properties,
+    settings_line,
     shown,
     summary_rows,
 )
@@ -30,6 +31,15 @@ from .results import CheckResult, LoopResult
 from .settings import GUARD_KEYS, Resolved, spec_origin
 from .spec import Check, CheckKind, Guards, LoopSpec
 from .verdict import EXIT_INTERNAL, EXIT_USAGE, Verdict
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+# engine.ARTIFACTS_DIRNAME, named here so a session with nothing to loop never imports the engine
+ARTIFACTS_DIRNAME = ".pytest-loops"
+# what a loop file's name ends with (sources.files.is_loop_file decides; this only spares
+# every other collected file the import of the loop readers)
+LOOP_FILE_ENDINGS = (".loop", ".loop.yaml", ".loop.yml")
 
 # Never part of a test tree's state: virtualenvs and build output change on
 # their own and would fake progress (caches are excluded by the fingerprint).
@@ -60,6 +70,11 @@ class LoopSession:
         self.rows: list[dict[str, Any]] = []  # one per finished loop (also from xdist workers)
         self.failed_nodeids: list[str] = []  # failing tests outside any marker loop
         self.passed_nodeids: list[str] = []  # tests every part of which passed (subtests too)
+        self._failed_set: set[str] = set()  # the two lists above as sets, for membership
+        self._passed_set: set[str] = set()
+        self.usage_message = ""  # a usage error that stopped the running session
+        self.collect_usage_errors: list[str] = []  # found while collecting loop files
+        self.announced: set[tuple[Any, Any]] = set()  # loops whose settings line the controller printed
         # failed reports per test as pytest counted them in session.testsfailed: one test
         # with subtests can fail several times (each subtest, and maybe the test itself)
         self.failed_reports: dict[str, int] = {}
@@ -70,27 +85,46 @@ class LoopSession:
         self.artifact_errors: list[str] = []  # artifacts the loops could not write (one line at the end)
         workerinput = getattr(config, "workerinput", None)
         self.testrunuid = workerinput["testrunuid"] if workerinput else uuid.uuid4().hex
-        # authenticates the results the check items of a loop share: made here on the
-        # controller, in memory only (never the environment or a file), and handed to
-        # xdist workers through workerinput (pytest_configure_node). A worker given
-        # none uses a key of its own: its stored results are then trusted by it alone.
-        from .trust import new_session_key
-
-        self.session_key = new_session_key()
+        # authenticates the results the check items of a loop share: made on the
+        # controller when first needed, in memory only (never the environment or a file),
+        # and handed to xdist workers through workerinput (pytest_configure_node). A
+        # worker given none uses a key of its own: its stored results are then trusted
+        # by it alone.
+        self._session_key: bytes | None = None
         if workerinput:
             try:
                 given = bytes.fromhex(workerinput["loop_session_key"])
             except (KeyError, TypeError, ValueError):
                 given = b""
             if len(given) >= 16:
-                self.session_key = given
+                self._session_key = given
+        self._finishers: Any = None
         config.stash[SESSION_KEY] = self
-        from dataclasses import replace
 
-        from .finish import make_finishers
-        from .plugin import artifact_options
+    @property
+    def session_key(self) -> bytes:
+        if self._session_key is None:
+            from .trust import new_session_key
 
-        self.finishers = make_finishers(replace(artifact_options(config), resume_command=self.resume_command))
+            self._session_key = new_session_key()
+        return self._session_key
+
+    @session_key.setter
+    def session_key(self, value: bytes) -> None:
+        self._session_key = value
+
+    @property
+    def finishers(self) -> Any:
+        """What a finished loop writes besides its run log (built for the first loop)."""
+        if self._finishers is None:
+            from dataclasses import replace
+
+            from .finish import make_finishers
+            from .plugin import artifact_options
+
+            self._finishers = make_finishers(replace(artifact_options(self.config),
+                                                     resume_command=self.resume_command))
+        return self._finishers
 
     # -- settings ---------------------------------------------------------------------
 
@@ -111,6 +145,7 @@ class LoopSession:
 
             return StateFingerprint(root, patterns, exclude=[*exclude, *TREE_EXCLUDES])
 
+        from .engine import Engine
         from .plugin import AUDIT_CHOICES, SUSPECTS_CHOICES, _choice, _option
         from .process import ProcessRunner
 
@@ -137,6 +172,10 @@ class LoopSession:
     def run_loop(self, spec: LoopSpec, **kwargs: Any) -> LoopResult:
         """Run one loop holding the working tree's lock: loops that revise the same
         tree never interleave, also across xdist workers."""
+        from .hooks import register_builtins
+
+        register_builtins(self.config.pluginmanager)  # the checks and revise steps loops run
+        self.announce(spec)
         revises = spec.revise or len(self.config.pluginmanager.hook.pytest_loop_revise.get_hookimpls()) > 1
         if not revises:  # a loop that changes nothing needs no lock
             return self._run(spec, **kwargs)
@@ -148,6 +187,15 @@ class LoopSession:
             return self._run(spec, before_start=lock.acquire, **kwargs)
         finally:
             lock.release()
+
+    def announce(self, spec: LoopSpec) -> None:
+        """The loop's own settings, one line as it starts. An xdist worker's loops are
+        announced by the controller when their first report arrives (a worker has no
+        terminal of its own)."""
+        if self.is_worker:
+            return
+        line = settings_line(spec)
+        live_write(self.config, lambda reporter: reporter.write_line(line))
 
     def _run(self, spec: LoopSpec, **kwargs: Any) -> LoopResult:
         """Ctrl-C or SIGTERM of pytest first ends the loop's running command, whole tree."""
@@ -196,14 +244,17 @@ class LoopSession:
             except LoopUsageError as exc:
                 # a usage error (64 under --loop-exitcode=verdict, else pytest's 4),
                 # from inside a running test too
-                code = EXIT_USAGE if self.exitcode == "verdict" else int(pytest.ExitCode.USAGE_ERROR)
-                pytest.exit(f"ERROR: {exc}", returncode=code)
+                from .plugin import usage_exit
+
+                usage_exit(self.config, str(exc))
             return data
         return None
 
     # -- loop files -------------------------------------------------------------------------
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector):
+        if not file_path.name.lower().endswith(LOOP_FILE_ENDINGS):
+            return None
         from .sources import is_loop_file
 
         if is_loop_file(file_path):
@@ -241,11 +292,11 @@ class LoopSession:
         revise = s["revise"] or "(none: failing tests are reported, not revised)"
         origins = ", ".join(f"{k} from {s.origin[k]}" for k in (*GUARD_KEYS, "revise")
                             if s.origin.get(k, "default") != "default")
-        lines = [
-            f"loops: max_iter={s['max_iter']} budget_seconds={_number(s['budget_seconds'])} "
+        lines = [  # a marker or a loop file may set its own: each loop prints its settings as it starts
+            f"loops: session-wide: max_iter={s['max_iter']} budget_seconds={_number(s['budget_seconds'])} "
             f"no_progress_k={s['no_progress_k']} no_progress_signal={s['no_progress_signal']} "
             f"escalate_after={s['escalate_after']} "
-            f"exitcode={self.exitcode}" + (f" ({origins})" if origins else ""),
+            f"exitcode={self.exitcode}" + (f" ({origins})" if origins else "") + "; per loop: see below",
             f"loops: revise: {revise}; artifacts: {self.artifacts_dir}",
             "loops: reproduce with: " + self.reproduce_command(),
         ]
@@ -283,12 +334,18 @@ class LoopSession:
 
     @pytest.hookimpl
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Reject a bad `@pytest.mark.loop(...)` before anything runs."""
-        from .plugin import marker_layer, usage_error
+        """Reject a bad `@pytest.mark.loop(...)` (or a loop file's revise step that cannot
+        start) before anything runs."""
+        from .plugin import marker_layer
 
+        if self.collect_usage_errors:
+            self._usage_at_collection(self.collect_usage_errors[0], items)
+            return
+        marked = False
         for item in items:
             marker = item.get_closest_marker("loop")
             if marker is not None:
+                marked = True
                 try:
                     layer = marker_layer(marker, item.nodeid)
                     if layer.get("revise"):
@@ -297,27 +354,39 @@ class LoopSession:
                         check_revise(layer["revise"], self.rootdir,
                                      f"{item.nodeid}: @pytest.mark.loop(revise=...)")
                 except LoopUsageError as exc:
-                    if self.is_worker:
-                        # A UsageError raised on an xdist worker crashes it and the
-                        # controller reports an INTERNALERROR: run nothing here and let
-                        # the controller raise it (pytest_testnodedown).
-                        self.config.workeroutput[USAGE_ERROR_KEY] = str(exc)
-                        items[:] = []
-                        return
-                    usage_error(self.config, str(exc))
+                    self._usage_at_collection(str(exc), items)
+                    return
+        pm = self.config.pluginmanager
+        if marked and pm.get_plugin(MARKER_LOOPS) is None:  # without a marker, no test pays for it
+            pm.register(MarkerLoops(self), MARKER_LOOPS)
+
+    def _usage_at_collection(self, message: str, items: list[pytest.Item]) -> None:
+        from .plugin import usage_error, usage_exit
+
+        if self.is_worker:
+            # A UsageError raised on an xdist worker crashes it and the controller
+            # reports an INTERNALERROR: run nothing here and let the controller
+            # raise it (pytest_testnodedown).
+            self.config.workeroutput[USAGE_ERROR_KEY] = message
+            items[:] = []
+            return
+        if self.exitcode == "verdict":
+            usage_exit(self.config, message)  # one ERROR: line and 64, not pytest's banner
+        usage_error(self.config, message)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         """On the xdist controller: a worker found a bad marker; fail as a usage error."""
         message = (getattr(node, "workeroutput", None) or {}).get(USAGE_ERROR_KEY)
         if message:
-            from .plugin import usage_error
+            from .plugin import usage_error, usage_exit
 
+            if self.exitcode == "verdict":
+                usage_exit(self.config, message)
             usage_error(self.config, message)
 
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]):
-        report = yield
+    def marker_report(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport):
+        """A failed test with a loop marker: run its fix-loop; the report carries the verdict."""
         if call.when != "call" or not report.failed or hasattr(report, "wasxfail"):
             return report
         marker = item.get_closest_marker("loop")
@@ -352,7 +421,9 @@ class LoopSession:
 
     @pytest.hookimpl
     def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config):
-        props = dict(getattr(report, "user_properties", ()) or ())
+        if report.when != "call" or not report.passed or not getattr(report, "user_properties", None):
+            return None
+        props = dict(report.user_properties)
         if (report.when == "call" and report.passed and is_loop_report(props) and props["verdict"] == "SUCCESS"
                 and int(props.get("iterations", 1)) > 1):  # passed only after a repair
             return "repaired", "L", ("REPAIRED", {"green": True})
@@ -370,6 +441,10 @@ class LoopSession:
         props = dict(getattr(report, "user_properties", ()) or ())
         if report.when == "call" and is_loop_report(props):
             key = (props.get("loop"), props.get("artifact_log"))
+            if key not in self.announced and props.get(SETTINGS_PROPERTY) and self._workers():
+                self.announced.add(key)  # a worker ran it: its settings line, on this terminal
+                line = shown(props[SETTINGS_PROPERTY])
+                live_write(self.config, lambda reporter: reporter.write_line(line))
             if all((row.get("loop"), row.get("artifact_log")) != key for row in self.rows):
                 self.rows.append(props)  # the check items of one loop share one row
             if report.failed:
@@ -378,13 +453,20 @@ class LoopSession:
         if report.failed and not hasattr(report, "wasxfail"):
             self.failed_reports[report.nodeid] = self.failed_reports.get(report.nodeid, 0) + 1
         if report.failed and (report.when == "call" or report.when == "setup"):
-            if report.nodeid not in self.failed_nodeids:
+            if report.nodeid not in self._failed_set:
+                self._failed_set.add(report.nodeid)
                 self.failed_nodeids.append(report.nodeid)
-            if report.nodeid in self.passed_nodeids:  # a subtest failed after the test passed
+            if report.nodeid in self._passed_set:  # a subtest failed after the test passed
+                self._passed_set.discard(report.nodeid)
                 self.passed_nodeids.remove(report.nodeid)
         elif report.when == "call" and report.passed:
-            if report.nodeid not in self.failed_nodeids and report.nodeid not in self.passed_nodeids:
+            if report.nodeid not in self._failed_set and report.nodeid not in self._passed_set:
+                self._passed_set.add(report.nodeid)
                 self.passed_nodeids.append(report.nodeid)
+
+    def _workers(self) -> bool:
+        """True on an xdist controller with workers: the loops run elsewhere."""
+        return self.config.pluginmanager.get_plugin("dsession") is not None
 
     # -- the session fix-loop ---------------------------------------------------------------
 
@@ -392,8 +474,6 @@ class LoopSession:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker:
             return
-        from .session_loop import run_session_loop
-
         stopped = session.shouldfail or session.shouldstop
         if self.failed_nodeids and self.settings["revise"] and exitstatus in (0, 1) and stopped:
             # -x / --maxfail: the tests after the stop never ran, so a repair of the
@@ -403,6 +483,8 @@ class LoopSession:
                 reporter.write_sep("=", f"loop: not started: the session stopped early ({stopped}); "
                                         "run without -x / --maxfail to repair the failing tests")
         elif self.failed_nodeids and self.settings["revise"] and exitstatus in (0, 1):
+            from .session_loop import run_session_loop
+
             try:
                 self.session_result = run_session_loop(self)
             except KeyboardInterrupt:
@@ -416,6 +498,27 @@ class LoopSession:
             if self.session_result.succeeded:
                 self._mark_repaired(session)
         self._set_exitstatus(session)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        """A usage error that stopped the running session: its line is printed at the
+        end as one ``ERROR:`` line on stderr, not in pytest's ``!`` banner."""
+        from .plugin import is_usage_exit
+
+        if not is_usage_exit(excinfo.value):
+            return
+        self.usage_message = str(excinfo.value.msg)
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None and hasattr(reporter, "_keyboardinterrupt_memo"):
+            reporter._keyboardinterrupt_memo = None
+
+    def _report_usage_error(self) -> None:
+        if self.usage_message:
+            try:
+                sys.stderr.write(shown(f"ERROR: {self.usage_message}") + "\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
@@ -435,6 +538,7 @@ class LoopSession:
             except OSError as exc:
                 self._artifact_failed(xmlpath, exc)
         self._report_artifact_errors()
+        self._report_usage_error()
 
     def _artifact_failed(self, path: str | Path, exc: OSError) -> None:
         from .finish import artifact_error
@@ -444,6 +548,8 @@ class LoopSession:
     def _report_artifact_errors(self) -> None:
         """One stderr line for every artifact this session could not write; pytest's
         exit code stays its own (an artifact records a result, it is not one)."""
+        if not self.artifact_errors:
+            return
         from .finish import artifact_errors_line
 
         line = artifact_errors_line(self.artifact_errors)
@@ -540,3 +646,17 @@ class LoopSession:
         path = Path(target)
         return write_html_report(runs, path if path.is_absolute() else Path(self.config.invocation_params.dir) / path)
 
+
+MARKER_LOOPS = "loop-marker-loops"
+
+
+class MarkerLoops:
+    """Registered by the session only when a collected test carries a loop marker."""
+
+    def __init__(self, session: LoopSession) -> None:
+        self.session = session
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]):
+        report = yield
+        return self.session.marker_report(item, call, report)

@@ -181,8 +181,10 @@ def loop_header(result: pytest.RunResult) -> tuple[str, str, str]:
 
 
 def header_settings(line: str) -> tuple[dict[str, str], list[str]]:
-    """`loops: max_iter=2 ... (max_iter from ini, ...)` -> ({"max_iter": "2", ...}, ["max_iter from ini", ...])."""
-    values, _, origins = line.removeprefix("loops: ").partition(" (")
+    """`loops: session-wide: max_iter=2 ... (max_iter from ini, ...); per loop: see below`
+    -> ({"max_iter": "2", ...}, ["max_iter from ini", ...])."""
+    line = line.removeprefix("loops: session-wide: ").removesuffix("; per loop: see below")
+    values, _, origins = line.partition(" (")
     pairs = dict(pair.split("=", 1) for pair in values.split())
     return pairs, origins.removesuffix(")").split(", ") if origins else []
 
