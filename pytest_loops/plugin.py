@@ -61,6 +61,12 @@ OPTIONS: dict[str, tuple[str, str]] = {
              "string"),
     "suspects": ("'on' (default): when a pytest check fails, re-run its tests under coverage and hand the "
                  "top suspect lines to the revise step (prompt and suspects.json); 'off' skips it", "string"),
+    # the session fix-loop's cost (the settings table will take these two rows)
+    "suspects_cap": ("time cap of fault localization in the session fix-loop: a fraction (0.2) or a percent "
+                     "('20%') of the session's plain run, seconds ('30s'), or 0 = no cap (default 20%)", "string"),
+    "confirm": ("what the clean-room run before SUCCESS covers in the session fix-loop: 'affected' (default: "
+                "the tests a fresh impact map says the changes can reach, plus the failing ones; every test "
+                "when there is no map) or 'full' (every test the session ran)", "string"),
     "audit": ("the diff audit of a revise step's in-scope changes (hard-coded failing inputs, constant "
               "__eq__, pytest in library code, added exits): 'error' (default) ends the loop ESCALATE, "
               "'warn' records the findings, 'off' skips it", "string"),
@@ -200,6 +206,35 @@ def _choice(config: pytest.Config, key: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+CONFIRM_CHOICES = ("affected", "full")
+FIXLOOP_ENV = {"suspects_cap": "PYTEST_LOOPS_SUSPECTS_CAP", "confirm": "PYTEST_LOOPS_CONFIRM"}
+
+
+def fixloop_settings(config: pytest.Config, environ: Mapping[str, str] | None = None) -> tuple[Any, str]:
+    """(suspects_cap, confirm) of the session fix-loop: command line > environment > ini > default.
+
+    The cap is ``("fraction", f)``, ``("seconds", s)`` or ``("off", 0)`` (see localize.parse_cap)."""
+    from .localize import parse_cap
+
+    env = os.environ if environ is None else environ
+    values: dict[str, tuple[str, str]] = {}
+    for key, name in FIXLOOP_ENV.items():
+        flag = "--loop-" + key.replace("_", "-")
+        given = config.getoption(f"loop_{key}")
+        if given is not None:
+            values[key] = (str(given), flag)
+        elif env.get(name):
+            values[key] = (env[name], f"environment variable {name}")
+        elif _ini(config, key) is not None:
+            values[key] = (str(_ini(config, key)), f"ini loop_{key}")
+    raw_cap, where = values.get("suspects_cap", ("20%", "default"))
+    cap = parse_cap(raw_cap, where)
+    confirm, where = values.get("confirm", ("affected", "default"))
+    if confirm not in CONFIRM_CHOICES:
+        raise LoopUsageError(f"{confirm!r} is not a valid confirm ({where}); valid: {', '.join(CONFIRM_CHOICES)}")
+    return cap, confirm
+
+
 def artifact_options(config: pytest.Config):
     """The .tine / hand-off options of this session (the signing key is checked here)."""
     from .finish import ArtifactOptions
@@ -328,6 +363,7 @@ def pytest_configure(config: pytest.Config) -> None:
                 "environment": "PYTEST_LOOPS_REVISE"}.get(origin, f"{origin}: revise.cmd"))
         _choice(config, "suspects", SUSPECTS_CHOICES)
         _choice(config, "audit", AUDIT_CHOICES)
+        fixloop_settings(config)
         from .redact import export_masks
 
         # masked values go to this process's environment for the session only

@@ -84,6 +84,7 @@ class IterationRecord:
     revise_output_file: str | None = None
     revise_tail: str = ""
     suspects_file: str | None = None  # suspects.json of this iteration (fault localization)
+    suspects_note: str | None = None  # localization's cost, or why it was skipped (one line)
     protected_changes: list[str] = field(default_factory=list)  # undone: "path (modified)"
     scope_reverted: list[str] = field(default_factory=list)  # (older logs) edits outside scope, undone
     clean_room: list[CheckResult] = field(default_factory=list)  # the checks re-run before SUCCESS

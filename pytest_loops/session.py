@@ -67,6 +67,12 @@ class LoopSession:
         self.collection_errors = 0  # collectors that failed (a bad loop file, an import error)
         self.loop_failures = 0  # marker-loop tests that failed (counted in session.testsfailed)
         self.session_result: LoopResult | None = None
+        # the session fix-loop's cost model: each test's time, pytest's start-up (CPU
+        # seconds before the session started) and the plain run's wall time
+        self.durations: dict[str, float] = {}
+        self.startup_s = 0.0
+        self.session_t0: float | None = None
+        self.plain_run_s = 0.0
         self.artifact_errors: list[str] = []  # artifacts the loops could not write (one line at the end)
         workerinput = getattr(config, "workerinput", None)
         self.testrunuid = workerinput["testrunuid"] if workerinput else uuid.uuid4().hex
@@ -373,6 +379,13 @@ class LoopSession:
     # -- collecting outcomes (on the controller under xdist) -----------------------------------
 
     @pytest.hookimpl
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        import time
+
+        self.startup_s = time.process_time()
+        self.session_t0 = time.perf_counter()
+
+    @pytest.hookimpl
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self.collection_errors += 1
@@ -380,6 +393,7 @@ class LoopSession:
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props = dict(getattr(report, "user_properties", ()) or ())
+        self.durations[report.nodeid] = self.durations.get(report.nodeid, 0.0) + (report.duration or 0.0)
         if report.when == "call" and is_loop_report(props):
             key = (props.get("loop"), props.get("artifact_log"))
             if all((row.get("loop"), row.get("artifact_log")) != key for row in self.rows):
@@ -406,6 +420,10 @@ class LoopSession:
             return
         from .session_loop import run_session_loop
 
+        if self.session_t0 is not None:
+            import time
+
+            self.plain_run_s = self.startup_s + time.perf_counter() - self.session_t0
         stopped = session.shouldfail or session.shouldstop
         if self.failed_nodeids and self.settings["revise"] and exitstatus in (0, 1) and stopped:
             # -x / --maxfail: the tests after the stop never ran, so a repair of the
