@@ -45,6 +45,22 @@ def _number(value: Any) -> str:
     return format(value, ".15g") if isinstance(value, float) else str(value)
 
 
+def _process_age() -> float:
+    """Wall seconds since this process started (pytest's start-up, at session start);
+    its CPU seconds where /proc is not there."""
+    import os
+    import time
+
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return time.process_time()
+
+
 class LoopSession:
     """The plugin object of one `--loop` session."""
 
@@ -295,6 +311,8 @@ class LoopSession:
         if self.is_worker:
             return
         line = iteration_line(spec, record)
+        if getattr(record, "suspects_note", None):  # localization's cost, or why it was skipped
+            line += shown(f", {record.suspects_note}")
         live_write(self.config, lambda reporter: reporter.write_line(line))
 
     # -- fix-loops around marked tests ---------------------------------------------------
@@ -382,7 +400,7 @@ class LoopSession:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         import time
 
-        self.startup_s = time.process_time()
+        self.startup_s = _process_age()
         self.session_t0 = time.perf_counter()
 
     @pytest.hookimpl
