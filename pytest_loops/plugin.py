@@ -62,8 +62,9 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "suspects": ("'on' (default): when a pytest check fails, re-run its tests under coverage and hand the "
                  "top suspect lines to the revise step (prompt and suspects.json); 'off' skips it", "string"),
     # the session fix-loop's cost (the settings table will take these two rows)
-    "suspects_cap": ("time cap of fault localization in the session fix-loop: a fraction (0.2) or a percent "
-                     "('20%') of the session's plain run, seconds ('30s'), or 0 = no cap (default 20%)", "string"),
+    "suspects_cap": ("time cap of fault localization in the session fix-loop: a fraction of the session's "
+                     "plain run (0.2, or 20 with a percent sign), seconds ('30s'), or 0 = no cap (default 0.2)",
+                     "string"),
     "confirm": ("what the clean-room run before SUCCESS covers in the session fix-loop: 'affected' (default: "
                 "the tests a fresh impact map says the changes can reach, plus the failing ones; every test "
                 "when there is no map) or 'full' (every test the session ran)", "string"),
