@@ -89,6 +89,8 @@ class LoopSession:
         self.startup_s = 0.0
         self.session_t0: float | None = None
         self.plain_run_s = 0.0
+        self.collect_s = 0.0  # collecting every test file
+        self.test_files = 0
         self.artifact_errors: list[str] = []  # artifacts the loops could not write (one line at the end)
         workerinput = getattr(config, "workerinput", None)
         self.testrunuid = workerinput["testrunuid"] if workerinput else uuid.uuid4().hex
@@ -402,6 +404,14 @@ class LoopSession:
 
         self.startup_s = _process_age()
         self.session_t0 = time.perf_counter()
+
+    @pytest.hookimpl
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        import time
+
+        if self.session_t0 is not None:
+            self.collect_s = time.perf_counter() - self.session_t0
+            self.test_files = len({item.nodeid.split("::", 1)[0] for item in session.items})
 
     @pytest.hookimpl
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:

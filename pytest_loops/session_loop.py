@@ -87,7 +87,8 @@ class SessionFixCheck:
 
     def __init__(self, failing: list[str], green: list[str], first_output: str, pytest_args: list[str], *,
                  rootdir: Path | None = None, durations: dict[str, float] | None = None,
-                 plain_run_s: float = 0.0, startup_s: float = 0.0, cap: tuple[str, float] | None = None,
+                 plain_run_s: float = 0.0, startup_s: float = 0.0, collect_s: float = 0.0, test_files: int = 0,
+                 cap: tuple[str, float] | None = None,
                  localize: bool = False, confirm: str = "full", workers: Any = None) -> None:
         from .localize import DEFAULT_CAP
 
@@ -101,6 +102,8 @@ class SessionFixCheck:
         self.durations = dict(durations or {})
         self.plain_run_s = plain_run_s
         self.startup_s = startup_s
+        self.collect_s = collect_s
+        self.test_files = test_files
         self.cap = cap or DEFAULT_CAP
         self.localize = localize
         self.confirm = confirm
@@ -225,6 +228,11 @@ class SessionFixCheck:
         except OSError:
             pass
 
+    def _collect_share(self, tests: list[str]) -> float:
+        """The session's collection time, pro rata for the files of ``tests``."""
+        files = {t.split("::", 1)[0] for t in tests}
+        return self.collect_s * len(files) / self.test_files if self.test_files else 0.0
+
     def _peers(self, exclude: list[str]) -> list[str]:
         from .localize import sample_peers
 
@@ -237,7 +245,8 @@ class SessionFixCheck:
         from .localize import SPECTRA_FILE, estimate_cost
 
         peers = self._peers(self.failing)
-        estimate = estimate_cost(self.durations, self.failing, peers, start_s=self.startup_s)
+        estimate = estimate_cost(self.durations, self.failing, peers,
+                                 start_s=self.startup_s + self._collect_share([*self.failing, *peers]))
         cap = self._cap_s()
         if cap is not None and estimate > cap:
             self._note(context, f"suspects skipped: a run under coverage would take about {estimate:.2f}s, "
@@ -268,7 +277,10 @@ class SessionFixCheck:
         if not self.localize:
             return [], None, ""
         peers = self._peers(ids)
-        estimate = estimate_cost(self.durations, self.failing, peers)
+        rerun_files = {t.split("::", 1)[0] for t in ids}
+        estimate = estimate_cost(self.durations, self.failing, peers,
+                                 start_s=self._collect_share([t for t in peers
+                                                              if t.split("::", 1)[0] not in rerun_files]))
         cap = self._cap_s()
         if cap is not None and estimate > cap:
             return [], None, (f"suspects skipped: under coverage the rerun would take about {estimate:.2f}s "
@@ -394,7 +406,7 @@ def fixloop_options(session: LoopSession) -> dict[str, Any]:
     if config.pluginmanager.hasplugin("xdist") and getattr(config.option, "numprocesses", None):
         workers = config.option.numprocesses
     return {"rootdir": session.rootdir, "durations": session.durations, "plain_run_s": session.plain_run_s,
-            "startup_s": session.startup_s, "cap": cap, "confirm": confirm, "workers": workers,
+            "startup_s": session.startup_s, "collect_s": session.collect_s, "test_files": session.test_files, "cap": cap, "confirm": confirm, "workers": workers,
             "localize": _choice(config, "suspects", SUSPECTS_CHOICES) == "on"}
 
 
