@@ -123,3 +123,60 @@ def test_a_revise_that_breaks_another_test_never_ends_success(project: Project, 
     out = result.stdout.str()
     assert result.ret != 0, out
     assert "SUCCESS" not in out and "repaired" not in result.stdout.lines[-1], out
+
+
+FORGING_CALC = '''\
+def add(a, b):
+    return a - b  # BUG
+
+
+def sub(a, b):
+    return a - b
+
+
+def _force_passes():
+    """Turn every failed report into a pass, from inside the test process."""
+    import gc
+
+    import pytest
+
+    class Force:
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_makereport(self, item, call):
+            report = yield
+            if report.failed:
+                report.outcome = "passed"
+                report.longrepr = None
+            return report
+
+    for obj in gc.get_objects():
+        if type(obj).__name__ == "PytestPluginManager" and not obj.has_plugin("force-passes"):
+            obj.register(Force(), "force-passes")
+
+
+_force_passes()
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [[], ["-n", "2"]], ids=["plain", "xdist"])
+def test_a_forged_report_in_the_judged_run_is_caught_also_in_xdist_workers(project: Project, args) -> None:
+    pytest.importorskip("xdist")
+    project.write("test_calc.py", CALC_TESTS)
+    revise = project.scripted_revise({1: {"calc.py": FORGING_CALC}})
+    result = project.run("--loop", "--loop-revise", revise, "--loop-max-iter=2", "--loop-suspects=off", *args)
+    out = result.stdout.str()
+    assert result.ret != 0, out
+    assert "SUCCESS" not in out and "repaired" not in result.stdout.lines[-1], out
+
+
+@pytest.mark.slow
+def test_the_judged_run_uses_the_sessions_xdist_workers(project: Project) -> None:
+    pytest.importorskip("xdist")
+    project.write("test_calc.py", CALC_TESTS)
+    revise = project.scripted_revise({1: {"calc.py": GOOD_CALC}})
+    result = project.run("--loop", "--loop-revise", revise, "-n", "2", "--loop-exitcode=verdict")
+    assert result.ret == 0, result.stdout.str()
+    (log,) = project.run_logs()
+    judged = log["iterations"][-1]["clean_room"][0]
+    assert " -n 2 " in judged["command"] and judged["passed"]
