@@ -164,7 +164,9 @@ def test_a_forged_report_in_the_judged_run_is_caught_also_in_xdist_workers(proje
     pytest.importorskip("xdist")
     project.write("test_calc.py", CALC_TESTS)
     revise = project.scripted_revise({1: {"calc.py": FORGING_CALC}})
-    result = project.run("--loop", "--loop-revise", revise, "--loop-max-iter=2", "--loop-suspects=off", *args)
+    # the diff audit, which flags library code importing pytest, is off: the judge alone must see it
+    result = project.run("--loop", "--loop-revise", revise, "--loop-max-iter=2", "--loop-suspects=off",
+                         "--loop-audit=off", *args)
     out = result.stdout.str()
     assert result.ret != 0, out
     assert "SUCCESS" not in out and "repaired" not in result.stdout.lines[-1], out
