@@ -82,14 +82,15 @@ def sample_peers(failing: Sequence[str], known: Sequence[str], *, limit: int = P
 
 
 def estimate_cost(durations: Mapping[str, float], failing: Sequence[str], peers: Sequence[str], *,
-                  start_s: float = 0.0) -> float:
-    """Seconds localization adds: ``start_s`` (a process of its own; 0 inside a rerun that
-    runs anyway), coverage's start, the peers under coverage, and the failing tests'
-    slowdown under coverage."""
+                  start_s: float = 0.0, alone: bool = False) -> float:
+    """Seconds localization adds: ``start_s`` (pytest's start-up and collection), coverage's
+    start and the peers under coverage, and the failing tests: all of their time under
+    coverage in a run of its own (``alone``), else only their slowdown inside a rerun that
+    runs them anyway. ``durations`` of failing tests should hold making their reports."""
     peer_s = sum(durations.get(t, 0.0) for t in peers)
     failing_s = sum(durations.get(t, 0.0) for t in failing)
     return (start_s + COVERAGE_START_S + COVERAGE_FACTOR * peer_s
-            + (COVERAGE_FACTOR - 1.0) * failing_s)
+            + (COVERAGE_FACTOR if alone else COVERAGE_FACTOR - 1.0) * failing_s)
 
 
 def failing_tests(failed: list[CheckResult]) -> list[str]:

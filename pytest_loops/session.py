@@ -86,6 +86,7 @@ class LoopSession:
         # the session fix-loop's cost model: each test's time, pytest's start-up (CPU
         # seconds before the session started) and the plain run's wall time
         self.durations: dict[str, float] = {}
+        self.report_s: dict[str, float] = {}  # per failing test: making its failure reports
         self.startup_s = 0.0
         self.session_t0: float | None = None
         self.plain_run_s = 0.0
@@ -355,7 +356,12 @@ class LoopSession:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]):
+        import time
+
+        t0 = time.perf_counter()
         report = yield
+        if report.failed:  # making a failure's report (its traceback) is part of what a rerun costs
+            self.report_s[item.nodeid] = self.report_s.get(item.nodeid, 0.0) + time.perf_counter() - t0
         if call.when != "call" or not report.failed or hasattr(report, "wasxfail"):
             return report
         marker = item.get_closest_marker("loop")

@@ -245,7 +245,7 @@ class SessionFixCheck:
         from .localize import SPECTRA_FILE, estimate_cost
 
         peers = self._peers(self.failing)
-        estimate = estimate_cost(self.durations, self.failing, peers,
+        estimate = estimate_cost(self.durations, self.failing, peers, alone=True,
                                  start_s=self.startup_s + self._collect_share([*self.failing, *peers]))
         cap = self._cap_s()
         if cap is not None and estimate > cap:
@@ -405,7 +405,10 @@ def fixloop_options(session: LoopSession) -> dict[str, Any]:
     workers = None
     if config.pluginmanager.hasplugin("xdist") and getattr(config.option, "numprocesses", None):
         workers = config.option.numprocesses
-    return {"rootdir": session.rootdir, "durations": session.durations, "plain_run_s": session.plain_run_s,
+    durations = dict(session.durations)
+    for node, seconds in session.report_s.items():
+        durations[node] = durations.get(node, 0.0) + seconds
+    return {"rootdir": session.rootdir, "durations": durations, "plain_run_s": session.plain_run_s,
             "startup_s": session.startup_s, "collect_s": session.collect_s, "test_files": session.test_files, "cap": cap, "confirm": confirm, "workers": workers,
             "localize": _choice(config, "suspects", SUSPECTS_CHOICES) == "on"}
 
