@@ -109,6 +109,7 @@ class SessionFixCheck:
         self.confirm = confirm
         self.workers = workers
         self._times: dict[str, float] = {}  # the last rerun's JUnit times (by node id)
+        self.impact: Any = None  # the impact map made in iteration 1, before any revise
 
     def _run(self, ids: list[str], context: LoopContext, label: str, spectra: Path | None = None,
              peers: list[str] | None = None) -> tuple[CommandResult, set[str]]:
@@ -151,17 +152,20 @@ class SessionFixCheck:
 
     # -- what the clean-room run covers ---------------------------------------------------
 
-    def confirm_selection(self, run_dir: Path) -> tuple[list[str], str]:
+    def confirm_selection(self) -> tuple[list[str], str]:
         """The tests the judged run covers, and why: with confirm=affected and a fresh
         impact map (made before the first revise, knowing every test of the session),
-        the tests the changes since can reach plus every test that failed; else all."""
+        the tests the changes since can reach plus every test that failed; else all.
+
+        The map is the one this object made, held in memory: never one read back from
+        the artifacts directory (a revise step can write there), nor one updated from
+        spectra a process running the revised code wrote."""
         everything = self._everything()
         if self.confirm == "full":
             return everything, "full (confirm=full)"
-        from .coverage_intel import ImpactMap, _snapshot, is_test_file
-        from .localize import IMPACT_MAP
+        from .coverage_intel import _snapshot, is_test_file
 
-        impact = ImpactMap.load(run_dir / IMPACT_MAP)
+        impact = self.impact
         if impact is None or self.rootdir is None:
             return everything, "full (no impact map)"
         current = _snapshot(impact.root, impact.exclude, impact.files, impact.snapshot_at)
@@ -180,7 +184,7 @@ class SessionFixCheck:
         """In the clean room, witnessed by the harness's plugin: the confirm run."""
         room = context.clean_room
         assert room is not None
-        ids, scope = self.confirm_selection(context.run_dir)
+        ids, scope = self.confirm_selection()
         args_file = Path(room.parent) / "session-ids.txt"
         args_file.write_text("\n".join(ids) + "\n", encoding="utf-8")
         channel = room.channel()
@@ -265,7 +269,8 @@ class SessionFixCheck:
                 from .coverage_intel import ImpactMap, SpectraError, read_spectra
                 from .localize import IMPACT_MAP
 
-                ImpactMap.from_spectra(read_spectra(spectra), self.rootdir).save(context.run_dir / IMPACT_MAP)
+                self.impact = ImpactMap.from_spectra(read_spectra(spectra), self.rootdir)
+                self.impact.save(context.run_dir / IMPACT_MAP)  # an artifact: never read back here
             except (SpectraError, OSError, ValueError):
                 pass
 
@@ -288,7 +293,7 @@ class SessionFixCheck:
         return peers, context.iteration_dir / SPECTRA_FILE, ""
 
     def _after_rerun(self, context: LoopContext, spectra: Path, peers: list[str]) -> None:
-        """The cost note of the spectra the rerun collected; refresh the impact map."""
+        """The cost note of the spectra the rerun collected."""
         try:
             raw = json.loads(spectra.read_text(encoding="utf-8"))
             start_s = float(raw.get("start_s") or 0.0)
@@ -296,16 +301,9 @@ class SessionFixCheck:
             self._note(context, "suspects: the rerun under coverage wrote no usable spectra")
             return
         cost = start_s + sum(self._times.get(t, 0.0) for t in peers)
+        # the impact map is not updated from these spectra: the revised code ran in the
+        # process that wrote them, and the judged run's selection must not rest on it
         self._note(context, f"suspects: from the rerun, {len(peers)} peer(s), {cost:.2f}s")
-        from .coverage_intel import ImpactMap, SpectraError, read_spectra
-        from .localize import IMPACT_MAP
-
-        impact = ImpactMap.load(context.run_dir / IMPACT_MAP)
-        if impact is not None and self.rootdir is not None:
-            try:
-                impact.update(read_spectra(spectra), self.rootdir).save(context.run_dir / IMPACT_MAP)
-            except (SpectraError, OSError, ValueError):
-                pass
 
     @hookimpl
     def pytest_loop_run_check(self, check: Check, context: LoopContext) -> CheckResult | None:

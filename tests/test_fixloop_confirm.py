@@ -154,15 +154,18 @@ def edit(root: Path, name: str, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-def fixer(root: Path, confirm: str = "affected") -> SessionFixCheck:
-    return SessionFixCheck(["test_calc.py::test_add"], ALL[1:], "", [], rootdir=root.resolve(),
-                           confirm=confirm)
+def fixer(root: Path, run_dir: Path, confirm: str = "affected") -> SessionFixCheck:
+    """The check as iteration 1 left it: holding the map it made (here: the saved one)."""
+    check = SessionFixCheck(["test_calc.py::test_add"], ALL[1:], "", [], rootdir=root.resolve(),
+                            confirm=confirm)
+    check.impact = ImpactMap.load(run_dir / IMPACT_MAP)
+    return check
 
 
 def test_a_fix_inside_one_function_judges_the_tests_that_ran_it(project) -> None:
     root, run_dir = project
     edit(root, "calc.py", *FIX)
-    ids, why = fixer(root).confirm_selection(run_dir)
+    ids, why = fixer(root, run_dir).confirm_selection()
     assert ids == ["test_calc.py::test_add"], why
     assert why.startswith("affected: ")
 
@@ -171,28 +174,44 @@ def test_a_change_to_a_function_others_ran_judges_them_too(project) -> None:
     root, run_dir = project
     edit(root, "calc.py", *FIX)
     edit(root, "other.py", "return x * FACTOR", "return x * FACTOR + 0")
-    ids, _ = fixer(root).confirm_selection(run_dir)
+    ids, _ = fixer(root, run_dir).confirm_selection()
     assert ids == ["test_calc.py::test_add", "test_other.py::test_double"]
 
 
 def test_confirm_full_judges_everything(project) -> None:
     root, run_dir = project
     edit(root, "calc.py", *FIX)
-    ids, why = fixer(root, "full").confirm_selection(run_dir)
+    ids, why = fixer(root, run_dir, "full").confirm_selection()
     assert ids == ALL and why == "full (confirm=full)"
 
 
 def test_no_map_judges_everything(project) -> None:
     root, run_dir = project
     (run_dir / IMPACT_MAP).unlink()
-    assert fixer(root).confirm_selection(run_dir) == (ALL, "full (no impact map)")
+    assert fixer(root, run_dir).confirm_selection() == (ALL, "full (no impact map)")
+
+
+def test_attack_a_forged_map_in_the_artifacts_is_never_read(project) -> None:
+    # a revise step can write the run directory: it empties every test's dependencies
+    # there, so that no change would reach any test; the judged run must not listen
+    root, run_dir = project
+    check = fixer(root, run_dir)
+    edit(root, "calc.py", *FIX)
+    edit(root, "other.py", "return x * FACTOR", "return x * FACTOR + 1")
+    forged = ImpactMap.load(run_dir / IMPACT_MAP)
+    for record in forged.tests.values():
+        record.deps = {}
+    forged.save(run_dir / IMPACT_MAP)
+    ids, _ = check.confirm_selection()
+    assert "test_other.py::test_double" in ids
 
 
 def test_a_map_that_does_not_know_every_test_judges_everything(project) -> None:
     root, run_dir = project
     check = SessionFixCheck(["test_calc.py::test_add"], [*ALL[1:], "test_new.py::test_x"], "", [],
                             rootdir=root.resolve(), confirm="affected")
-    ids, why = check.confirm_selection(run_dir)
+    check.impact = ImpactMap.load(run_dir / IMPACT_MAP)
+    ids, why = check.confirm_selection()
     assert len(ids) == 5 and "unknown to the impact map" in why
 
 
@@ -203,7 +222,7 @@ def test_attack_module_level_code_forces_full(project) -> None:
     root, run_dir = project
     edit(root, "calc.py", *FIX)
     edit(root, "other.py", "FACTOR = 2", "FACTOR = 3")
-    ids, why = fixer(root).confirm_selection(run_dir)
+    ids, why = fixer(root, run_dir).confirm_selection()
     assert ids == ALL and "module-level code in other.py changed" in why
 
 
@@ -211,7 +230,7 @@ def test_attack_conftest_forces_full(project) -> None:
     root, run_dir = project
     edit(root, "calc.py", *FIX)
     edit(root, "conftest.py", "return 1", "return 2")
-    ids, why = fixer(root).confirm_selection(run_dir)
+    ids, why = fixer(root, run_dir).confirm_selection()
     assert ids == ALL and "conftest.py changed" in why
 
 
@@ -219,7 +238,7 @@ def test_attack_a_test_file_forces_full(project) -> None:
     root, run_dir = project
     edit(root, "calc.py", *FIX)
     edit(root, "test_other.py", '== "ok"', '== "ok" or True')
-    ids, why = fixer(root).confirm_selection(run_dir)
+    ids, why = fixer(root, run_dir).confirm_selection()
     assert ids == ALL and "test_other.py changed" in why
 
 
@@ -227,7 +246,7 @@ def test_attack_a_data_file_read_at_import_forces_full(project) -> None:
     root, run_dir = project
     edit(root, "calc.py", *FIX)
     (root / "data.txt").write_text("broken\n")
-    ids, why = fixer(root).confirm_selection(run_dir)
+    ids, why = fixer(root, run_dir).confirm_selection()
     assert ids == ALL and "non-Python file data.txt changed" in why
 
 
@@ -235,7 +254,7 @@ def test_attack_a_pytest_config_forces_full(project) -> None:
     root, run_dir = project
     edit(root, "calc.py", *FIX)
     (root / "pytest.ini").write_text("[pytest]\naddopts = -p no:doctest\n")
-    ids, why = fixer(root).confirm_selection(run_dir)
+    ids, why = fixer(root, run_dir).confirm_selection()
     assert ids == ALL and "pytest.ini" in why
 
 
@@ -243,5 +262,5 @@ def test_attack_a_new_module_forces_full(project) -> None:
     root, run_dir = project
     edit(root, "calc.py", *FIX)
     (root / "sitecustomize.py").write_text("import other\nother.FACTOR = 5\n")
-    ids, why = fixer(root).confirm_selection(run_dir)
+    ids, why = fixer(root, run_dir).confirm_selection()
     assert ids == ALL and "sitecustomize.py added" in why
