@@ -86,7 +86,7 @@ def estimate_cost(durations: Mapping[str, float], failing: Sequence[str], peers:
     """Seconds localization adds: ``start_s`` (pytest's start-up and collection), coverage's
     start and the peers under coverage, and the failing tests: all of their time under
     coverage in a run of its own (``alone``), else only their slowdown inside a rerun that
-    runs them anyway. ``durations`` of failing tests should hold making their reports."""
+    runs them anyway."""
     peer_s = sum(durations.get(t, 0.0) for t in peers)
     failing_s = sum(durations.get(t, 0.0) for t in failing)
     return (start_s + COVERAGE_START_S + COVERAGE_FACTOR * peer_s

@@ -87,6 +87,7 @@ class SessionFixCheck:
 
     def __init__(self, failing: list[str], green: list[str], first_output: str, pytest_args: list[str], *,
                  rootdir: Path | None = None, durations: dict[str, float] | None = None,
+                 report_s: dict[str, float] | None = None,
                  plain_run_s: float = 0.0, startup_s: float = 0.0, collect_s: float = 0.0, test_files: int = 0,
                  cap: tuple[str, float] | None = None,
                  localize: bool = False, confirm: str = "full", workers: Any = None) -> None:
@@ -100,6 +101,7 @@ class SessionFixCheck:
         self.regressions: list[str] = []
         self.rootdir = rootdir
         self.durations = dict(durations or {})
+        self.report_s = dict(report_s or {})  # making each failing test's reports, in the session
         self.plain_run_s = plain_run_s
         self.startup_s = startup_s
         self.collect_s = collect_s
@@ -249,8 +251,11 @@ class SessionFixCheck:
         from .localize import SPECTRA_FILE, estimate_cost
 
         peers = self._peers(self.failing)
+        # a run of its own makes the failing tests' reports again (coverage pauses there,
+        # so a rerun that runs anyway pays them with or without it)
+        reports = sum(self.report_s.get(t, 0.0) for t in self.failing)
         estimate = estimate_cost(self.durations, self.failing, peers, alone=True,
-                                 start_s=self.startup_s + self._collect_share([*self.failing, *peers]))
+                                 start_s=self.startup_s + self._collect_share([*self.failing, *peers]) + reports)
         cap = self._cap_s()
         if cap is not None and estimate > cap:
             self._note(context, f"suspects skipped: a run under coverage would take about {estimate:.2f}s, "
@@ -403,10 +408,7 @@ def fixloop_options(session: LoopSession) -> dict[str, Any]:
     workers = None
     if config.pluginmanager.hasplugin("xdist") and getattr(config.option, "numprocesses", None):
         workers = config.option.numprocesses
-    durations = dict(session.durations)
-    for node, seconds in session.report_s.items():
-        durations[node] = durations.get(node, 0.0) + seconds
-    return {"rootdir": session.rootdir, "durations": durations, "plain_run_s": session.plain_run_s,
+    return {"rootdir": session.rootdir, "durations": session.durations, "report_s": session.report_s, "plain_run_s": session.plain_run_s,
             "startup_s": session.startup_s, "collect_s": session.collect_s, "test_files": session.test_files, "cap": cap, "confirm": confirm, "workers": workers,
             "localize": _choice(config, "suspects", SUSPECTS_CHOICES) == "on"}
 
