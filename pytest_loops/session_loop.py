@@ -1,10 +1,13 @@
 """`pytest --loop --loop-revise CMD`: the session's failing tests become one fix-loop.
 
-Each iteration re-runs only the tests still failing (a fresh pytest process);
-when they all pass, one confirm run of every test the session ran — the failing
-ones and the green ones together — decides SUCCESS. A test that was green in the
-session and fails in the confirm run is a regression: the loop goes on, and if
-it ends before a revise repairs it, the reason names it.
+Each iteration re-runs only the tests still failing (a fresh pytest process,
+under per-test coverage with a sample of passing peers when that fits the
+``suspects_cap``: the suspects come from it); when they all pass, the clean-room
+judged run is the confirm run that decides SUCCESS: every test the session ran,
+or with ``confirm = affected`` and an impact map made before the first revise,
+the tests the changes can reach plus the failing ones. A test that was green in
+the session and fails there is a regression: the loop goes on, and if it ends
+before a revise repairs it, the reason names it.
 """
 
 from __future__ import annotations
