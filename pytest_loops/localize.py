@@ -64,15 +64,20 @@ def cap_seconds(cap: tuple[str, float], plain_run_s: float) -> float | None:
     return value if kind == "seconds" else value * max(0.0, plain_run_s)
 
 
-def sample_peers(failing: Sequence[str], known: Sequence[str], *, limit: int = PEERS) -> list[str]:
-    """Passing peers for a spectrum: the failing tests' own files first, then an even
-    sample of the rest, ``limit`` in all (every known test when there are no more)."""
+def sample_peers(failing: Sequence[str], known: Sequence[str], *, limit: int = PEERS,
+                 durations: Mapping[str, float] | None = None) -> list[str]:
+    """Passing peers for a spectrum: the failing tests' own files first (the quickest
+    of them, by ``durations``, when there are more than ``limit``), then an even sample
+    of the rest, ``limit`` in all (every known test when there are no more)."""
     failing_set = set(failing)
     rest = [t for t in known if t not in failing_set]
     if len(rest) <= limit:
         return rest
     files = {t.split("::", 1)[0] for t in failing}
-    near = [t for t in rest if t.split("::", 1)[0] in files][:limit]
+    near = [t for t in rest if t.split("::", 1)[0] in files]
+    if len(near) > limit:
+        quickest = set(sorted(near, key=lambda t: (durations or {}).get(t, 0.0))[:limit])
+        near = [t for t in near if t in quickest]
     far = [t for t in rest if t.split("::", 1)[0] not in files]
     room = limit - len(near)
     if room > 0 and far:

@@ -246,7 +246,7 @@ class SessionFixCheck:
         from .localize import sample_peers
 
         known = [t for t in self.green if t not in exclude]
-        return sample_peers(self.failing, known)
+        return sample_peers(self.failing, known, durations=self.durations)
 
     def _first_spectra(self, context: LoopContext) -> None:
         """Iteration 1: one run under coverage of the failing tests and a sample of peers,

@@ -53,6 +53,15 @@ def test_sample_peers_takes_the_failing_file_first_then_an_even_sample() -> None
     assert sample_peers(failing, near, limit=20) == near  # few enough: all of them
 
 
+
+def test_sample_peers_takes_the_quickest_of_a_big_failing_file() -> None:
+    failing = ["t/test_a.py::test_bad"]
+    near = [f"t/test_a.py::test_{i}" for i in range(30)]
+    durations = {t: (3.0 if i % 2 else 0.001) for i, t in enumerate(near)}
+    peers = sample_peers(failing, [*failing, *near], limit=15, durations=durations)
+    assert peers == near[::2]  # the quick ones, in their order
+
+
 def test_estimate_counts_start_up_only_for_a_process_of_its_own() -> None:
     durations = {"a": 0.1, "b": 0.2, "bad": 0.05}
     alone = estimate_cost(durations, ["bad"], ["a", "b"], start_s=0.5, alone=True)
