@@ -427,7 +427,8 @@ class LoopSession:
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props = dict(getattr(report, "user_properties", ()) or ())
-        self.durations[report.nodeid] = self.durations.get(report.nodeid, 0.0) + (report.duration or 0.0)
+        if not hasattr(report, "context"):  # a subtest's time is inside its test's call already
+            self.durations[report.nodeid] = self.durations.get(report.nodeid, 0.0) + (report.duration or 0.0)
         if report.when == "call" and is_loop_report(props):
             key = (props.get("loop"), props.get("artifact_log"))
             if all((row.get("loop"), row.get("artifact_log")) != key for row in self.rows):
