@@ -32,6 +32,7 @@ Always exits 0: it reports, it does not judge.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import shutil
@@ -200,11 +201,23 @@ def bench_fixloop(pytest: str, root: Path, rounds: int, tests: int) -> Table:
     revise = f"{shlex.quote(sys.executable)} fix.py"
     parts: dict[str, list[float]] = {"full run": [], "fix": [], "rerun of the failing test": []}
 
+    phases: dict[str, list[float]] = {"iteration 1 (localization within its cap, the fix)": [],
+                                      "iteration 2 rerun (under coverage)": [],
+                                      "clean-room judged run (the confirm run)": []}
+    notes: list[str] = []
+
     def fixloop() -> Sample:
         clean(root)
         try:
-            return run_timed([pytest, "-q", "--loop", "--loop-revise", revise], cwd=root, expect=0,
-                             what="the fix-loop")
+            sample = run_timed([pytest, "-q", "--loop", "--loop-revise", revise], cwd=root, expect=0,
+                               what="the fix-loop")
+            for log in (root / ".pytest-loops" / "runs").glob("*.json"):
+                its = json.loads(log.read_text())["iterations"]
+                phases["iteration 1 (localization within its cap, the fix)"].append(its[0]["duration_s"])
+                phases["iteration 2 rerun (under coverage)"].append(its[-1]["verify_duration_s"] or 0.0)
+                phases["clean-room judged run (the confirm run)"].append(its[-1]["clean_room_s"] or 0.0)
+                notes.extend(str(it.get("suspects_note")) for it in its if it.get("suspects_note"))
+            return sample
         finally:
             clean(root)
 
@@ -243,9 +256,14 @@ def bench_fixloop(pytest: str, root: Path, rounds: int, tests: int) -> Table:
               x_two)
     for key, values in parts.items():
         table.add(f"minimum, part: {key}", f"{med(values):.3f} s")
+    for key, values in phases.items():
+        if values:
+            table.add(f"fix-loop, part: {key}", f"{med(values):.3f} s")
     table.add("peak RSS, fix-loop", mb(med([s.rss_kb for s in samples["fix-loop"]])),
               f"full run {mb(med([s.rss_kb for s in samples['minimum']]))}")
     print(table.render())
+    if notes:
+        print("\nsuspects notes: " + "; ".join(sorted(set(notes))))
     print("\nrounds (s): fix-loop " + ", ".join(f"{x:.3f}" for x in loop) + "; minimum "
           + ", ".join(f"{x:.3f}" for x in least))
     return table

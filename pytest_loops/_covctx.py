@@ -64,6 +64,9 @@ class _Recorder:
     """One coverage session, the current context and the outcomes seen so far."""
 
     def __init__(self, settings: dict[str, Any]) -> None:
+        import time
+
+        began = time.perf_counter()
         import coverage
         import coverage.collector
 
@@ -98,6 +101,7 @@ class _Recorder:
         self.config: object = None  # the pytest config of the measured session
         self.paused = False
         self.cov.start()
+        self.start_s = time.perf_counter() - began  # what measuring cost before the first test
 
     def pause(self) -> None:
         if not self.paused:
@@ -158,6 +162,7 @@ class _Recorder:
             "collect_errors": self.collect_errors,
             "exitstatus": self.exitstatus,
             "collected": self.collected,
+            "start_s": round(self.start_s, 4),
             "contexts": contexts,
         })
 

@@ -93,6 +93,7 @@ class LoopContext:
     base_env: dict[str, str]
     lessons: list[str] = field(default_factory=list)
     suspects: list[str] = field(default_factory=list)
+    suspects_note: str = ""  # what localization cost, or why it was skipped (one line)
     budget_hit: bool = False
     scrub: Callable[[str], str] | None = None  # masks secret values before anything is written
     previous: IterationRecord | None = None  # the iteration before this one (narrowed reruns)
@@ -501,6 +502,7 @@ class Engine:
                 record.output_tail = (first_failed or record.checks[-1]).output_tail if record.checks else ""
 
                 verdict, reason = self._after_verify(spec, ctx, record, failed, watch)
+                failed = [c for c in record.checks if not c.passed]  # the clean room may have failed one
                 if verdict is None:
                     # progress
                     if fingerprint is not None:
@@ -640,6 +642,8 @@ class Engine:
                     record.clean_room_s = self.clock() - c0
                 if verdict is not None:
                     return verdict, why
+                if not record.passed:  # the clean room's run is the iteration's: the loop goes on
+                    return None, ""
             return Verdict.SUCCESS, f"all {len(spec.checks)} check(s) passed in iteration {record.iter}"
         return None, ""
 
@@ -689,6 +693,14 @@ class Engine:
                     record.guard = "hidden_check"
                     return Verdict.ESCALATE, (f"the hidden check {check.name} did not pass in the clean "
                                               f"room: {result.reason}")
+                if not result.passed and check.options.get("session_fix"):
+                    # the session fix-loop's judged run is its confirm run: a test it finds
+                    # failing (a regression) is the next iteration's to repair, not an escalation
+                    record.checks = [result if c.name == check.name else c for c in record.checks]
+                    record.passed = False
+                    record.verify_exit = result.exit_code
+                    record.output_tail = result.output_tail
+                    return None, ""
                 if not result.passed:
                     record.guard = "clean_room"
                     return Verdict.ESCALATE, (
@@ -754,6 +766,7 @@ class Engine:
             try:
                 if localize(ctx, failed) is not None:
                     record.suspects_file = str(ctx.iteration_dir / "suspects.json")
+                record.suspects_note = ctx.suspects_note or None
             except OSError as exc:
                 self._artifact_failed(getattr(exc, "filename", None) or failure_file.parent, exc)
         prompt = build_prompt(spec, ctx, failed)

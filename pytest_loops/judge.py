@@ -53,8 +53,31 @@ def _is_worker(config: Any) -> bool:
     return hasattr(config, "workerinput")
 
 
+WORKER_KEY = "pytest_loops_judge"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Under pytest-xdist: each worker gets the channel in memory (never its environment),
+    so what a test call raised is recorded where it ran, before any report is sent."""
+    if _fd is not None:
+        node.workerinput[WORKER_KEY] = f"{_nonce}:{_path}"
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: Any) -> None:
-    if _fd is not None and not _is_worker(config):
+    global _fd, _nonce
+    if _is_worker(config):
+        spec = config.workerinput.pop(WORKER_KEY, "")
+        nonce, _, path = str(spec).partition(":")
+        if path and _fd is None:
+            try:
+                _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+                _nonce = nonce
+            except OSError:
+                _fd = None
+        return
+    if _fd is not None:
         _emit({"event": "start", "pid": os.getpid()})
 
 

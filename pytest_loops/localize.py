@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .results import CheckResult
 
@@ -22,7 +23,73 @@ if TYPE_CHECKING:
 TOP = 10
 IMPACT_MAP = "impact.json"
 TIMEOUT_S = 300.0
+# Spectra a check collected itself (the session fix-loop's rerun under coverage), and
+# the one line on what localization cost or why it was skipped: read, never re-run.
+SPECTRA_FILE = "spectra.json"
+NOTE_FILE = "suspects-note.txt"
+PEERS = 50  # passing peers sampled into a spectrum (enough for Ochiai, cheap in one process)
+COVERAGE_FACTOR = 2.0  # a test under per-test coverage takes about this much longer
+COVERAGE_START_S = 0.15  # importing and starting coverage in the child
+DEFAULT_CAP = ("fraction", 0.2)
 _FAILED_LINE = re.compile(r"^(?:FAILED|ERROR) (\S+::\S+)")
+
+
+def parse_cap(raw: Any, where: str = "suspects_cap") -> tuple[str, float]:
+    """``suspects_cap`` (validated by its settings row): a fraction of a plain run (``0.2``), a
+    percent (``"20%"``), seconds (``"30s"``) or 0 (no cap) -> ``("fraction", f)``,
+    ``("seconds", s)`` or ``("off", 0.0)``."""
+    from .settings import BY_NAME
+
+    text = BY_NAME["suspects_cap"].parse(raw, where)
+    if text.endswith("%"):
+        kind, value = "fraction", float(text[:-1]) / 100.0
+    elif text.endswith("s"):
+        kind, value = "seconds", float(text[:-1])
+    else:
+        kind, value = "fraction", float(text)
+    return ("off", 0.0) if value == 0 else (kind, value)
+
+
+def cap_seconds(cap: tuple[str, float], plain_run_s: float) -> float | None:
+    """The cap in seconds for a session whose plain run took ``plain_run_s``; None = no cap."""
+    kind, value = cap
+    if kind == "off":
+        return None
+    return value if kind == "seconds" else value * max(0.0, plain_run_s)
+
+
+def sample_peers(failing: Sequence[str], known: Sequence[str], *, limit: int = PEERS,
+                 durations: Mapping[str, float] | None = None) -> list[str]:
+    """Passing peers for a spectrum: the failing tests' own files first (the quickest
+    of them, by ``durations``, when there are more than ``limit``), then an even sample
+    of the rest, ``limit`` in all (every known test when there are no more)."""
+    failing_set = set(failing)
+    rest = [t for t in known if t not in failing_set]
+    if len(rest) <= limit:
+        return rest
+    files = {t.split("::", 1)[0] for t in failing}
+    near = [t for t in rest if t.split("::", 1)[0] in files]
+    if len(near) > limit:
+        quickest = set(sorted(near, key=lambda t: (durations or {}).get(t, 0.0))[:limit])
+        near = [t for t in near if t in quickest]
+    far = [t for t in rest if t.split("::", 1)[0] not in files]
+    room = limit - len(near)
+    if room > 0 and far:
+        step = len(far) / room
+        near += [far[int(i * step)] for i in range(min(room, len(far)))]
+    return near
+
+
+def estimate_cost(durations: Mapping[str, float], failing: Sequence[str], peers: Sequence[str], *,
+                  start_s: float = 0.0, alone: bool = False) -> float:
+    """Seconds localization adds: ``start_s`` (pytest's start-up and collection), coverage's
+    start and the peers under coverage, and the failing tests: all of their time under
+    coverage in a run of its own (``alone``), else only their slowdown inside a rerun that
+    runs them anyway."""
+    peer_s = sum(durations.get(t, 0.0) for t in peers)
+    failing_s = sum(durations.get(t, 0.0) for t in failing)
+    return (start_s + COVERAGE_START_S + COVERAGE_FACTOR * peer_s
+            + (COVERAGE_FACTOR if alone else COVERAGE_FACTOR - 1.0) * failing_s)
 
 
 def failing_tests(failed: list[CheckResult]) -> list[str]:
@@ -63,9 +130,17 @@ def localize(context: LoopContext, failed: list[CheckResult]) -> Path | None:
     """Rank suspect lines for this iteration; sets ``context.suspects`` and writes
     ``suspects.json`` in the iteration directory (and the run directory's latest
     copy). Returns the file, or None when there was nothing to localize."""
+    note = _read_note(context)
+    if note:
+        context.suspects_note = note
+    precollected = context.iteration_dir / SPECTRA_FILE
+    if note and not precollected.is_file():
+        return None  # the check decided: localization was skipped (over its cap) or failed
     tests = failing_tests(failed)
     if not tests:
         return None
+    if precollected.is_file():
+        return _rank(context, precollected)
     from .coverage_intel import (
         SpectraError,
         collect_spectra,
@@ -92,6 +167,32 @@ def localize(context: LoopContext, failed: list[CheckResult]) -> Path | None:
         ImpactMap.from_spectra(spectra, context.workdir).save(context.run_dir / IMPACT_MAP)
     except (OSError, ValueError):
         pass
+    suspects = rank_suspects(spectra, top=TOP)
+    context.suspects = format_suspects(suspects, limit=TOP)
+    payload = json.dumps([s.to_dict() for s in suspects], indent=2)
+    target = context.iteration_dir / "suspects.json"
+    target.write_text(payload, encoding="utf-8")
+    (context.run_dir / "suspects.json").write_text(payload, encoding="utf-8")
+    return target
+
+
+def _read_note(context: LoopContext) -> str:
+    try:
+        return (context.iteration_dir / NOTE_FILE).read_text(encoding="utf-8").strip()[:300]
+    except OSError:
+        return ""
+
+
+def _rank(context: LoopContext, data_file: Path) -> Path | None:
+    """Suspects from spectra a check already collected (no run of its own)."""
+    from .coverage_intel import SpectraError, format_suspects, rank_suspects, read_spectra
+
+    try:
+        spectra = read_spectra(data_file)
+    except SpectraError:
+        return None
+    if not spectra.failed:
+        return None
     suspects = rank_suspects(spectra, top=TOP)
     context.suspects = format_suspects(suspects, limit=TOP)
     payload = json.dumps([s.to_dict() for s in suspects], indent=2)

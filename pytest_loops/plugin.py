@@ -122,6 +122,16 @@ def _choice(config: pytest.Config, key: str, choices: tuple[str, ...]) -> str:
     return ("on" if parsed else "off") if row.kind == "switch" else parsed
 
 
+def fixloop_settings(settings: Resolved) -> tuple[tuple[str, float], str]:
+    """(suspects_cap, confirm) of the session fix-loop, from the session's settings.
+
+    The cap is ``("fraction", f)``, ``("seconds", s)`` or ``("off", 0)`` (see localize.parse_cap)."""
+    from .localize import parse_cap
+
+    cap = settings.values.get("suspects_cap") or BY_NAME["suspects_cap"].default
+    return parse_cap(cap), settings.values.get("confirm") or BY_NAME["confirm"].default
+
+
 def artifact_options(config: pytest.Config):
     """The .tine / hand-off options of this session (the signing key is checked here)."""
     from .finish import ArtifactOptions

@@ -97,6 +97,7 @@ class IterationRecord:
     revise_output_file: str | None = None
     revise_tail: str = ""
     suspects_file: str | None = None  # suspects.json of this iteration (fault localization)
+    suspects_note: str | None = None  # localization's cost, or why it was skipped (one line)
     protected_changes: list[str] = field(default_factory=list)  # undone: "path (modified)"
     scope_reverted: list[str] = field(default_factory=list)  # (older logs) edits outside scope, undone
     clean_room: list[CheckResult] = field(default_factory=list)  # the checks re-run before SUCCESS
@@ -119,7 +120,8 @@ class IterationRecord:
             "same_failure_streak": self.same_failure_streak, "lesson": self.lesson,
             "revise_exit": self.revise_exit, "revise_duration_s": self.revise_duration_s,
             "revise_output_file": self.revise_output_file, "revise_tail": self.revise_tail,
-            "suspects_file": self.suspects_file, "protected_changes": list(self.protected_changes),
+            "suspects_file": self.suspects_file, "suspects_note": self.suspects_note,
+            "protected_changes": list(self.protected_changes),
             "scope_reverted": list(self.scope_reverted),
             "clean_room": [c.to_dict() for c in self.clean_room],
             "clean_room_s": self.clean_room_s, "audit_findings": list(self.audit_findings),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import shlex
 import signal
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,6 +56,22 @@ def _number(value: Any) -> str:
     return format(value, ".15g") if isinstance(value, float) else str(value)
 
 
+def _process_age() -> float:
+    """Wall seconds since this process started (pytest's start-up, at session start);
+    its CPU seconds where /proc is not there."""
+    import os
+    import time
+
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return time.process_time()
+
+
 class LoopSession:
     """The plugin object of one `--loop` session."""
 
@@ -82,6 +99,15 @@ class LoopSession:
         self.collection_errors = 0  # collectors that failed (a bad loop file, an import error)
         self.loop_failures = 0  # marker-loop tests that failed (counted in session.testsfailed)
         self.session_result: LoopResult | None = None
+        # the session fix-loop's cost model: each test's time, pytest's start-up (CPU
+        # seconds before the session started) and the plain run's wall time
+        self.durations: dict[str, float] = {}
+        self.report_s: dict[str, float] = {}  # per failing test: making its failure reports
+        self.startup_s = 0.0
+        self.session_t0: float | None = None
+        self.plain_run_s = 0.0
+        self.collect_s = 0.0  # collecting every test file
+        self.test_files = 0
         self.artifact_errors: list[str] = []  # artifacts the loops could not write (one line at the end)
         workerinput = getattr(config, "workerinput", None)
         self.testrunuid = workerinput["testrunuid"] if workerinput else uuid.uuid4().hex
@@ -328,6 +354,8 @@ class LoopSession:
         if self.is_worker:
             return
         line = iteration_line(spec, record)
+        if getattr(record, "suspects_note", None):  # localization's cost, or why it was skipped
+            line += shown(f", {record.suspects_note}")
         live_write(self.config, lambda reporter: reporter.write_line(line))
 
     # -- fix-loops around marked tests ---------------------------------------------------
@@ -359,6 +387,8 @@ class LoopSession:
         pm = self.config.pluginmanager
         if marked and pm.get_plugin(MARKER_LOOPS) is None:  # without a marker, no test pays for it
             pm.register(MarkerLoops(self), MARKER_LOOPS)
+        if self.settings["revise"] and not self.is_worker and pm.get_plugin(REPORT_TIMER) is None:
+            pm.register(ReportTimer(self), REPORT_TIMER)  # the session fix-loop's cost model
 
     def _usage_at_collection(self, message: str, items: list[pytest.Item]) -> None:
         from .plugin import usage_error, usage_exit
@@ -432,6 +462,21 @@ class LoopSession:
     # -- collecting outcomes (on the controller under xdist) -----------------------------------
 
     @pytest.hookimpl
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        import time
+
+        self.startup_s = _process_age()
+        self.session_t0 = time.perf_counter()
+
+    @pytest.hookimpl
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        import time
+
+        if self.session_t0 is not None:
+            self.collect_s = time.perf_counter() - self.session_t0
+            self.test_files = len({item.nodeid.split("::", 1)[0] for item in session.items})
+
+    @pytest.hookimpl
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self.collection_errors += 1
@@ -439,6 +484,8 @@ class LoopSession:
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props = dict(getattr(report, "user_properties", ()) or ())
+        if not hasattr(report, "context"):  # a subtest's time is inside its test's call already
+            self.durations[report.nodeid] = self.durations.get(report.nodeid, 0.0) + (report.duration or 0.0)
         if report.when == "call" and is_loop_report(props):
             key = (props.get("loop"), props.get("artifact_log"))
             if key not in self.announced and props.get(SETTINGS_PROPERTY) and self._workers():
@@ -474,6 +521,10 @@ class LoopSession:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker:
             return
+        if self.session_t0 is not None:
+            import time
+
+            self.plain_run_s = self.startup_s + time.perf_counter() - self.session_t0
         stopped = session.shouldfail or session.shouldstop
         if self.failed_nodeids and self.settings["revise"] and exitstatus in (0, 1) and stopped:
             # -x / --maxfail: the tests after the stop never ran, so a repair of the
@@ -660,3 +711,23 @@ class MarkerLoops:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]):
         report = yield
         return self.session.marker_report(item, call, report)
+
+
+REPORT_TIMER = "loop-report-timer"
+
+
+class ReportTimer:
+    """Registered only when the session fix-loop may run: how long each failing test's
+    failure reports took to make (their tracebacks), part of what a rerun costs."""
+
+    def __init__(self, session: LoopSession) -> None:
+        self.session = session
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]):
+        t0 = time.perf_counter()
+        report = yield
+        if report.failed:
+            spent = self.session.report_s
+            spent[item.nodeid] = spent.get(item.nodeid, 0.0) + time.perf_counter() - t0
+        return report

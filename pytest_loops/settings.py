@@ -125,6 +125,8 @@ class Setting:
             return self._guard(raw, where)
         if kind == "size":
             return self._size(raw, where)
+        if kind == "cap":
+            return self._cap(raw, where)
         if kind == "choice":
             if not isinstance(raw, str) or raw.strip() not in self.choices:
                 raise self.fail(raw, where)
@@ -175,6 +177,19 @@ class Setting:
         if validate_guard_values(**{self.name: value}):
             raise self.fail(raw, where)
         return value
+
+    def _cap(self, raw: Any, where: str) -> str:
+        """A time cap as text: a fraction (0.2), a percent (20%), seconds (30s) or 0."""
+        text = str(raw).strip().lower()
+        number = text[:-1] if text.endswith(("%", "s")) else text
+        try:
+            value = float(number)
+        except ValueError:
+            raise self.fail(raw, where) from None
+        if isinstance(raw, bool) or not math.isfinite(value) or value < 0 \
+                or (not text.endswith(("%", "s")) and value > 100):
+            raise self.fail(raw, where)
+        return text
 
     def _size(self, raw: Any, where: str) -> int:
         text = str(raw).strip().lower().removesuffix("b").removesuffix("i")
@@ -257,6 +272,16 @@ SETTINGS: tuple[Setting, ...] = (
             True, choices=ON_OFF, valid="on or off", run_flag="--suspects",
             run_aliases=(("--no-suspects", False),), option="--loop-suspects", ini="loop_suspects",
             sample="off"),
+    Setting("suspects_cap", "time cap of fault localization in the session fix-loop: a fraction of the "
+            "session's plain run (0.2, or 20 percent written 20%%), seconds (30s), or 0 = no cap (default 20%%)",
+            "cap", "20%", valid="a fraction (0.2), a percent (20%), seconds (30s) or 0 for no cap",
+            option="--loop-suspects-cap", ini="loop_suspects_cap", env="PYTEST_LOOPS_SUSPECTS_CAP",
+            metavar="CAP", sample="30s"),
+    Setting("confirm", "what the clean-room run before SUCCESS covers in the session fix-loop: 'affected' "
+            "(default: the tests a fresh impact map says the changes can reach, plus the failing ones; every "
+            "test when there is no map) or 'full' (every test the session ran)", "choice", "affected",
+            choices=("affected", "full"), valid="affected, full", option="--loop-confirm", ini="loop_confirm",
+            env="PYTEST_LOOPS_CONFIRM", sample="full"),
     Setting("audit", "the diff audit of a revise step's in-scope changes (hard-coded failing inputs, constant "
             "__eq__, pytest in library code, added exits): 'error' (default) ends the loop ESCALATE, "
             "'warn' records the findings, 'off' skips it", "choice", "error", choices=("error", "warn", "off"),

@@ -112,7 +112,7 @@ def test_pytest_option_turns_it_off_and_rejects_bad_values(pytester: pytest.Pyte
     pytester.makepyfile(test_x="def test_x():\n    pass\n")
     bad = pytester.runpytest_subprocess("--loop", "--loop-suspects", "maybe")
     assert bad.ret == 4
-    bad.stderr.fnmatch_lines(["ERROR: 'maybe' is not a valid --loop-suspects; valid: on, off"])
+    bad.stderr.fnmatch_lines(["ERROR: --loop-suspects: 'maybe' is not a valid suspects; valid: on or off"])
 
 
 def test_a_failing_pytest_command_reruns_narrowed_then_confirms(tmp_path: Path) -> None:

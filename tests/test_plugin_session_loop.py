@@ -62,19 +62,20 @@ def test_repairs_failing_tests_rerunning_only_them_then_one_confirm_run(project:
     assert "1 passed, 2 repaired in" in result.stdout.lines[-1]
     assert "failed" not in result.stdout.lines[-1]
     assert "FAILED" not in result.stdout.str(), "a repaired test is still listed as failed"
-    # the session, then the failing tests alone, then everything once more
+    # the session, then the failing tests alone; the confirm run is the clean room's
+    # (in its own copy of the tree: it writes the copy's ran.txt)
     assert project.read("ran.txt").split() == [
         "add", "add_again", "sub",
         "add", "add_again",
-        "add", "add_again", "sub",
     ]
     (log,) = project.run_logs()
-    assert log["iterations"][-1]["checks"][0]["reason"] == "confirm run: all 3 test(s) passed together"
+    assert log["iterations"][-1]["checks"][0]["reason"] == "rerun: 2 test(s) passed; the clean-room run confirms"
+    assert log["iterations"][-1]["clean_room"][0]["reason"] == (
+        "clean room: all 3 test(s) passed (witnessed); full (no impact map)")
     iteration = session_run_dir(project) / "iter-002"
     assert (iteration / "failing.ids").read_text().split() == ["test_calc.py::test_add",
                                                                "test_calc.py::test_add_again"]
-    assert sorted((iteration / "confirm.ids").read_text().split()) == [
-        "test_calc.py::test_add", "test_calc.py::test_add_again", "test_calc.py::test_sub"]
+    assert not (iteration / "confirm.ids").exists()  # no separate confirm run
 
 
 def test_narrows_to_the_tests_still_failing(project: Project) -> None:
@@ -158,7 +159,8 @@ def test_a_regression_a_later_revise_repairs_is_no_failure(project: Project) -> 
     (log,) = project.run_logs()
     reasons = [check["reason"] for it in log["iterations"] for check in it["checks"]]
     assert reasons[1].startswith("regression: test_calc.py::test_sub passed before the loop")  # on the way
-    assert reasons[2] == "confirm run: all 3 test(s) passed together"
+    assert reasons[2].startswith("rerun: ")
+    assert log["iterations"][2]["clean_room"][0]["reason"].startswith("clean room: all 3 test(s) passed")
 
 
 def test_marker_loops_stay_out_of_the_session_loop(project: Project) -> None:
@@ -272,7 +274,8 @@ def test_affected_green_tests_rerun_with_the_failing_ones(project: Project) -> N
     project.write("test_calc.py", COUNTING_TESTS)
     broken_sub = GOOD_CALC.replace("return a - b", "return b - a")
     revise = project.scripted_revise({1: {"calc.py": broken_sub}, 2: {"calc.py": GOOD_CALC}})
-    result = project.run("--loop", "--loop-revise", revise, "--loop-max-iter", "4")
+    # no cap: the first iteration's run under coverage covers every test (the map)
+    result = project.run("--loop", "--loop-revise", revise, "--loop-max-iter", "4", "--loop-suspects-cap=0")
     assert result.ret == 0, result.stdout.str()
     run_dir = session_run_dir(project)
     assert (run_dir / "iter-002" / "failing.ids").read_text().split() == [
