@@ -116,7 +116,7 @@ def test_demo_with_a_bad_config_exits_64_and_removes_its_copy(cli, dirs, tmp_pat
     assert list(dirs["tmp"].iterdir()) == []
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), pytest.param(signal.SIGTERM, 143, marks=pytest.mark.slow)], ids=["SIGINT", "SIGTERM"])
 def test_demo_interrupted_removes_its_copy(dirs, tmp_path, sig, code):
     # the revise step says it started, then waits to be interrupted
     revise = "python -c \\\"open('started', 'w').close(); import time; time.sleep(600)\\\""
@@ -143,6 +143,7 @@ def test_demo_interrupted_removes_its_copy(dirs, tmp_path, sig, code):
     assert list(dirs["cwd"].iterdir()) == []
 
 
+@pytest.mark.slow
 def test_demo_dir_keeps_the_project_and_names_its_artifacts(cli, dirs):
     project = dirs["cwd"] / "kept"
     proc = cli("demo", "--dir", str(project), cwd=dirs["cwd"], env=demo_env(dirs), timeout=180)
@@ -176,6 +177,7 @@ def test_init_writes_the_project_config_and_loop_file_and_both_run(cli, dirs):
     assert "return a + b" in (target / "calc.py").read_text()
 
 
+@pytest.mark.slow
 def test_init_loop_file_repairs_the_project_under_pytest(cli, dirs):
     target = dirs["cwd"]
     assert cli("demo", "--init", cwd=target, env=demo_env(dirs)).returncode == 0
