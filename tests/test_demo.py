@@ -116,6 +116,25 @@ def test_demo_with_a_bad_config_exits_64_and_removes_its_copy(cli, dirs, tmp_pat
     assert list(dirs["tmp"].iterdir()) == []
 
 
+def test_demo_with_a_missing_config_exits_64_before_copying(cli, dirs):
+    proc = cli("demo", "--config", "nope.yaml", cwd=dirs["cwd"], env=demo_env(dirs))
+    assert proc.returncode == 64, proc.stdout + proc.stderr
+    assert proc.stderr.splitlines() == [f"pytest-loops: error: {dirs['cwd'] / 'nope.yaml'}: config file not found; "
+                                        "check the path given to --config"]
+    assert proc.stdout == ""
+    assert list(dirs["tmp"].iterdir()) == []
+
+
+def test_demo_dir_that_is_a_file_exits_64(cli, dirs):
+    (dirs["cwd"] / "afile").write_text("x\n")
+    proc = cli("demo", "--dir", "afile", cwd=dirs["cwd"], env=demo_env(dirs))
+    assert proc.returncode == 64, proc.stdout + proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pytest-loops: error: --dir afile: cannot copy the demo project")
+    assert proc.stdout == ""
+    assert (dirs["cwd"] / "afile").read_text() == "x\n"
+
+
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), pytest.param(signal.SIGTERM, 143, marks=pytest.mark.slow)], ids=["SIGINT", "SIGTERM"])
 def test_demo_interrupted_removes_its_copy(dirs, tmp_path, sig, code):
     # the revise step says it started, then waits to be interrupted

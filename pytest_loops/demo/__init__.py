@@ -155,24 +155,31 @@ def run_demo(run: RunCommand, directory: str | None = None, config: str | None =
     happens; with it, the project and its artifacts stay in `directory`."""
     bundled = config is None and not (default_config is not None and default_config.is_file())
     config_path = bundled_config() if bundled else Path(config or default_config).resolve()  # type: ignore[arg-type]
+    if not bundled and not config_path.is_file():
+        raise LoopUsageError("config file not found", location=str(config_path),
+                             fix="check the path given to --config")
     out = sys.stdout
 
     def say(text: str) -> None:
         if not quiet:
             print(text, file=out, flush=True)
 
-    if bundled:
-        say("config: the bundled demo config (`pytest-loops demo --init DIR` writes a copy to edit)")
-    else:
-        say(f"config: {config_path}  (edit it to change the guards or the revise command)")
+    config_line = ("config: the bundled demo config (`pytest-loops demo --init DIR` writes a copy to edit)"
+                   if bundled else f"config: {config_path}  (edit it to change the guards or the revise command)")
     if directory is not None:
-        project = copy_project(directory).resolve()
+        try:
+            project = copy_project(directory).resolve()
+        except OSError as exc:
+            raise LoopUsageError(f"cannot copy the demo project there: {exc.strerror or exc}",
+                                 location=f"--dir {directory}", fix="give a directory you can write to") from None
+        say(config_line)
         say(f"demo project: {project}")
         code = run(_run_argv(config_path, project, quiet))
         say(f"artifacts: {project / '.pytest-loops'}")
         return code
     with tempfile.TemporaryDirectory(prefix=TEMP_PREFIX) as temp:
         project = copy_project(temp).resolve()
+        say(config_line)
         say("demo project: a temporary copy of the bundled project, removed when the demo ends")
         # the run's closing lines name its files in the copy: they are gone by the end
         filtered = _WithoutLines(out, str(project))
