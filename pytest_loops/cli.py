@@ -138,10 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
     selftest.add_argument("--quiet", "-q", action="store_true")
 
     demo = sub.add_parser("demo", help="run the bundled demo loop: a deterministic script fixes a bug")
-    demo.add_argument("--dir", metavar="DIR", help="where to copy the demo project "
-                                                     "(default: a new temporary directory)")
+    demo.add_argument("--dir", metavar="DIR", help="run the demo in DIR and keep it "
+                                                     "(default: a temporary copy, removed at the end)")
     demo.add_argument("--config", metavar="FILE",
                       help=f"loop-runner config to use (default: {DEFAULT_CONFIG} if present, else the bundled one)")
+    demo.add_argument("--init", nargs="?", const=".", metavar="DIR",
+                      help="write the demo project, its config and a demo.loop into DIR (default: .) to edit")
     demo.add_argument("--quiet", "-q", action="store_true")
     return parser
 
@@ -396,9 +398,9 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from .demo import demo_command
 
-    return run_demo(directory=args.dir, config=args.config, quiet=args.quiet)
+    return demo_command(args, lambda argv: cmd_run(build_parser().parse_args(argv)), DEFAULT_CONFIG)
 
 
 def cmd_show(args: argparse.Namespace) -> int:

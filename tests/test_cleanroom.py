@@ -80,6 +80,7 @@ def test_atexit_exit_zero_disagrees_with_the_witness(tmp_path: Path) -> None:
     assert "witness disagrees with the exit code" in result.reason
 
 
+@pytest.mark.slow
 def test_a_genuine_fix_is_witnessed(tmp_path: Path) -> None:
     project(tmp_path)
     result = run(tmp_path, "python fix.py", Check.command_passes("python -m pytest -q"),
@@ -116,6 +117,7 @@ def test_hidden_checks_run_only_in_the_clean_room_and_are_never_shown(tmp_path: 
     assert "hidden_check.py" not in seen and "(hidden)" in seen  # the run log shows only that it exists
 
 
+@pytest.mark.slow
 def test_a_genuine_fix_passes_hidden_checks(tmp_path: Path) -> None:
     project(tmp_path)
     (tmp_path / "hidden_check.py").write_text("import calc, sys\nsys.exit(0 if calc.add(-1, 1) == 0 else 1)\n")
@@ -130,6 +132,7 @@ def test_a_loop_of_hidden_checks_only_is_bad_input() -> None:
         LoopSpec(name="x", checks=(Check.command_passes("true", hidden=True),))
 
 
+@pytest.mark.slow
 def test_hidden_verify_from_the_command_line(tmp_path: Path) -> None:
     project(tmp_path)
     (tmp_path / "hidden_check.py").write_text("import calc, sys\nsys.exit(0 if calc.add(-1, 1) == 0 else 1)\n")

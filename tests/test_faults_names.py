@@ -60,6 +60,7 @@ def test_the_runner_reaches_success_and_show_reads_the_log(project: Path) -> Non
     assert shown.returncode == 0 and "SUCCESS" in shown.stdout, shown.stderr
 
 
+@pytest.mark.slow
 def test_a_loop_file_under_pytest_reaches_success(project: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "pytest", "--loop", "x.loop", "-p", "no:cacheprovider", "-q"],
                           cwd=project, capture_output=True, text=True, env=clean_env(), timeout=300)

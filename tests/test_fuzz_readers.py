@@ -292,6 +292,7 @@ def write_mutated(corpus: dict[str, Any], mutations: list[Any], directory: Path,
 
 @settings(max_examples=120, **FUZZ)
 @given(which=st.sampled_from(["finished", "events"]), mutations=MUTATIONS, give_cwd=st.booleans())
+@pytest.mark.slow
 def test_resume_of_a_mutated_log_is_a_verdict_or_one_line(tmp_path, corpus, which, mutations, give_cwd):
     """LoopSpec.from_dict and the iteration records, read back by --resume: a run to a
     verdict or exit 64, never an internal error. --max-iter keeps a fuzzed cap small."""
@@ -310,6 +311,7 @@ def test_resume_of_a_mutated_log_is_a_verdict_or_one_line(tmp_path, corpus, whic
 
 @settings(max_examples=120, **FUZZ)
 @given(which=st.sampled_from(["finished", "events"]), mutations=MUTATIONS)
+@pytest.mark.slow
 def test_show_diff_and_report_of_a_mutated_log(tmp_path, corpus, which, mutations):
     with scratch(tmp_path) as work:
         log = write_mutated(corpus, mutations, work, which)
@@ -670,6 +672,7 @@ def argv_files(corpus) -> Corpus:
 @settings(max_examples=150, **FUZZ)
 @given(argv=st.tuples(st.sampled_from(SUBCOMMANDS + ["", "bogus"]),
                       st.lists(st.one_of(st.sampled_from(FLAGS), st.sampled_from(VALUES_CLI)), max_size=10)))
+@pytest.mark.slow
 def test_random_command_lines_exit_with_a_documented_code(tmp_path, argv_files, argv):
     command, rest = argv
     args = ([command] if command else []) + rest

@@ -229,6 +229,7 @@ def test_a_sigkilled_loop_resumes_to_the_uninterrupted_verdict_and_count(tmp_pat
         {"1", "2", "3", "4"}
 
 
+@pytest.mark.slow
 def test_the_no_progress_streak_carries_over_a_kill(tmp_path, procs):
     """Without the carried streak the resumed loop would stop two iterations later."""
     args = run_args("test -f never", "python revise.py 3 count", "--state", "app.txt", "--no-progress-k", "3")
@@ -254,6 +255,7 @@ def test_the_no_progress_streak_carries_over_a_kill(tmp_path, procs):
 INCREMENT = 'n=$(cat counter 2>/dev/null || echo 0); echo $((n + 1)) > counter'
 
 
+@pytest.mark.slow
 def test_a_timeout_stopped_loop_continues_with_a_larger_budget(tmp_path):
     work = project(tmp_path / "work")
     first = cli("run", "--verify", COUNTER_AT_LEAST.format(n=3), "--revise", f"{INCREMENT}; sleep 60",
@@ -326,6 +328,7 @@ def marker_project(path: Path, revise: str, body: str, **marker: object) -> Path
     return path
 
 
+@pytest.mark.slow
 def test_pytest_loop_resume_continues_a_killed_marker_loop(tmp_path, procs):
     body = 'assert int((HERE / "counter").read_text() if (HERE / "counter").exists() else 0) >= 3'
     work = marker_project(tmp_path / "proj", "python revise.py 2 count", body, max_iter=8)

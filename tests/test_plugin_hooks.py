@@ -12,8 +12,6 @@ from pathlib import Path
 import pytest
 from plugin_helpers import BUGGY_CALC, FIX_ADD, Project
 
-pytestmark = pytest.mark.slow
-
 PYTHON_REVISE = """\
 from pathlib import Path
 
@@ -46,6 +44,7 @@ def test_a_python_revise_step_in_conftest(project: Project) -> None:
 
 @pytest.mark.parametrize(("answer", "shell_runs"), [(0, False), (3, False), (None, True)],
                          ids=["conftest-answers", "conftest-answers-nonzero", "conftest-passes-on"])
+@pytest.mark.slow
 def test_conftest_wins_over_the_builtin_shell_revise(project: Project, answer: int | None,
                                                      shell_runs: bool) -> None:
     project.write("conftest.py", PYTHON_REVISE.replace("{answer}", str(answer)))
@@ -70,6 +69,7 @@ def pytest_loop_run_check(check, context):
 
 
 @pytest.mark.parametrize(("passed", "verdict"), [(True, "SUCCESS"), (False, "MAX_ITER")])
+@pytest.mark.slow
 def test_a_custom_check_result_from_conftest(project: Project, passed: bool, verdict: str) -> None:
     project.write("conftest.py", CUSTOM_CHECK.format(passed=passed, code=0 if passed else 9))
     # the revise changes the state but never fixes the bug: only the hook can pass it
@@ -111,6 +111,7 @@ def pytest_loop_finished(spec, result):
 """
 
 
+@pytest.mark.slow
 def test_iteration_and_loop_finished_hooks(project: Project) -> None:
     project.write("conftest.py", RECORDER)
     project.marked_test(marker=f"revise={FIX_ADD!r}")
@@ -133,6 +134,7 @@ def test_iteration_and_loop_finished_hooks(project: Project) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_optional_hook_conftest_works_with_and_without_the_plugin(project: Project) -> None:
     # a plain pytest_loop_* function in a conftest is an unknown hook once the plugin is
     # disabled (pytest's rule for every plugin's hooks); optionalhook=True keeps it valid

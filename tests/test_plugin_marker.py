@@ -7,8 +7,6 @@ import re
 import pytest
 from plugin_helpers import FIX_ADD, Project
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Project:
@@ -96,6 +94,7 @@ def test_success_repairs_the_test_in_a_fresh_process(project: Project) -> None:
     assert second["passed"] is True
 
 
+@pytest.mark.slow
 def test_repaired_outcome_has_its_own_letter(project: Project) -> None:
     project.marked_test(marker=f"revise={FIX_ADD!r}")
     result = project.run("--loop")
@@ -149,6 +148,7 @@ def test_max_iter_reports_verdict_reason_table_and_tail(project: Project) -> Non
     assert project.read("notes.txt").splitlines() == ["tried"]  # one revise: the cap comes first
 
 
+@pytest.mark.slow
 def test_timeout_when_the_revise_outlives_the_budget(project: Project) -> None:
     project.marked_test(marker='revise="python sleep.py 60", budget_seconds=1.5, max_iter=5')
     result = project.run("--loop", timeout=60)
@@ -158,6 +158,7 @@ def test_timeout_when_the_revise_outlives_the_budget(project: Project) -> None:
     assert_no_harness_traceback(result.stdout.str())
 
 
+@pytest.mark.slow
 def test_no_progress_when_the_revise_changes_nothing(project: Project) -> None:
     project.marked_test(marker='revise="python -c pass", no_progress_k=1, max_iter=5')
     result = project.run("--loop")
@@ -165,6 +166,7 @@ def test_no_progress_when_the_revise_changes_nothing(project: Project) -> None:
     result.stdout.fnmatch_lines(["*ended NO_PROGRESS (exit 4)*", "*reason: state unchanged for 1 iteration(s)*"])
 
 
+@pytest.mark.slow
 def test_marker_state_narrows_what_counts_as_progress(project: Project) -> None:
     # notes.txt changes every iteration, but only calc.py is the loop's state
     project.marked_test(marker='revise="python note.py notes.txt tried", state=["calc.py"], '
@@ -174,6 +176,7 @@ def test_marker_state_narrows_what_counts_as_progress(project: Project) -> None:
     result.stdout.fnmatch_lines(["*ended NO_PROGRESS (exit 4)*", "*watched: calc.py*"])
 
 
+@pytest.mark.slow
 def test_escalate_after(project: Project) -> None:
     project.marked_test(marker='revise="python note.py notes.txt tried", escalate_after=2, max_iter=5')
     result = project.run("--loop")
@@ -182,6 +185,7 @@ def test_escalate_after(project: Project) -> None:
                                  "*reason: escalate_after=2 reached*"])
 
 
+@pytest.mark.slow
 def test_escalate_when_the_revise_command_cannot_start(project: Project) -> None:
     project.marked_test(marker="revise=\"sh -c 'echo no-such-cli: not found >&2; exit 127'\", max_iter=5")
     result = project.run("--loop")
@@ -194,6 +198,7 @@ def test_escalate_when_the_revise_command_cannot_start(project: Project) -> None
 # -- settings: the marker is the top layer ------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_marker_wins_over_the_command_line(project: Project) -> None:
     project.marked_test(marker='revise="python note.py notes.txt tried", max_iter=2')
     result = project.run("--loop", "--loop-max-iter", "4")
@@ -201,6 +206,7 @@ def test_marker_wins_over_the_command_line(project: Project) -> None:
     assert project.read("notes.txt").count("tried") == 1
 
 
+@pytest.mark.slow
 def test_marker_inherits_what_it_does_not_set(project: Project) -> None:
     project.marked_test(marker="max_iter=3")
     result = project.run("--loop", "--loop-revise", FIX_ADD, "--loop-no-progress-k", "0")
@@ -208,6 +214,7 @@ def test_marker_inherits_what_it_does_not_set(project: Project) -> None:
     result.stdout.fnmatch_lines(["*iter 1/3 *", "*1 passed, 1 repaired*"])
 
 
+@pytest.mark.slow
 def test_marker_on_a_class_applies_to_its_methods(project: Project) -> None:
     project.write("test_cls.py", f"""\
         import pytest
@@ -225,6 +232,7 @@ def test_marker_on_a_class_applies_to_its_methods(project: Project) -> None:
     result.stdout.fnmatch_lines(["*test_cls.py::TestCalc::test_add REPAIRED*"])
 
 
+@pytest.mark.slow
 def test_xfail_and_setup_errors_start_no_loop(project: Project) -> None:
     project.write("test_other.py", """\
         import pytest

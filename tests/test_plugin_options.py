@@ -11,8 +11,6 @@ import pytest
 import yaml  # noqa: F401 - loaded before pytester's inline runs snapshot and restore sys.modules
 from plugin_helpers import Project, header_settings, loop_header
 
-pytestmark = pytest.mark.slow
-
 # every ini key of the issue and its command-line twin
 TWINS = {
     "loop_max_iter": "--loop-max-iter",
@@ -188,6 +186,7 @@ def test_the_settings_in_effect_reach_the_loop(project: Project, monkeypatch: py
 
 
 @pytest.mark.parametrize("source", ["ini", "environment", "command line"])
+@pytest.mark.slow
 def test_state_artifacts_and_memory_from_every_layer(project: Project, monkeypatch: pytest.MonkeyPatch,
                                                      source: str) -> None:
     project.write("test_add.py", FAILING_TEST)
@@ -323,6 +322,7 @@ def test_bad_marker_argument(project: Project, marker: str, pieces: list[str]) -
     assert "passed" not in result.stdout.str(), "tests ran despite the bad marker"
 
 
+@pytest.mark.slow
 def test_bad_marker_under_xdist_is_a_usage_error(project: Project) -> None:
     project.marked_test(marker="max_iter=0")
     result = project.run("--loop", "-n", "2")
@@ -332,6 +332,7 @@ def test_bad_marker_under_xdist_is_a_usage_error(project: Project) -> None:
 
 # -- option values cannot become paths ----------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_space_separated_value_that_moves_the_rootdir_is_one_usage_line(project: Project) -> None:
     project.write("test_green.py", GREEN_TEST)
     script = project.pytester.path / "elsewhere" / "revise.sh"

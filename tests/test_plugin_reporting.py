@@ -10,8 +10,6 @@ from pathlib import Path
 import pytest
 from plugin_helpers import FIX_ADD, Project, header_settings, junit_cases, loop_header
 
-pytestmark = pytest.mark.slow
-
 # one test per verdict; each fails on a condition of its own, so loops do not fix each other
 VERDICT_TESTS = """\
 from pathlib import Path
@@ -110,6 +108,7 @@ def test_the_reproduce_command_pastes_into_a_shell(project: Project, monkeypatch
 # -- live lines and the loops summary ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_live_line_per_iteration(project: Project) -> None:
     project.marked_test(marker=f"revise={FIX_ADD!r}, max_iter=3, escalate_after=3")
     result = project.run("--loop")
@@ -123,6 +122,7 @@ def test_a_live_line_per_iteration(project: Project) -> None:
     assert len(re.findall(r"^\[test_calc\.py::test_add\] iter", result.stdout.str(), re.M)) == 2
 
 
+@pytest.mark.slow
 def test_loop_file_loops_print_live_lines_without_s(project: Project) -> None:
     project.write("test_calc.py", "import calc\n\n\ndef test_add():\n    assert calc.add(2, 3) == 5\n")
     project.write("fix.py", "import pathlib\np = pathlib.Path('calc.py')\n"
@@ -141,6 +141,7 @@ def test_loop_file_loops_print_live_lines_without_s(project: Project) -> None:
     assert [line.split("  ")[0] for line in live] == ["[fix add] iter 1/3", "[fix add] iter 2/3"], lines
 
 
+@pytest.mark.slow
 def test_the_session_loop_banner_is_never_glued_to_the_progress_line(project: Project) -> None:
     project.write("test_add.py", "import calc\n\n\ndef test_add():\n    assert calc.add(2, 3) == 5\n")
     result = project.run("--loop", f"--loop-revise={FIX_ADD}", "-n", "2")
@@ -150,6 +151,7 @@ def test_the_session_loop_banner_is_never_glued_to_the_progress_line(project: Pr
     assert not [line for line in result.stdout.lines if "%]=" in line]
 
 
+@pytest.mark.slow
 def test_loops_summary_section(project: Project) -> None:
     project.write("test_verdicts.py", VERDICT_TESTS)
     result = project.run("--loop", "-k", "success or max_iter or escalate")
@@ -172,6 +174,7 @@ def test_loops_summary_section(project: Project) -> None:
 # -- JUnit XML -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_junit_properties_of_every_loop_test_case(project: Project) -> None:
     project.write("test_verdicts.py", VERDICT_TESTS)
     junit = project.path / "junit.xml"
@@ -222,12 +225,14 @@ def test_junit_failure_carries_the_loop_report(project: Project) -> None:
     ("max_iter or escalate or success", "verdict", 5),
     ("max_iter or escalate or success", "pytest", 1),
 ])
+@pytest.mark.slow
 def test_exit_codes(project: Project, selected: str, mode: str, expected: int) -> None:
     project.write("test_verdicts.py", VERDICT_TESTS)
     result = project.run("--loop", "-k", selected, f"--loop-exitcode={mode}")
     assert result.ret == expected, result.stdout.str()
 
 
+@pytest.mark.slow
 def test_exitcode_from_ini(project: Project) -> None:
     project.write("test_verdicts.py", VERDICT_TESTS)
     project.write("pytest.ini", "[pytest]\nloop_exitcode = verdict\n")

@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 from plugin_helpers import BUGGY_CALC, FIX_ADD, Project
 
-pytestmark = pytest.mark.slow
-
 GOOD_CALC = BUGGY_CALC.replace("a - b  # BUG", "a + b")
 BAD_SUB = GOOD_CALC.replace("def sub(a, b):\n    return a - b", "def sub(a, b):\n    return a * b")
 
@@ -78,6 +76,7 @@ def test_repairs_failing_tests_rerunning_only_them_then_one_confirm_run(project:
     assert not (iteration / "confirm.ids").exists()  # no separate confirm run
 
 
+@pytest.mark.slow
 def test_narrows_to_the_tests_still_failing(project: Project) -> None:
     # the first revise repairs one of the two failures, the second the other
     project.write("test_calc.py", COUNTING_TESTS.replace("calc.add(1, 1) == 2", "calc.mul(2, 2) == 4"))
@@ -90,6 +89,7 @@ def test_narrows_to_the_tests_still_failing(project: Project) -> None:
     assert (run_dir / "iter-003" / "failing.ids").read_text().split() == ["test_calc.py::test_add_again"]
 
 
+@pytest.mark.slow
 def test_parametrize_ids_with_spaces_and_colours(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PY_COLORS", "1")  # the child runs colour their output too
     project.write("sub/test_param.py", """\
@@ -108,6 +108,7 @@ def test_parametrize_ids_with_spaces_and_colours(project: Project, monkeypatch: 
     result.stdout.fnmatch_lines(["*SUCCESS*failing tests: 2 iteration(s)*", "*3 repaired in*"])
 
 
+@pytest.mark.slow
 def test_a_setup_error_is_a_failing_test_too(project: Project) -> None:
     project.write("test_fixture.py", """\
         import pytest
@@ -130,6 +131,7 @@ def test_a_setup_error_is_a_failing_test_too(project: Project) -> None:
     assert "error" not in result.stdout.lines[-1]
 
 
+@pytest.mark.slow
 def test_a_regression_is_named_in_the_reason(project: Project) -> None:
     project.write("test_calc.py", COUNTING_TESTS)
     # the revise repairs add and breaks sub, which was green in the session
@@ -144,6 +146,7 @@ def test_a_regression_is_named_in_the_reason(project: Project) -> None:
     assert "2 failed, 1 passed" in result.stdout.lines[-1]
 
 
+@pytest.mark.slow
 def test_a_regression_a_later_revise_repairs_is_no_failure(project: Project) -> None:
     project.write("test_calc.py", COUNTING_TESTS)
     revise = project.scripted_revise({1: {"calc.py": BAD_SUB}, 2: {"calc.py": GOOD_CALC}})
@@ -163,6 +166,7 @@ def test_a_regression_a_later_revise_repairs_is_no_failure(project: Project) -> 
     assert log["iterations"][2]["clean_room"][0]["reason"].startswith("clean room: all 3 test(s) passed")
 
 
+@pytest.mark.slow
 def test_marker_loops_stay_out_of_the_session_loop(project: Project) -> None:
     project.marked_test("test_marked.py", marker="revise=\"sh -c 'echo no-such-cli: not found >&2; exit 127'\"")
     project.write("test_plain.py", """\
@@ -211,6 +215,7 @@ SLOW = "python sleep.py 60"
     ("ESCALATE", "python note.py notes.txt tried", ["--loop-escalate-after", "1"], "escalate_after=1 reached"),
     ("ESCALATE", "sh -c 'echo no-such-cli: not found >&2; exit 127'", [], "the revise step could not start"),
 ], ids=["max_iter", "timeout", "no_progress", "escalate_after", "cannot_start"])
+@pytest.mark.slow
 def test_every_verdict_and_its_exit_code(project: Project, verdict: str, revise: str, args: list[str],
                                          reason: str) -> None:
     # (no counting here: a test that writes into the tree changes the loop's state)
@@ -235,6 +240,7 @@ def test_no_session_loop_when_the_session_stopped_early(project: Project) -> Non
     assert "1 failed" in result.stdout.lines[-1]
 
 
+@pytest.mark.slow
 def test_junit_xml_is_amended_after_a_session_repair(pytester: pytest.Pytester) -> None:
     import xml.etree.ElementTree as ET
 
@@ -267,6 +273,7 @@ def test_junit_xml_is_amended_after_a_session_repair(pytester: pytest.Pytester) 
     assert cases["test_ok"].find("properties") is None
 
 
+@pytest.mark.slow
 def test_affected_green_tests_rerun_with_the_failing_ones(project: Project) -> None:
     # the revise fixes add() but breaks sub(), which only test_sub runs: the localization
     # run's impact map selects test_sub for iteration 2, so the regression shows before
@@ -314,6 +321,7 @@ def test_plain():
 
 @pytest.mark.parametrize("args", [["--loop-exitcode=pytest"], ["--loop-exitcode=verdict", "-n", "2"]],
                          ids=["pytest-exitcode", "verdict-exitcode-xdist"])
+@pytest.mark.slow
 def test_tests_with_failing_subtests_are_repaired_once_each(project: Project, args: list[str]) -> None:
     if not hasattr(pytest, "Subtests"):  # pytest >= 9 ships subtests
         pytest.skip("this pytest has no built-in subtests")

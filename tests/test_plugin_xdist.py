@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 from plugin_helpers import Project, junit_cases
 
-pytestmark = pytest.mark.slow
-
 # module NAME's function f is broken; its test file checks it
 BROKEN_MODULE = "def f():\n    return 0  # BUG\n"
 FIX = 'python edit.py {name}.py "return 0  # BUG" "return 1"'
@@ -60,6 +58,7 @@ def workers_of(result: pytest.RunResult) -> dict[str, str]:
     return found
 
 
+@pytest.mark.slow
 def test_two_marked_tests_in_two_files_repaired_in_parallel(project: Project) -> None:
     broken_pair(project, "revise=" + repr(FIX) + ", max_iter=3")
     junit = project.path / "junit.xml"
@@ -108,6 +107,7 @@ def test_many_loops_never_share_a_run_log(project: Project) -> None:
     assert names == sorted(f"test_many.py::test_many[{c}]" for c in ("a-b", "a_b", "a b", "a/b"))
 
 
+@pytest.mark.slow
 def test_one_memory_page_for_parallel_loops(project: Project) -> None:
     # no revise: these loops change nothing, take no tree lock and run side by side
     names = ("alpha", "beta", "gamma", "delta")
@@ -128,6 +128,7 @@ def test_one_memory_page_for_parallel_loops(project: Project) -> None:
     assert text.count("## Lessons") == 1
 
 
+@pytest.mark.slow
 def test_loops_that_revise_the_same_tree_never_interleave(project: Project) -> None:
     project.write("lockcheck.py", LOCKCHECK)
     broken_pair(project, 'revise="python lockcheck.py {name}", max_iter=2, no_progress_k=0')
@@ -142,6 +143,7 @@ def test_loops_that_revise_the_same_tree_never_interleave(project: Project) -> N
     assert len({line.split()[2] for line in lines}) == 2
 
 
+@pytest.mark.slow
 def test_the_session_loop_under_xdist(project: Project) -> None:
     for name in ("alpha", "beta"):
         project.write(f"{name}.py", BROKEN_MODULE)

@@ -507,6 +507,7 @@ SEGMENTS = ["**", "*", "*.py", "a", "pkg.py", "x.py", "?.txt", "[xy]*", "s", "no
     ),
     pattern=st.lists(st.sampled_from(SEGMENTS), min_size=1, max_size=3).map("/".join),
 )
+@pytest.mark.slow
 def test_globs_take_every_file_at_or_beneath_a_match(files, pattern) -> None:
     # The definition: a file counts if its path, or a directory above it, matches
     # the glob. Every walking strategy (literal, `**/name` fast path, general) must

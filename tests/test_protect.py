@@ -156,6 +156,7 @@ def test_a_change_outside_the_scope_is_undone_and_ends_escalate(tmp_path: Path) 
     assert "a + b" in (tmp_path / "calc.py").read_text()  # the in-scope change stays
 
 
+@pytest.mark.slow
 def test_restoring_never_writes_through_a_link(tmp_path: Path) -> None:
     """A read-only file replaced by a link to a file outside the project: the link is
     replaced by the original file; the outside file is never written."""
@@ -177,6 +178,7 @@ def test_restoring_never_writes_through_a_link(tmp_path: Path) -> None:
     assert (project / "tests" / "test_calc.py").read_text() == TEST
 
 
+@pytest.mark.slow
 def test_a_test_directory_replaced_by_a_link_is_restored(tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()
@@ -196,6 +198,7 @@ def test_a_test_directory_replaced_by_a_link_is_restored(tmp_path: Path) -> None
     assert (elsewhere / "test_calc.py").read_text() == "def test_add():\n    pass\n"
 
 
+@pytest.mark.slow
 def test_configuration_in_an_ancestor_directory_is_read_only(tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()

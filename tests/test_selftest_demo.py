@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from pytest_loops import selftest
 from pytest_loops.artifacts.reflexion import MemoryPage
 
@@ -52,6 +54,7 @@ def test_selftest_exits_1_when_a_scenario_does_not_hold(monkeypatch, capsys, tmp
     assert list(tmp_path.iterdir()) == []  # the scenarios' temp dir is gone, failure or not
 
 
+@pytest.mark.slow
 def test_demo_reaches_success_in_2_iterations_and_leaves_its_artifacts(cli, tmp_path):
     project = tmp_path / "demo"
     proc = cli("demo", "--dir", str(project), cwd=tmp_path)

@@ -86,6 +86,7 @@ def outcomes(result: pytest.RunResult) -> dict[str, str]:
 
 @pytest.mark.faults  # fault: a stored result shared by accident
 @pytest.mark.parametrize("layout, workers", [("slug", 0), ("prefix", 0), ("slug", 2)])
+@pytest.mark.slow
 def test_loops_whose_node_ids_slugify_alike_never_share_a_result(project: Project, layout: str,
                                                                  workers: int) -> None:
     if layout == "slug":  # slugify turns both into "svc-a-fix.loop-fix"
@@ -147,6 +148,7 @@ def test_an_untrusted_result_that_cannot_be_replaced_fails_the_item_in_one_line(
     assert not project.run_logs()  # the loop did not run
 
 
+@pytest.mark.slow
 def test_xdist_workers_share_one_run_under_the_controllers_key(project: Project) -> None:
     """`--dist each`: both workers run every check item; the loop still runs once, because
     the second worker trusts the first's stored result (the key came through workerinput).
@@ -185,6 +187,7 @@ def test_xdist_workers_share_one_run_under_the_controllers_key(project: Project)
     assert leaked == [] and "PYTEST_LOOPS_SESSION" not in project.read("env.txt")
 
 
+@pytest.mark.slow
 def test_resume_in_a_session_refuses_an_edited_log_or_loop_file(project: Project) -> None:
     """--loop-resume continues a TIMEOUT run; an edited log, or an edited loop file, is
     refused with one line (64 under --loop-exitcode=verdict)."""
