@@ -50,7 +50,7 @@ SHARED = ""
 FORMAT = "pytest-loops.spectra/1"
 
 # pytest-xdist runs tests in worker processes this plugin does not measure.
-_XDIST_OFF = {"dist": "no", "numprocesses": None, "tx": []}
+_XDIST_OFF: dict[str, object] = {"dist": "no", "numprocesses": None, "tx": []}
 
 
 def _write(path: str, payload: dict[str, Any]) -> None:

@@ -248,7 +248,7 @@ def _check_output_path(value: str | None, key: str, origin: str, cwd: Path, wher
     if not value:
         return
     flag, file_key, variable = _OUTPUT_PATHS[key]
-    where = where or {"command line": flag, "environment": f"environment variable {variable}"}.get(
+    where = where or {"command line": str(flag), "environment": f"environment variable {variable}"}.get(
         origin, f"{origin}: {file_key}")
     check_output_path(value, where, base=cwd, directory=key == "artifacts")
 

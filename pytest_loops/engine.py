@@ -12,6 +12,7 @@ spawning.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 import tempfile
@@ -153,7 +154,7 @@ class LoopContext:
         except OSError as exc:
             if self.artifact_error is None:
                 raise
-            self.artifact_error(str(output_path.parent), exc)
+            self.artifact_error(str(self.run_dir / f"iter-{self.iteration:03d}"), exc)
             output_path = None  # the runner keeps the output in a temporary file
         result = self.runner.run(command, cwd=self.workdir, env=env, timeout=effective,
                                  output_path=output_path)
@@ -395,7 +396,7 @@ class Engine:
                           extra_ancestors=[tempfile.gettempdir()], should_stop=stop)
         self._literals: set[str] = set()
         log = RunLogWriter(paths.log, scrub=self.scrub, on_error=self._artifact_failed)
-        header = {
+        header: dict[str, Any] = {
             "loop": spec.name, "goal": spec.goal, "source": spec.source,
             "guards": g.to_dict(), "state_paths": list(spec.state_paths),
             "started_at": _iso(wall0), "cwd": str(workdir), "revise": spec.revise,
@@ -457,7 +458,8 @@ class Engine:
                               "raise the cap (--max-iter) to continue")
                     break
                 resumed = pending is not None and pending.iter == iteration
-                record = pending if resumed else IterationRecord(iter=iteration, started_at=_iso(self.wall()))
+                record = (pending if pending is not None and resumed
+                          else IterationRecord(iter=iteration, started_at=_iso(self.wall())))
                 pending = None
                 it0 = self.clock()
                 ctx = LoopContext(spec=spec, iteration=iteration, workdir=workdir,
@@ -483,15 +485,15 @@ class Engine:
                 # verify (hidden checks run only in the clean room, before SUCCESS)
                 for check in visible:
                     if iteration == 1 and not prior and first_results and check.name in first_results:
-                        result = first_results[check.name]
+                        checked = first_results[check.name]
                     else:
-                        result = self._run_check(check, ctx)
-                    if not isinstance(result, CheckResult):
+                        checked = self._run_check(check, ctx)
+                    if not isinstance(checked, CheckResult):
                         raise TypeError(
-                            f"pytest_loop_run_check returned {type(result).__name__} for {check.name!r}; "
+                            f"pytest_loop_run_check returned {type(checked).__name__} for {check.name!r}; "
                             "expected a CheckResult"
                         )
-                    record.checks.append(result)
+                    record.checks.append(checked)
                     if ctx.budget_hit:
                         break
                 record.verify_duration_s = self.clock() - it0
@@ -534,7 +536,7 @@ class Engine:
                                               failed, loop_name=spec.name)
                         if self.scrub is not None:
                             line = self.scrub(line)
-                        self._write(page.path, lambda line=line: page.append(line))
+                        self._write(page.path, functools.partial(page.append, line))
                         record.lesson = line
                         written_lessons.append(line)
                         lessons.append(line)
@@ -902,10 +904,11 @@ def resume_plan(resume_from: Mapping[str, Any] | None, spec: LoopSpec,
     if not isinstance(decided, dict) or not prior or decided.get("iter") != prior[-1].iter:
         return ResumePlan()
     try:
-        verdict = Verdict(decided.get("verdict"))
+        verdict = Verdict(str(decided.get("verdict")))
     except ValueError:
         return ResumePlan()
-    logged = resume_from.get("guards") if isinstance(resume_from.get("guards"), dict) else {}
+    found = resume_from.get("guards")
+    logged: dict[str, Any] = found if isinstance(found, dict) else {}
     raised = {Verdict.MAX_ITER: "max_iter", Verdict.TIMEOUT: "budget_seconds"}.get(verdict)
     if raised and logged.get(raised) != getattr(spec.guards, raised):
         return ResumePlan()

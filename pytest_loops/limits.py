@@ -57,7 +57,7 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
           (stat.S_ISSOCK, "a socket"))
 
 
-def open_regular(path: str | os.PathLike, what: str) -> BinaryIO:
+def open_regular(path: str | os.PathLike[str], what: str) -> BinaryIO:
     """Open a file a user named for reading, refusing anything but a regular file.
 
     Opened non-blocking first, so a named pipe nobody writes to is refused at
@@ -80,7 +80,7 @@ def open_regular(path: str | os.PathLike, what: str) -> BinaryIO:
         raise
 
 
-def read_bytes(path: str | os.PathLike, what: str, limit: int, *, missing: str = "not found",
+def read_bytes(path: str | os.PathLike[str], what: str, limit: int, *, missing: str = "not found",
                missing_fix: str | None = None, big_fix: str = "check the path") -> bytes:
     """A regular file's bytes, refused (LoopUsageError, one line) when over ``limit`` bytes.
 
@@ -103,7 +103,7 @@ def read_bytes(path: str | os.PathLike, what: str, limit: int, *, missing: str =
     return data
 
 
-def read_text(path: str | os.PathLike, what: str, limit: int, *, missing: str = "not found",
+def read_text(path: str | os.PathLike[str], what: str, limit: int, *, missing: str = "not found",
               missing_fix: str | None = None, big_fix: str = "check the path") -> str:
     """A regular file as UTF-8 text (a leading BOM dropped), within ``limit`` bytes."""
     data = read_bytes(path, what, limit, missing=missing, missing_fix=missing_fix, big_fix=big_fix)
@@ -114,7 +114,7 @@ def read_text(path: str | os.PathLike, what: str, limit: int, *, missing: str = 
     return text[1:] if text.startswith("\ufeff") else text
 
 
-def check_size(path: str | os.PathLike, what: str, limit: int) -> None:
+def check_size(path: str | os.PathLike[str], what: str, limit: int) -> None:
     """Refuse a file over ``limit`` bytes before anything reads it (a missing file passes)."""
     try:
         size = os.stat(path).st_size
@@ -213,7 +213,7 @@ def load_yaml(text: str, where: str, loader: Any = None) -> Any:
         raise LoopFileError("nested too deeply", where, fix="flatten the YAML") from None
 
 
-def read_yaml_file(path: str | os.PathLike, what: str, *, missing: str = "not found",
+def read_yaml_file(path: str | os.PathLike[str], what: str, *, missing: str = "not found",
                    missing_fix: str | None = None, loader: Any = None) -> Any:
     """A YAML file a user named, size-capped before it is read, then :func:`load_yaml`."""
     text = read_text(path, what, MAX_YAML_BYTES, missing=missing, missing_fix=missing_fix,

@@ -48,7 +48,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help_text = row.help + (" (repeatable)" if row.repeatable else "")
         group.addoption(row.option, action="append" if row.repeatable else "store", default=None,
                         dest=row.dest, metavar=row.shown_metavar, help=help_text)
-        parser.addini(row.ini, row.help, type="linelist" if row.repeatable else "string", default=None)
+        if row.repeatable:
+            parser.addini(row.ini, row.help, type="linelist", default=None)
+        else:
+            parser.addini(row.ini, row.help, type="string", default=None)
     group.addoption("--loop-resume", action="store_true", default=False,
                     help="continue each loop from its latest unfinished or stopped run log in the "
                          "artifacts directory (iterations, streak and spent budget carry over)")
@@ -118,7 +121,7 @@ def _choice(config: pytest.Config, key: str, choices: tuple[str, ...]) -> str:
     value = given or _ini(config, key)
     if value is None:
         return choices[0]
-    parsed = row.parse(value, row.option if given else f"ini {row.ini}")
+    parsed = row.parse(value, str(row.option) if given else f"ini {row.ini}")
     return ("on" if parsed else "off") if row.kind == "switch" else parsed
 
 
@@ -146,7 +149,7 @@ def artifact_options(config: pytest.Config):
     return options
 
 
-class _VerdictModeUsageError(pytest.exit.Exception):
+class _VerdictModeUsageError(pytest.exit.Exception):  # type: ignore[name-defined]
     """An exit pytest prints as ``<class name>: <message>``: named so the line reads
     ``ERROR: ...`` exactly like pytest's own usage errors."""
 

@@ -482,7 +482,7 @@ class ProcessRunner:
             if live and kill_at is None:
                 running.signal(signal.SIGTERM, table)
                 kill_at = now + self.grace_seconds
-            elif live and now >= kill_at:
+            elif live and kill_at is not None and now >= kill_at:
                 running.signal(signal.SIGKILL, table)
                 give_up = give_up or now + _REAP_WAIT
             elif not live:  # only zombies left, waiting to be re-parented to us

@@ -38,7 +38,7 @@ def live_write(config: Any, write: Any) -> None:
 def _fresh(reporter: Any, write: Any) -> None:
     # xdist leaves its progress line ("[100%]") open: a banner must not be glued to it
     tw = getattr(reporter, "_tw", None)
-    if tw is not None and getattr(tw, "width_of_current_line", 0):
+    if tw is not None and getattr(tw, "width_of_current_line", None):
         reporter.write_line("")
     else:
         reporter.ensure_newline()

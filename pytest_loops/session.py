@@ -228,7 +228,7 @@ class LoopSession:
         from .process import TerminationGuard
 
         engine = self.make_engine()
-        with TerminationGuard(engine.runner):
+        with TerminationGuard(engine.runner):  # type: ignore[arg-type]  # a ProcessRunner here
             try:
                 result = engine.run(spec, resume_from=self.resume_point(spec), **kwargs)
                 self.artifact_errors += engine.artifact_errors
@@ -397,7 +397,7 @@ class LoopSession:
             # A UsageError raised on an xdist worker crashes it and the controller
             # reports an INTERNALERROR: run nothing here and let the controller
             # raise it (pytest_testnodedown).
-            self.config.workeroutput[USAGE_ERROR_KEY] = message
+            self.config.workeroutput[USAGE_ERROR_KEY] = message  # type: ignore[attr-defined]  # xdist
             items[:] = []
             return
         if self.exitcode == "verdict":
@@ -455,7 +455,7 @@ class LoopSession:
             return None
         props = dict(report.user_properties)
         if (report.when == "call" and report.passed and is_loop_report(props) and props["verdict"] == "SUCCESS"
-                and int(props.get("iterations", 1)) > 1):  # passed only after a repair
+                and int(str(props.get("iterations", 1))) > 1):  # passed only after a repair
             return "repaired", "L", ("REPAIRED", {"green": True})
         return None
 
@@ -558,7 +558,7 @@ class LoopSession:
 
         if not is_usage_exit(excinfo.value):
             return
-        self.usage_message = str(excinfo.value.msg)
+        self.usage_message = str(getattr(excinfo.value, "msg", excinfo.value))
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None and hasattr(reporter, "_keyboardinterrupt_memo"):
             reporter._keyboardinterrupt_memo = None

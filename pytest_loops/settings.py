@@ -445,7 +445,7 @@ def reproduce_pairs(values: Resolved) -> list[tuple[str, str]]:
         if row.reproduce == "changed" and (value in (None, [], ()) or value == row.default
                                            or values.origin.get(row.name, "default") == "default"):
             continue
-        pairs += [(row.option, text) for text in row.text(value)]
+        pairs += [(row.option, text) for text in row.text(value) if row.option]
     return pairs
 
 

@@ -19,9 +19,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# `python3 -m venv .venv` makes a .venv whose python, pip and ruff log their
+# `python3 -m venv .venv` makes a .venv whose python, pip, ruff and mypy log their
 # arguments and exit as the test says: MAIN_EXIT for the default pytest run,
-# SLOW_EXIT for `-m slow`, RUFF_EXIT for ruff, PIP_EXIT for the install.
+# SLOW_EXIT for `-m slow`, RUFF_EXIT for ruff, MYPY_EXIT for mypy, PIP_EXIT for the install.
 PYTHON3 = r'''#!/bin/sh
 [ "$1 $2" = "-m venv" ] || { echo "unexpected python3 $*" >&2; exit 99; }
 mkdir -p "$3/bin"
@@ -36,12 +36,13 @@ esac
 EOF
 printf '#!/bin/sh\necho "pip $*" >> "$CI_LOG"\nexit "$PIP_EXIT"\n' > "$3/bin/pip"
 printf '#!/bin/sh\necho "ruff $*" >> "$CI_LOG"\nexit "$RUFF_EXIT"\n' > "$3/bin/ruff"
-chmod +x "$3/bin/python" "$3/bin/pip" "$3/bin/ruff"
+printf '#!/bin/sh\necho "mypy $*" >> "$CI_LOG"\nexit "$MYPY_EXIT"\n' > "$3/bin/mypy"
+chmod +x "$3/bin/python" "$3/bin/pip" "$3/bin/ruff" "$3/bin/mypy"
 '''
 
 
 def run_ci(tmp_path: Path, main: int = 0, slow: int = 0, ruff: int = 0, pip: int = 0,
-           import_fails: bool = False) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+           import_fails: bool = False, mypy: int = 0) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     repo, bin_dir = tmp_path / "repo", tmp_path / "bin"
     (repo / ".ci").mkdir(parents=True)
     shutil.copy(ROOT / ".ci" / "run", repo / ".ci" / "run")
@@ -52,6 +53,7 @@ def run_ci(tmp_path: Path, main: int = 0, slow: int = 0, ruff: int = 0, pip: int
     log = tmp_path / "ci.log"
     env = {"PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin", "CI_LOG": str(log),
            "MAIN_EXIT": str(main), "SLOW_EXIT": str(slow), "RUFF_EXIT": str(ruff), "PIP_EXIT": str(pip),
+           "MYPY_EXIT": str(mypy),
            "IMPORT_FAILS": "1" if import_fails else ""}
     proc = subprocess.run(["bash", str(repo / ".ci" / "run")], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=60)
@@ -63,7 +65,7 @@ def test_all_stages_run_in_order_and_pass(tmp_path):
     proc, calls = run_ci(tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert calls == ["pip install -q -e .[test]", "python -m pytest -n 2", "python -m pytest -m slow -n 2",
-                     "ruff check pytest_loops tests benchmarks"]
+                     "ruff check pytest_loops tests benchmarks", "mypy "]
 
 
 @pytest.mark.parametrize("main, slow, stage", [(5, 0, "the README's test command"), (0, 5, "the slow tail")],
@@ -72,19 +74,20 @@ def test_a_stage_that_selects_no_tests_fails(tmp_path, main, slow, stage):
     proc, calls = run_ci(tmp_path, main=main, slow=slow)
     assert proc.returncode == 1
     assert f"ci: {stage}" in proc.stderr and "collected no tests" in proc.stderr
-    assert calls[-1].startswith("ruff")  # the stages after it still ran
+    assert calls[-1].startswith("mypy")  # the stages after it still ran
 
 
 def test_a_failing_main_run_still_runs_the_rest_and_its_status_wins(tmp_path):
     proc, calls = run_ci(tmp_path, main=1, slow=2, ruff=1)
     assert proc.returncode == 1
-    assert [c.split()[0] for c in calls] == ["pip", "python", "python", "ruff"]
+    assert [c.split()[0] for c in calls] == ["pip", "python", "python", "ruff", "mypy"]
     assert "the slow tail (-m slow) failed (exit 2)" in proc.stderr
 
 
 def test_a_failing_slow_tail_or_ruff_fails_the_script(tmp_path):
     assert run_ci(tmp_path / "a", slow=1)[0].returncode == 1
     assert run_ci(tmp_path / "b", ruff=1)[0].returncode == 1
+    assert run_ci(tmp_path / "c", mypy=1)[0].returncode == 1
 
 
 def test_a_failed_install_stops_after_the_first_stage(tmp_path):

@@ -520,7 +520,8 @@ def check_same_loop(data: dict[str, Any], spec: Any, where: str, *, what: str = 
     """The log's spec must be the loop being resumed (``spec``: a LoopSpec or its dict),
     apart from what a resumed run may change (its limits and revise step)."""
     current = spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)
-    logged = data.get("spec") if isinstance(data.get("spec"), dict) else {}
+    found = data.get("spec")
+    logged: dict[str, Any] = found if isinstance(found, dict) else {}
     differ = spec_differences(logged, current, fields)
     if differ:
         raise LoopUsageError(f"cannot resume: {what} differs from the run log's loop "
@@ -590,7 +591,8 @@ def cross_check_tine(run: dict[str, Any]) -> str | None:
     """Why a finished run log and the `.tine` its summary names disagree (verdict,
     iteration count) or the `.tine` fails verification; None when they agree or it
     names none. Imports opentine only when there is a `.tine` to read."""
-    artifacts = run.get("artifacts") if isinstance(run.get("artifacts"), dict) else {}
+    found = run.get("artifacts")
+    artifacts: dict[str, Any] = found if isinstance(found, dict) else {}
     named = artifacts.get("tine")
     if not named or run.get("verdict") is None:
         return None

@@ -183,7 +183,7 @@ def run_demo(run: RunCommand, directory: str | None = None, config: str | None =
         say("demo project: a temporary copy of the bundled project, removed when the demo ends")
         # the run's closing lines name its files in the copy: they are gone by the end
         filtered = _WithoutLines(out, str(project))
-        sys.stdout = filtered  # type: ignore[assignment]
+        sys.stdout = filtered
         try:
             code = run(_run_argv(config_path, project, quiet))
         finally:

@@ -79,7 +79,7 @@ RUNNER_SECTIONS = ("guards", "progress", "reflexion", "run_log", "revise", "veri
 
 # -- YAML with positions ------------------------------------------------------------
 
-class _Map(dict):  # type: ignore[type-arg]
+class _Map(dict[Any, Any]):
     """A mapping that remembers where each value starts."""
 
     start: Any = None
@@ -90,7 +90,7 @@ class _Map(dict):  # type: ignore[type-arg]
         self.key_marks: dict[Any, Any] = {}
 
 
-class _Seq(list):  # type: ignore[type-arg]
+class _Seq(list[Any]):
     """A sequence that remembers where each item starts."""
 
     start: Any = None
