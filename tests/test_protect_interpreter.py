@@ -169,3 +169,51 @@ def test_a_big_runner_file_is_watched_but_not_kept(fake, monkeypatch: pytest.Mon
     violations, _ = guard.check()
     assert [(v.how, v.restored) for v in violations] == [("modified", False)]
     assert "could not be undone" in violations[0].describe()
+
+
+# -- the private store of a harness that was killed -------------------------------------
+
+def test_a_killed_harness_store_is_swept_a_live_one_kept(tmp_path: Path) -> None:
+    import subprocess
+
+    from pytest_loops.protect.guard import STORE_PREFIX, store_prefix, sweep_stale_stores
+
+    mine = tmp_path / (store_prefix() + "abc")  # this process: alive
+    mine.mkdir()
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    proc_start = "123"  # any start time: the pid is gone
+    dead = tmp_path / f"{STORE_PREFIX}{child.pid}-{proc_start}-xyz"
+    (dead / "tree").mkdir(parents=True)
+    reused = tmp_path / f"{STORE_PREFIX}{os.getpid()}-1-old"  # this pid, another start time
+    reused.mkdir()
+    older = tmp_path / f"{STORE_PREFIX}k2j3h4"  # a name from before: left alone
+    older.mkdir()
+    other = tmp_path / "unrelated"
+    other.mkdir()
+    removed = sweep_stale_stores(str(tmp_path))
+    assert sorted(removed) == sorted([str(dead), str(reused)])
+    assert mine.exists() and older.exists() and other.exists()
+    assert not dead.exists() and not reused.exists()
+
+
+def test_a_guard_that_begins_sweeps_and_names_its_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_loops.protect import TreeGuard
+    from pytest_loops.protect.guard import STORE_PREFIX
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    stale = temp / f"{STORE_PREFIX}999999999-1-zz"
+    stale.mkdir()
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    with TreeGuard(tree, journal=False, interpreter=False) as guard:
+        guard.begin()
+        (store,) = [p for p in temp.iterdir() if p.name.startswith(STORE_PREFIX)]
+        assert store.name.startswith(f"{STORE_PREFIX}{os.getpid()}-")
+    assert not stale.exists()
+    assert list(temp.iterdir()) == []
