@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -18,6 +19,12 @@ from pytest_loops.testing import LoopHarness
 # pytester's in-process runs drop modules first imported inside them, but pyyaml's C
 # parser keeps the first import's classes, so a second import parses every scalar with
 # no tag ("could not determine a constructor for the tag None").
+
+# A suite started in the background of a shell without job control inherits SIGINT
+# ignored, and so would every process it starts: the Ctrl-C tests would test nothing.
+# Python's own handler here means the processes the tests start get the default again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Run-log keys of every loop the tests start (in this process and in the processes it
 # spawns, which inherit the environment) go to a temporary directory, never the

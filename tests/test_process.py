@@ -638,6 +638,9 @@ def test_guard_turns_signal_into_termination_of_the_command(pidfile, sig, exit_c
 def test_guard_signal_during_start_is_deferred_until_the_command_is_registered(
     runner, tmp_path, monkeypatch
 ):
+    from pytest_loops import reaper
+
+    reaper.watchdog()  # started once per process: not by the patched Popen below
     real_popen = subprocess.Popen
     started = []
 
