@@ -144,9 +144,7 @@ def localize(context: LoopContext, failed: list[CheckResult]) -> Path | None:
     from .coverage_intel import (
         SpectraError,
         collect_spectra,
-        format_suspects,
         peer_tests,
-        rank_suspects,
     )
 
     left = context.time_left()
@@ -167,6 +165,14 @@ def localize(context: LoopContext, failed: list[CheckResult]) -> Path | None:
         ImpactMap.from_spectra(spectra, context.workdir).save(context.run_dir / IMPACT_MAP)
     except (OSError, ValueError):
         pass
+    return _publish(context, spectra)
+
+
+def _publish(context: LoopContext, spectra: Any) -> Path:
+    """The top suspects of these spectra: for the prompt, in the iteration's and the run's
+    ``suspects.json``."""
+    from .coverage_intel import format_suspects, rank_suspects
+
     suspects = rank_suspects(spectra, top=TOP)
     context.suspects = format_suspects(suspects, limit=TOP)
     payload = json.dumps([s.to_dict() for s in suspects], indent=2)
@@ -185,7 +191,7 @@ def _read_note(context: LoopContext) -> str:
 
 def _rank(context: LoopContext, data_file: Path) -> Path | None:
     """Suspects from spectra a check already collected (no run of its own)."""
-    from .coverage_intel import SpectraError, format_suspects, rank_suspects, read_spectra
+    from .coverage_intel import SpectraError, read_spectra
 
     try:
         spectra = read_spectra(data_file)
@@ -193,13 +199,7 @@ def _rank(context: LoopContext, data_file: Path) -> Path | None:
         return None
     if not spectra.failed:
         return None
-    suspects = rank_suspects(spectra, top=TOP)
-    context.suspects = format_suspects(suspects, limit=TOP)
-    payload = json.dumps([s.to_dict() for s in suspects], indent=2)
-    target = context.iteration_dir / "suspects.json"
-    target.write_text(payload, encoding="utf-8")
-    (context.run_dir / "suspects.json").write_text(payload, encoding="utf-8")
-    return target
+    return _publish(context, spectra)
 
 
 def _scrub_files(context: LoopContext, *paths: Path) -> None:
