@@ -50,12 +50,21 @@ def parse_cap(raw: Any, where: str = "suspects_cap") -> tuple[str, float]:
     return ("off", 0.0) if value == 0 else (kind, value)
 
 
+# A fraction of a plain run is never less than this: on a small suite a fifth of a
+# second-long run is less than starting one pytest, so the first prompt would never
+# name a suspect, though localizing costs a second or two.
+MIN_FRACTION_CAP_S = 2.0
+
+
 def cap_seconds(cap: tuple[str, float], plain_run_s: float) -> float | None:
-    """The cap in seconds for a session whose plain run took ``plain_run_s``; None = no cap."""
+    """The cap in seconds for a session whose plain run took ``plain_run_s``; None = no cap.
+    A fraction's cap is at least :data:`MIN_FRACTION_CAP_S`."""
     kind, value = cap
     if kind == "off":
         return None
-    return value if kind == "seconds" else value * max(0.0, plain_run_s)
+    if kind == "seconds":
+        return value
+    return max(value * max(0.0, plain_run_s), MIN_FRACTION_CAP_S)
 
 
 def sample_peers(failing: Sequence[str], known: Sequence[str], *, limit: int = PEERS,

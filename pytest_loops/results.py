@@ -135,6 +135,11 @@ class IterationRecord:
     def from_dict(cls, data: dict[str, Any]) -> IterationRecord:
         known = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known}
+        for key in ("protected_changes", "scope_reverted", "audit_findings"):
+            if key in kwargs and not isinstance(kwargs[key], list):
+                raise TypeError(f"{key} is {type(kwargs[key]).__name__}, not a list")
+        if "guards_seen" in kwargs and not isinstance(kwargs["guards_seen"], dict):
+            raise TypeError(f"guards_seen is {type(kwargs['guards_seen']).__name__}, not an object")
         check_fields = {f.name for f in dataclasses.fields(CheckResult)}
         for key in ("checks", "clean_room"):
             kwargs[key] = [

@@ -273,7 +273,8 @@ SETTINGS: tuple[Setting, ...] = (
             run_aliases=(("--no-suspects", False),), option="--loop-suspects", ini="loop_suspects",
             sample="off"),
     Setting("suspects_cap", "time cap of fault localization in the session fix-loop: a fraction of the "
-            "session's plain run (0.2, or 20 percent written 20%%), seconds (30s), or 0 = no cap (default 20%%)",
+            "session's plain run (0.2, or 20 percent written 20%%; never under 2 seconds), seconds (30s), or 0 = "
+            "no cap (default 20%%)",
             "cap", "20%", valid="a fraction (0.2), a percent (20%), seconds (30s) or 0 for no cap",
             option="--loop-suspects-cap", ini="loop_suspects_cap", env="PYTEST_LOOPS_SUSPECTS_CAP",
             metavar="CAP", sample="30s"),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from pytest_loops.results import CheckResult, IterationRecord
 
 
@@ -50,3 +52,12 @@ def test_iteration_to_dict_shares_no_mutable_value_with_the_record():
     assert record.guards_seen == {"budget_left_s": 1.0, "nested": {"k": [1]}}
     assert record.protected_changes == ["tests/t.py (modified)"]
     assert len(record.checks) == 2
+
+
+@pytest.mark.parametrize("key, value", [("audit_findings", None), ("protected_changes", "x"),
+                                        ("scope_reverted", 3), ("guards_seen", [])])
+def test_a_record_with_a_field_of_the_wrong_type_is_refused(key, value):
+    data = IterationRecord(iter=1, started_at="t").to_dict()
+    data[key] = value
+    with pytest.raises(TypeError, match=key):
+        IterationRecord.from_dict(data)

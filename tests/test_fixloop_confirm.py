@@ -38,7 +38,8 @@ def test_parse_cap_refuses(raw) -> None:
 
 
 def test_cap_seconds() -> None:
-    assert cap_seconds(("fraction", 0.2), 10.0) == pytest.approx(2.0)
+    assert cap_seconds(("fraction", 0.2), 100.0) == pytest.approx(20.0)
+    assert cap_seconds(("fraction", 0.2), 1.0) == pytest.approx(2.0)  # never under 2 s
     assert cap_seconds(("seconds", 30.0), 10.0) == 30.0
     assert cap_seconds(("off", 0.0), 10.0) is None
 
