@@ -99,6 +99,29 @@ def test_a_new_plugin_registration_and_its_module_are_removed(fake) -> None:
     assert not dist.exists() and not (site / "evil_plugin").exists()
 
 
+def test_a_plugin_added_to_an_installed_distribution_is_taken_back_out(fake, tmp_path: Path) -> None:
+    guard, site, _ = fake
+    assert guard.check() == ([], [])
+    dist = site / "requests-2.0.dist-info"
+    points = dist / "entry_points.txt"
+    # installed before the loop started (a new guard sees it at begin)
+    dist.mkdir()
+    points.write_text("[console_scripts]\nreq = requests:main\n")
+    bare = site / "bare-1.0.dist-info"
+    bare.mkdir()
+    (bare / "METADATA").write_text("Name: bare\n")
+    guard = InterpreterGuard(lambda p: p.startswith(str(tmp_path / "tree")))
+    guard.begin()
+    points.write_text("[console_scripts]\nreq = requests:main\n[pytest11]\nevil = zz_evil\n")
+    (bare / "entry_points.txt").write_text("[pytest11]\nevil = zz_evil\n")
+    violations, _ = guard.check()
+    assert sorted((Path(v.path).parent.name, v.how, v.why, v.restored) for v in violations) == [
+        ("bare-1.0.dist-info", "added", PLUGIN_WHY, True),
+        ("requests-2.0.dist-info", "modified", PLUGIN_WHY, True)]
+    assert points.read_text() == "[console_scripts]\nreq = requests:main\n"  # the distribution stays
+    assert not (bare / "entry_points.txt").exists() and (bare / "METADATA").exists()
+
+
 def test_a_new_distribution_without_a_plugin_is_allowed(fake) -> None:
     guard, site, _ = fake
     dist = site / "requests-2.0.dist-info"

@@ -94,6 +94,14 @@ def _plugin_modules(dist_dir: str) -> list[str] | None:
     return modules
 
 
+def _read_small(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(COPY_MAX_BYTES)
+    except OSError:
+        return None
+
+
 class InterpreterGuard:
     """See the module docstring.
 
@@ -112,6 +120,7 @@ class InterpreterGuard:
         self.cache_dirs: list[str] = []
         self.site_dirs: list[str] = []
         self.site_names: dict[str, frozenset[str]] = {}  # site-packages -> every name in it, at loop start
+        self.entry_points: dict[str, bytes | None] = {}  # each distribution's entry_points.txt, at loop start
 
     # -- loop start ------------------------------------------------------------------
 
@@ -122,6 +131,10 @@ class InterpreterGuard:
                 self.site_names[directory] = frozenset(os.listdir(directory))
             except OSError:
                 self.site_names[directory] = frozenset()
+            for name in self.site_names[directory]:
+                if name.endswith(DIST_SUFFIXES):
+                    self.entry_points[os.path.join(directory, name)] = _read_small(
+                        os.path.join(directory, name, "entry_points.txt"))
         for directory in self._startup_dirs():
             names = self._names(directory)
             self.listed[directory] = names
@@ -222,6 +235,9 @@ class InterpreterGuard:
         for directory, names in self.listed.items():
             for name in sorted(self._names(directory) - names):
                 path = os.path.join(directory, name)
+                if path in self.entry_points:  # a distribution that was there: its old entry points back
+                    violations.append(self._restore_entry_points(path))
+                    continue
                 doomed = [path]
                 if name.endswith(DIST_SUFFIXES):  # and the new modules it registers
                     before = self.site_names.get(directory, frozenset())
@@ -237,6 +253,13 @@ class InterpreterGuard:
                 why = PLUGIN_WHY if name.endswith(DIST_SUFFIXES) else STARTUP_WHY
                 violations.append(Violation(path, "added", why, restored=ok))
         return violations, self._clear_caches()
+
+    def _restore_entry_points(self, dist: str) -> Violation:
+        points = os.path.join(dist, "entry_points.txt")
+        old = self.entry_points[dist]
+        stored = None if old is None else Stored("", "", len(old), 0o644, old)
+        ok = _restore_path(points, stored, None)
+        return Violation(points, "modified" if old is not None else "added", PLUGIN_WHY, restored=ok)
 
     def _why(self, path: str) -> str:
         directory, name = os.path.split(path)
