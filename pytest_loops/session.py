@@ -29,6 +29,7 @@ from .reporting import (
     summary_rows,
 )
 from .results import CheckResult, LoopResult
+from .session_hooks import MARKER_LOOPS, REPORT_TIMER, MarkerLoops, ReportTimer
 from .settings import GUARD_KEYS, Resolved, spec_origin
 from .spec import Check, CheckKind, Guards, LoopSpec
 from .verdict import EXIT_INTERNAL, EXIT_USAGE, Verdict
@@ -60,7 +61,6 @@ def _process_age() -> float:
     """Wall seconds since this process started (pytest's start-up, at session start);
     its CPU seconds where /proc is not there."""
     import os
-    import time
 
     try:
         with open("/proc/self/stat", encoding="ascii") as f:
@@ -463,14 +463,12 @@ class LoopSession:
 
     @pytest.hookimpl
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        import time
 
         self.startup_s = _process_age()
         self.session_t0 = time.perf_counter()
 
     @pytest.hookimpl
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        import time
 
         if self.session_t0 is not None:
             self.collect_s = time.perf_counter() - self.session_t0
@@ -696,38 +694,3 @@ class LoopSession:
                 continue
         path = Path(target)
         return write_html_report(runs, path if path.is_absolute() else Path(self.config.invocation_params.dir) / path)
-
-
-MARKER_LOOPS = "loop-marker-loops"
-
-
-class MarkerLoops:
-    """Registered by the session only when a collected test carries a loop marker."""
-
-    def __init__(self, session: LoopSession) -> None:
-        self.session = session
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]):
-        report = yield
-        return self.session.marker_report(item, call, report)
-
-
-REPORT_TIMER = "loop-report-timer"
-
-
-class ReportTimer:
-    """Registered only when the session fix-loop may run: how long each failing test's
-    failure reports took to make (their tracebacks), part of what a rerun costs."""
-
-    def __init__(self, session: LoopSession) -> None:
-        self.session = session
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]):
-        t0 = time.perf_counter()
-        report = yield
-        if report.failed:
-            spent = self.session.report_s
-            spent[item.nodeid] = spent.get(item.nodeid, 0.0) + time.perf_counter() - t0
-        return report
