@@ -577,6 +577,10 @@ class Engine:
             result.artifacts["memory"] = str(paths.memory_page)
         if (paths.run_dir / "suspects.json").is_file():
             result.artifacts["suspects"] = str(paths.run_dir / "suspects.json")
+        if self.scrub is not None:  # what the checks' processes wrote there (test ids, caches)
+            from .redact import scrub_tree
+
+            scrub_tree(paths.run_dir, self.scrub)
         # The verdict is decided: from here on an artifact that cannot be written is
         # an artifact error (reported, recorded where possible), never a lost verdict.
         for finish in self.finishers:

@@ -184,3 +184,24 @@ def scrub_file(path: str | os.PathLike[str], scrub: Callable[[str], str]) -> Non
             target.write_text(clean, encoding="utf-8", errors="surrogateescape")
     except OSError:
         pass
+
+
+def scrub_tree(root: str | os.PathLike[str], scrub: Callable[[str], str], *,
+               skip_suffixes: tuple[str, ...] = (".out",), limit: int = 64 << 20) -> None:
+    """Mask every regular file under ``root`` in place (what a loop's child processes
+    wrote there: coverage data, impact maps, pytest's cache hold test ids, and a test id
+    can hold a value). Files ending in ``skip_suffixes`` were masked when written; links
+    are not followed; files over ``limit`` bytes are left alone."""
+    import stat as _stat
+
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            if name.endswith(skip_suffixes):
+                continue
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if _stat.S_ISREG(st.st_mode) and st.st_size <= limit:
+                scrub_file(path, scrub)

@@ -214,11 +214,40 @@ def mask_report(report: Any) -> None:
                                   for name, value in props]
 
 
+class _MaskedStream:
+    """The terminal's stream with secret values masked in whatever is written to it:
+    test ids (a parametrize id can hold a value), headers, summaries."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        if anything_to_mask():
+            text = make_redactor()(text)
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def mask_terminal(config: Any) -> None:
+    """Everything pytest's terminal reporter writes goes through :class:`_MaskedStream`."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    tw = getattr(reporter, "_tw", None)
+    stream = getattr(tw, "_file", None)
+    if tw is not None and stream is not None and not isinstance(stream, _MaskedStream):
+        tw._file = _MaskedStream(stream)
+
+
 class ReportMasking:
     """Registered only under ``--loop``: every test and collect report is masked before
     anything else reads it (terminal, JUnit XML, xdist, the loop session), whatever
     wrote its secrets (the test, a loop). Done when the report is logged, ahead of every
     other reader: a plain call per report, not a wrapper around its making."""
+
+    @hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: Any) -> None:
+        mask_terminal(session.config)
 
     @hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: Any) -> None:

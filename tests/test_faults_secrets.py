@@ -292,3 +292,33 @@ def test_the_runner_with_a_fifo_as_lessons_page_ends_with_its_verdict(tmp_path: 
     assert out.returncode == 2, out.stderr
     assert "lessons page" in out.stderr and "is not a regular file" in out.stderr
     assert len(out.stderr.splitlines()) == 1
+
+
+def test_a_secret_in_a_test_id_reaches_no_file_and_no_terminal_line(pytester, monkeypatch):
+    """A parametrize id can hold a value: the terminal's test lines, the fix-loop's
+    coverage data, impact map and its children's pytest caches all carry test ids."""
+    project = Project(pytester, monkeypatch)
+    monkeypatch.setenv("SERVICE_API_TOKEN", TOKEN)
+    project.write("test_ids.py", """\
+        import os
+
+        import pytest
+
+
+        @pytest.mark.parametrize("value", [os.environ["SERVICE_API_TOKEN"]])
+        def test_value(value):
+            assert value == "expected"
+
+
+        def test_green():
+            assert True
+        """)
+    project.write("noop.py", "pass\n")
+    result = project.run("--loop", "--loop-revise", "python noop.py", "--loop-max-iter", "2",
+                         "--loop-suspects-cap=0", "-v", "-rA")
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == 1, out
+    assert "test_value[[REDACTED:SERVICE_API_TOKEN]]" in out
+    assert list(project.artifacts.rglob("spectra.json")) and list(project.artifacts.rglob("impact.json"))
+    assert TOKEN not in out
+    assert _leaks(pytester.path, (TOKEN,), {project.path / "test_ids.py", project.path / "noop.py"}) == []
