@@ -162,7 +162,7 @@ def summary_rows(rows: Iterable[dict[str, Any]]) -> list[str]:
 
 
 # the environment last looked at, and whether it held anything to mask
-_seen_env: list[Any] = [None, False]
+_seen_env: list[Any] = [None, False, None]  # environment seen, anything to mask, its redactor
 # set by pytest for every phase of every test; its name is not secret-named
 _PER_TEST = "PYTEST_CURRENT_TEST"
 
@@ -187,7 +187,18 @@ def anything_to_mask() -> bool:
             return _seen_env[1]
     _seen_env[0] = dict(data)
     _seen_env[1] = bool(secret_values())
+    _seen_env[2] = None
     return _seen_env[1]
+
+
+def current_redactor() -> Any:
+    """The redactor of the environment as it is now, made again only when it changed
+    (the terminal's stream and the reports use it once per write)."""
+    if anything_to_mask() and _seen_env[0] is not None:
+        if _seen_env[2] is None:
+            _seen_env[2] = make_redactor()
+        return _seen_env[2]
+    return make_redactor()
 
 
 def mask_report(report: Any) -> None:
@@ -196,7 +207,7 @@ def mask_report(report: Any) -> None:
     text that held a secret becomes plain text."""
     if not anything_to_mask():
         return
-    scrub = make_redactor()
+    scrub = current_redactor()
     longrepr = getattr(report, "longrepr", None)
     if isinstance(longrepr, tuple):  # a skip: (path, line, reason)
         report.longrepr = tuple(scrub(x) if isinstance(x, str) else x for x in longrepr)
@@ -223,7 +234,7 @@ class _MaskedStream:
 
     def write(self, text: str) -> int:
         if anything_to_mask():
-            text = make_redactor()(text)
+            text = current_redactor()(text)
         return self._stream.write(text)
 
     def __getattr__(self, name: str) -> Any:
