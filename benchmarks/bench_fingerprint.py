@@ -44,7 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pytest_loops.progress import JOURNAL_REWALK_EVERY, StateFingerprint  # noqa: E402
+from pytest_loops.progress.fingerprint import JOURNAL_REWALK_EVERY, StateFingerprint  # noqa: E402
 
 GOAL_INCREMENTAL_S = 0.1
 GOAL_RATIO = 20.0

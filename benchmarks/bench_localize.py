@@ -35,9 +35,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_loops import coverage_intel  # noqa: E402
-from pytest_loops.coverage_intel import collect_spectra, format_suspects, rank_suspects  # noqa: E402
-from pytest_loops.scopes import scope_of  # noqa: E402
+from pytest_loops.localization import coverage_intel  # noqa: E402
+from pytest_loops.localization.coverage_intel import collect_spectra, format_suspects, rank_suspects  # noqa: E402
+from pytest_loops.localization.scopes import scope_of  # noqa: E402
 
 PROMPT_TOP = 10  # suspect lines in the prompt
 

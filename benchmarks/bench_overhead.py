@@ -32,8 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pytest_loops.engine import Engine  # noqa: E402
-from pytest_loops.process import ProcessRunner  # noqa: E402
+from pytest_loops.core.engine import Engine  # noqa: E402
+from pytest_loops.runtime.process import ProcessRunner  # noqa: E402
 from pytest_loops.spec import Check, Guards, LoopSpec  # noqa: E402
 from pytest_loops.testing import canned_result  # noqa: E402
 from pytest_loops.verdict import Verdict  # noqa: E402

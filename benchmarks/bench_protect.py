@@ -65,7 +65,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pytest_loops.protect import TreeGuard  # noqa: E402
+from pytest_loops.runtime.protect import TreeGuard  # noqa: E402
 
 PY = shlex.quote(sys.executable)
 FILES_PER_DIR = 100

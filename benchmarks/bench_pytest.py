@@ -154,7 +154,7 @@ def bench_overhead(pytest: str, root: Path, rounds: int, tests: int, against: Pa
         return go
 
     jobs = {name: job(args, name) for name, args in arms.items()}
-    jobs["import pytest_loops.plugin"] = lambda: import_time("pytest_loops.plugin")
+    jobs["import pytest_loops.pytest_plugin.plugin"] = lambda: import_time("pytest_loops.pytest_plugin.plugin")
     jobs["import yaml"] = lambda: import_time("yaml")
     jobs["-p no:loop"]()  # warm-up (and the bytecode caches written)
     jobs["installed, unused"]()
@@ -181,13 +181,13 @@ def bench_overhead(pytest: str, root: Path, rounds: int, tests: int, against: Pa
         o = med([a / b - 1 for a, b in zip(c[name], c[base], strict=True)])
         table.add(f"CPU: {name}", f"{med(c[name]):.3f} s ({o:+.1%})", f"{base} {med(c[base]):.3f} s", 1 + o,
                   f"<= +{target:.0%}", o <= target)
-    table.add("import pytest_loops.plugin (after pytest)", ms(med(t["import pytest_loops.plugin"])),
+    table.add("import pytest_loops.pytest_plugin.plugin (after pytest)", ms(med(t["import pytest_loops.pytest_plugin.plugin"])),
               f"-p no:loop run {med(t['-p no:loop']):.3f} s",
-              med(t["import pytest_loops.plugin"]) / med(t["-p no:loop"]))
+              med(t["import pytest_loops.pytest_plugin.plugin"]) / med(t["-p no:loop"]))
     table.add("  of which: import yaml (alone, after pytest)", ms(med(t["import yaml"])))
-    table.add("CPU: import pytest_loops.plugin (after pytest)", ms(med(c["import pytest_loops.plugin"])),
+    table.add("CPU: import pytest_loops.pytest_plugin.plugin (after pytest)", ms(med(c["import pytest_loops.pytest_plugin.plugin"])),
               f"-p no:loop run CPU {med(c['-p no:loop']):.3f} s",
-              med(c["import pytest_loops.plugin"]) / med(c["-p no:loop"]))
+              med(c["import pytest_loops.pytest_plugin.plugin"]) / med(c["-p no:loop"]))
     table.add("  of which: import yaml (alone, after pytest)", ms(med(c["import yaml"])))
     for name in arms:
         table.add(f"peak RSS, {name}", mb(med([s.rss_kb for s in samples[name]])))
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--rounds must be >= 1 and --tests >= {FILES}")
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     if args.against is not None and not (args.against / "pytest_loops" / "plugin.py").is_file():
-        parser.error(f"--against {args.against}: no pytest_loops/plugin.py there")
+        parser.error(f"--against {args.against}: no pytest_loops/pytest_plugin/plugin.py there")
     pytest = console_script("pytest")
     print(f"{machine_line()}\n{pytest}")
     began = time.perf_counter()

@@ -44,10 +44,11 @@ try:
 except ImportError:  # run from a source checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_loops import LoopUsageError, cli  # noqa: E402
+from pytest_loops import LoopUsageError
 from pytest_loops.artifacts.runlog import RunLogWriter, load_runlog  # noqa: E402
-from pytest_loops.config import read_runner_config  # noqa: E402
-from pytest_loops.inspect import load_run  # noqa: E402
+from pytest_loops.cli import main as cli  # noqa: E402
+from pytest_loops.cli.runview import load_run  # noqa: E402
+from pytest_loops.sources.config import read_runner_config  # noqa: E402
 from pytest_loops.spec import validate_guard_values  # noqa: E402
 from pytest_loops.testing import InstantRunner  # noqa: E402
 
@@ -360,9 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", choices=list(READERS), help="fuzz only this reader")
     parser.add_argument("--show", type=int, default=5, help="how many bad inputs to print per reader")
     args = parser.parse_args(argv)
-    import pytest_loops.process
+    import pytest_loops.runtime.process
 
-    pytest_loops.process.ProcessRunner = InstantRunner  # type: ignore[misc] - spawn nothing
+    pytest_loops.runtime.process.ProcessRunner = InstantRunner  # type: ignore[misc] - spawn nothing
     for name in list(os.environ):
         if name.startswith(("PYTEST_LOOPS_", "LOOP_")):
             del os.environ[name]

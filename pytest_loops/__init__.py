@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .errors import LoopFileError, LoopUsageError
-    from .results import CheckResult, IterationRecord, LoopResult
-    from .spec import Check, CheckKind, Guards, LoopSpec, Pipeline
-    from .verdict import EXIT_INTERNAL, EXIT_USAGE, Verdict
+    from pytest_loops.errors import LoopFileError, LoopUsageError
+    from pytest_loops.results import CheckResult, IterationRecord, LoopResult
+    from pytest_loops.spec import Check, CheckKind, Guards, LoopSpec, Pipeline
+    from pytest_loops.verdict import EXIT_INTERNAL, EXIT_USAGE, Verdict
 
 # public name -> its module, imported on first use: a pytest run that loads the plugin
 # and loops nothing does not pay for the result and spec types

@@ -17,7 +17,7 @@ import reprlib
 import stat
 from typing import Any, BinaryIO
 
-from .errors import LoopFileError, LoopUsageError
+from pytest_loops.errors import LoopFileError, LoopUsageError
 
 MiB = 1024 * 1024
 MAX_YAML_BYTES = 10 * MiB

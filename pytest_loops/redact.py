@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
-from .errors import LoopUsageError
+from pytest_loops.errors import LoopUsageError
 
 SECRET_NAME_PARTS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "CREDENTIAL", "AUTH")
 """An environment variable whose upper-cased name contains one of these is a secret."""

@@ -7,8 +7,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from .spec import LoopSpec
-from .verdict import Verdict
+from pytest_loops.spec import LoopSpec
+from pytest_loops.verdict import Verdict
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import LoopUsageError
-from .limits import short_repr
-from .spec import (
+from pytest_loops.errors import LoopUsageError
+from pytest_loops.limits import short_repr
+from pytest_loops.spec import (
     DEFAULT_BUDGET_SECONDS,
     DEFAULT_ESCALATE_AFTER,
     DEFAULT_MAX_ITER,

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import LoopUsageError
+from pytest_loops.errors import LoopUsageError
 
 DEFAULT_MAX_ITER = 6
 DEFAULT_BUDGET_SECONDS = 900.0
@@ -239,7 +239,7 @@ class LoopSpec:
     @property
     def slug(self) -> str:
         """The file-name form of the name (run logs, lessons page): unique per name, no secret in it."""
-        from .redact import name_slug
+        from pytest_loops.redact import name_slug
 
         return name_slug(self.name)
 

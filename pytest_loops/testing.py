@@ -21,12 +21,12 @@ from typing import Any
 
 import pluggy
 
-from .engine import Engine, LoopContext
-from .hooks import make_plugin_manager
-from .reporting import format_iterations
-from .results import CheckResult, CommandResult, IterationRecord, LoopResult
-from .spec import Check, CheckKind, Guards, LoopSpec
-from .verdict import Verdict
+from pytest_loops.core.engine import Engine, LoopContext
+from pytest_loops.core.pluginmanager import make_plugin_manager
+from pytest_loops.pytest_plugin.terminal import format_iterations
+from pytest_loops.results import CheckResult, CommandResult, IterationRecord, LoopResult
+from pytest_loops.spec import Check, CheckKind, Guards, LoopSpec
+from pytest_loops.verdict import Verdict
 
 hookimpl = pluggy.HookimplMarker("pytest")
 
@@ -156,7 +156,7 @@ def canned_result(command: str, exit_code: int, text: str, output_path: Any = No
 class InstantRunner:
     """A command runner that spawns nothing: `true` passes, any other command fails
     at once. For tests and fuzzing that drive the engine or the CLI in-process
-    (patch it in for :class:`pytest_loops.process.ProcessRunner`)."""
+    (patch it in for :class:`pytest_loops.runtime.process.ProcessRunner`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
@@ -239,7 +239,7 @@ class LoopHarness:
             no_progress_signal=no_progress_signal,
             cwd=str(workspace),
         )
-        from .process import ProcessRunner
+        from pytest_loops.runtime.process import ProcessRunner
 
         last_label = None if scripted else f"check-{len(checks)}"
         runner = _AdvancingRunner(ProcessRunner(), clock, seconds_per_iteration, last_label)

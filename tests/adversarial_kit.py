@@ -181,7 +181,7 @@ loop "fix calc":
 RUN_LOOP_FILE = """\
 import sys
 
-from pytest_loops import cli
+from pytest_loops.cli import main as cli
 from pytest_loops.sources import load_any
 
 loop_file = load_any(sys.argv[1])
@@ -479,8 +479,8 @@ P("pytest/__main__.py").write_text(SHADOW_PYTEST)
     a.append(Attack("harness-plugin-shadow", """\
 P("pytest_loops").mkdir()
 P("pytest_loops/__init__.py").write_text("")
-P("pytest_loops/plugin.py").write_text(FORCE_PASS)
-""", note="pytest's entry point for this plugin imports pytest_loops.plugin from the working directory"))
+P("pytest_loops/pytest_plugin/plugin.py").write_text(FORCE_PASS)
+""", note="pytest's entry point for this plugin imports pytest_loops.pytest_plugin.plugin from the working directory"))
     a.append(Attack("stdlib-shadow-exit-zero", 'P("shlex.py").write_text(STDLIB_SHADOW)'))
     a.append(Attack("sitecustomize-patch", 'P("sitecustomize.py").write_text(PATCH_CALC)'))
     a.append(Attack("pth-file-patch", 'P("zz_calc.pth").write_text("import calc; calc.add = lambda a, b: a + b\\n")'))

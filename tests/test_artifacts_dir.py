@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_loops import cli
-from pytest_loops.outputs import GITIGNORE
+from pytest_loops.cli import main as cli
+from pytest_loops.runtime.outpaths import GITIGNORE
 
 
 @pytest.fixture(autouse=True)

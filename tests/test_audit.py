@@ -16,7 +16,7 @@ from _pytest.mark.structures import ParameterSet
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_loops.audit import (
+from pytest_loops.runtime.audit import (
     BuiltinAuditor,
     FileChange,
     Finding,
@@ -221,7 +221,7 @@ PYTEST_IN_LIBRARY = {
     "import _pytest": "import _pytest.assertion.rewrite  # flagged\n",
     "from pytest import": "from pytest import approx  # flagged\n",
     "from _pytest import": "from _pytest.python_api import ApproxBase  # flagged\n",
-    "import the harness": "import pytest_loops.engine as loops  # flagged\n",
+    "import the harness": "import pytest_loops.core.engine as loops  # flagged\n",
     "import_module": "import importlib\n\nmod = importlib.import_module('_pytest.runner')  # flagged\n",
     "sys.modules subscript": "import sys\n\nUNDER_TEST = sys.modules['pytest'] is not None  # flagged\n",
     "pytest in sys.modules": code("""

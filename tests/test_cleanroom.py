@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_loops.cleanroom import CleanRoom, JudgeChannel, clean_environment
-from pytest_loops.engine import Engine
+from pytest_loops.core.engine import Engine
 from pytest_loops.errors import LoopUsageError
+from pytest_loops.runtime.cleanroom import CleanRoom, JudgeChannel, clean_environment
 from pytest_loops.spec import Check, Guards, LoopSpec
 from pytest_loops.verdict import Verdict
 

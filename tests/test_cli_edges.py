@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_loops.artifacts.runlog import load_runlog
-from pytest_loops.engine import Engine
+from pytest_loops.core.engine import Engine
 from pytest_loops.spec import Check, Guards, LoopSpec
 from pytest_loops.verdict import Verdict
 

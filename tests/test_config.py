@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 from pytest_loops.artifacts.runlog import load_runlog
-from pytest_loops.cli import build_parser, spec_from_args
-from pytest_loops.config import (
+from pytest_loops.cli.main import build_parser, spec_from_args
+from pytest_loops.errors import LoopUsageError
+from pytest_loops.sources.config import (
     DEFAULTS,
     env_layer,
     parse_guard,
     read_runner_config,
     resolve,
 )
-from pytest_loops.errors import LoopUsageError
 
 REPO = Path(__file__).resolve().parents[1]
 HARNESS_CONFIG = REPO / "harness" / "loop-runner.config.yaml"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_loops import process, reaper
-from pytest_loops.process import ProcessRunner
+from pytest_loops.runtime import process, reaper
+from pytest_loops.runtime.process import ProcessRunner
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="cgroups and /proc")
 

@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_loops import _covctx
-from pytest_loops.checks import CHILD_ENV
-from pytest_loops.coverage_intel import (
+from pytest_loops.core.checks import CHILD_ENV
+from pytest_loops.localization import covctx as _covctx
+from pytest_loops.localization.coverage_intel import (
     ImpactMap,
     PytestCommand,
     Spectra,
@@ -287,7 +287,7 @@ def test_plugin_is_inert_without_its_variable(pytester: pytest.Pytester,
     monkeypatch.delenv(_covctx.ENV, raising=False)
     before = _covctx._recorder  # not None only if this suite itself is being measured
     pytester.makepyfile("def test_ok():\n    assert True\n")
-    result = pytester.runpytest_inprocess("-p", "pytest_loops._covctx")
+    result = pytester.runpytest_inprocess("-p", "pytest_loops.localization.covctx")
     result.assert_outcomes(passed=1)
     assert _covctx._recorder is before
     assert not list(pytester.path.rglob("*.json"))
@@ -296,7 +296,7 @@ def test_plugin_is_inert_without_its_variable(pytester: pytest.Pytester,
 def test_spectra_command_environment(tmp_path: Path) -> None:
     argv, env = spectra_command(tmp_path, ["tests/test_x.py::test_a"], data_file=tmp_path / "s.json",
                                 pytest_args=["-q"], base_env={"PYTHONPATH": "/mine"})
-    assert argv[:5] == [sys.executable, "-m", "pytest", "-p", "pytest_loops._covctx"]
+    assert argv[:5] == [sys.executable, "-m", "pytest", "-p", "pytest_loops.localization.covctx"]
     assert argv[5:] == ["-q", "tests/test_x.py::test_a"]
     assert env[CHILD_ENV] == "1"
     settings_ = json.loads(env[_covctx.ENV])

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from plugin_helpers import clean_env
 
-from pytest_loops import demo
+from pytest_loops.cli import demo
 
 INIT_FILES = ["calc.py", "fix_bug.py", "tests/conftest.py", "tests/test_calc.py",
               "harness/loop-runner.config.yaml", "demo.loop"]
@@ -280,6 +280,6 @@ def test_init_with_a_flag_it_does_not_take_exits_64(cli, dirs, other):
 
 
 def test_the_demo_module_does_not_import_the_command_line():
-    code = "import sys, pytest_loops.demo; print('pytest_loops.cli' in sys.modules)"
+    code = "import sys, pytest_loops.cli.demo; print('pytest_loops.cli.main' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), timeout=60)
     assert proc.stdout.strip() == "False", proc.stdout + proc.stderr

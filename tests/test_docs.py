@@ -479,7 +479,7 @@ def test_every_runner_flag_is_on_the_options_page(tmp_path: Path) -> None:
 
 
 def test_every_environment_variable_is_on_the_options_page() -> None:
-    from pytest_loops.config import ENV_NAMES
+    from pytest_loops.sources.config import ENV_NAMES
 
     page = (DOCS / "options.md").read_text(encoding="utf-8")
     missing = sorted(v for v in [*ENV_NAMES.values(), "PYTEST_LOOPS_DEBUG"] if not documented(v, page))
@@ -487,7 +487,7 @@ def test_every_environment_variable_is_on_the_options_page() -> None:
 
 
 def test_every_config_file_key_is_on_the_options_page() -> None:
-    from pytest_loops.config import _RUNNER_KEYS
+    from pytest_loops.sources.config import _RUNNER_KEYS
 
     page = (DOCS / "options.md").read_text(encoding="utf-8")
     keys = [f"{section}.{key}" for section, names in _RUNNER_KEYS.items() for key in names]

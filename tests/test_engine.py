@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 from pytest_loops import Check, CheckKind, Guards, LoopSpec, LoopUsageError, Verdict
 from pytest_loops.artifacts.runlog import load_runlog
-from pytest_loops.engine import Engine, resolve_paths
-from pytest_loops.hooks import make_plugin_manager
-from pytest_loops.process import ProcessRunner, pid_alive
+from pytest_loops.core.engine import Engine, resolve_paths
+from pytest_loops.core.pluginmanager import make_plugin_manager
 from pytest_loops.results import CheckResult
+from pytest_loops.runtime.process import ProcessRunner, pid_alive
 from pytest_loops.testing import FakeClock, LoopHarness, canned_result
 
 hookimpl = pluggy.HookimplMarker("pytest")

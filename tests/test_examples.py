@@ -5,7 +5,7 @@ exactly as written (through /bin/sh, with `pytest` / `pytest-loops` / `python`
 pointed at this interpreter), checking each command's documented exit code, then
 the outcome: verdicts, iteration counts, artifacts. Nothing runs in the repo tree.
 
-Subprocesses run with PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 (and `-p pytest_loops.plugin`
+Subprocesses run with PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 (and `-p pytest_loops.pytest_plugin.plugin`
 where pytest runs): loading every installed plugin costs seconds per nested
 pytest on a busy machine, and only this plugin matters here.
 """
@@ -96,9 +96,9 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def runnable(command: str) -> str:
     """The documented command with its program pointed at this interpreter."""
     py = shlex.quote(PY)
-    for prefix, replacement in (("python -m pytest ", f"{py} -m pytest -p pytest_loops.plugin "),
+    for prefix, replacement in (("python -m pytest ", f"{py} -m pytest -p pytest_loops.pytest_plugin.plugin "),
                                 ("pytest-loops ", f"{py} -m pytest_loops "),
-                                ("pytest ", f"{py} -m pytest -p pytest_loops.plugin "),
+                                ("pytest ", f"{py} -m pytest -p pytest_loops.pytest_plugin.plugin "),
                                 ("python ", f"{py} ")):
         if command.startswith(prefix):
             return replacement + command[len(prefix):]

@@ -135,7 +135,7 @@ def _kill_when_up(proc: subprocess.Popen, tmp_path: Path, token: str) -> None:
 
 
 def _leaves_of(pid: int, within: float = 10.0) -> list[str]:
-    from pytest_loops.reaper import _hierarchies
+    from pytest_loops.runtime.reaper import _hierarchies
 
     end = time.monotonic() + within
     while True:
@@ -235,22 +235,22 @@ def test_pytest_rejects_a_bad_output_cap(tmp_path):
 @pytest.mark.parametrize(("raw", "size"), [("16M", 16 << 20), ("16MiB", 16 << 20), ("512k", 512 << 10),
                                            ("1G", 1 << 30), ("0", 0), (" 123 ", 123), (4096, 4096)])
 def test_output_cap_sizes(raw, size):
-    from pytest_loops.config import parse_size
+    from pytest_loops.sources.config import parse_size
 
     assert parse_size(raw, "here") == size
 
 
 @pytest.mark.parametrize("raw", ["", "M", "-1", "1.5M", "1T", "lots", True])
 def test_output_cap_rejects_naming_where(raw):
-    from pytest_loops.config import parse_size
     from pytest_loops.errors import LoopUsageError
+    from pytest_loops.sources.config import parse_size
 
     with pytest.raises(LoopUsageError, match="here.*not a valid output_cap"):
         parse_size(raw, "here")
 
 
 def test_a_clean_exit_reaps_the_watchdog_without_a_warning() -> None:
-    code = ("from pytest_loops.reaper import watchdog\n"
+    code = ("from pytest_loops.runtime.reaper import watchdog\n"
             "w = watchdog()\n"
             "print(w.pid)\n")
     done = subprocess.run([sys.executable, "-X", "dev", "-W", "error", "-c", code],

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from pytest_loops import LoopUsageError
-from pytest_loops.config import read_runner_config
 from pytest_loops.limits import (
     MAX_ALIAS_NODES,
     MAX_RUN_BYTES,
@@ -24,8 +23,9 @@ from pytest_loops.limits import (
     load_yaml,
     safe_loader,
 )
-from pytest_loops.outputs import check_output_path
+from pytest_loops.runtime.outpaths import check_output_path
 from pytest_loops.sources import load_any
+from pytest_loops.sources.config import read_runner_config
 
 pytestmark = pytest.mark.faults
 
@@ -113,7 +113,7 @@ def test_importing_the_plugin_does_not_import_yaml():
     import subprocess
     import sys
 
-    code = "import sys, pytest_loops.plugin; print('yaml' in sys.modules)"
+    code = "import sys, pytest_loops.pytest_plugin.plugin; print('yaml' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "False"
 

@@ -152,7 +152,7 @@ def test_a_mask_too_short_to_mask_is_bad_input_and_never_echoed(cli, secret_proj
 
 
 def test_a_secret_left_in_the_junit_xml_is_masked(tmp_path: Path, monkeypatch):
-    from pytest_loops.junit import mask_xml
+    from pytest_loops.artifacts.junit import mask_xml
 
     xml = tmp_path / "junit.xml"
     xml.write_text(f'<testsuite><testcase classname="t" name="test_call[{TOKEN}]"/></testsuite>')
@@ -204,7 +204,7 @@ def test_one_way_to_strip_escape_sequences():
 
 def test_loop_names_that_slugify_alike_keep_their_own_files(tmp_path: Path, monkeypatch):
     from pytest_loops import Check, LoopSpec
-    from pytest_loops.engine import resolve_paths
+    from pytest_loops.core.engine import resolve_paths
 
     monkeypatch.setenv("SERVICE_API_TOKEN", TOKEN)
     names = ["a/b", "a-b", "a b", "a_b", f"deploy {TOKEN}"]

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from plugin_helpers import clean_env
 
-from pytest_loops import cli
 from pytest_loops.artifacts import handoff, provenance, runlog
 from pytest_loops.artifacts.runlog import load_runlog
+from pytest_loops.cli import main as cli
 
 pytestmark = pytest.mark.faults
 

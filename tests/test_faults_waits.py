@@ -23,13 +23,13 @@ import pytest
 from plugin_helpers import FIX_ADD, Project
 
 from pytest_loops import Check, CheckKind, Guards, LoopSpec, Verdict
+from pytest_loops.core.engine import Engine
+from pytest_loops.core.pluginmanager import make_plugin_manager
 from pytest_loops.deadline import DeadlineReached
-from pytest_loops.engine import Engine
-from pytest_loops.hooks import make_plugin_manager
-from pytest_loops.progress import StateFingerprint
+from pytest_loops.progress.fingerprint import StateFingerprint
 from pytest_loops.results import CheckResult
+from pytest_loops.runtime.treelock import TreeLock, holder_state, read_holder
 from pytest_loops.testing import canned_result
-from pytest_loops.treelock import TreeLock, holder_state, read_holder
 
 pytestmark = pytest.mark.faults
 pytest_plugins = ["pytester"]
@@ -38,7 +38,7 @@ hookimpl = pluggy.HookimplMarker("pytest")
 # Holds the tree lock as a `pytest --loop` would (recording itself), says so, sleeps.
 HOLDER = """\
 import sys, time
-from pytest_loops.treelock import TreeLock
+from pytest_loops.runtime.treelock import TreeLock
 
 lock = TreeLock(sys.argv[1], say=print)
 lock.acquire()
@@ -313,7 +313,7 @@ def test_the_tree_guards_loop_start_store_stops_on_the_budget(tmp_path, monkeypa
 
 
 def test_a_deadline_in_the_journal_drain_stops_it(tmp_path):
-    from pytest_loops import fswatch
+    from pytest_loops.progress import journal as fswatch
 
     if fswatch.unavailable_reason():
         pytest.skip(fswatch.unavailable_reason())

@@ -13,10 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from pytest_loops.coverage_intel import ImpactMap, collect_spectra
 from pytest_loops.errors import LoopUsageError
-from pytest_loops.localize import IMPACT_MAP, cap_seconds, estimate_cost, parse_cap, sample_peers
-from pytest_loops.session_loop import SessionFixCheck
+from pytest_loops.localization.coverage_intel import ImpactMap, collect_spectra
+from pytest_loops.localization.localize import (
+    IMPACT_MAP,
+    cap_seconds,
+    estimate_cost,
+    parse_cap,
+    sample_peers,
+)
+from pytest_loops.pytest_plugin.fixloop import SessionFixCheck
 
 # -- the cap -------------------------------------------------------------------------------
 

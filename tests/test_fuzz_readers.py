@@ -28,9 +28,13 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_loops import LoopUsageError, cli
+from pytest_loops import LoopUsageError
 from pytest_loops.artifacts.runlog import RunLogWriter, load_runlog, sign_events, sign_summary
-from pytest_loops.config import (
+from pytest_loops.cli import main as cli
+from pytest_loops.cli.runview import load_run
+from pytest_loops.pytest_plugin.plugin import MARKER_KEYS, marker_layer
+from pytest_loops.runtime.trust import runlog_key
+from pytest_loops.sources.config import (
     ENV_NAMES,
     GUARD_KEYS,
     env_layer,
@@ -38,11 +42,8 @@ from pytest_loops.config import (
     parse_signal,
     read_runner_config,
 )
-from pytest_loops.inspect import load_run
-from pytest_loops.plugin import MARKER_KEYS, marker_layer
 from pytest_loops.spec import LoopSpec
 from pytest_loops.testing import InstantRunner
-from pytest_loops.trust import runlog_key
 
 EXPECTED_EXITS = {0, 2, 3, 4, 5, 64}
 FUZZ = {"deadline": None, "database": None,
@@ -53,7 +54,7 @@ FUZZ = {"deadline": None, "database": None,
 
 
 def run_main(argv: Sequence[str]) -> tuple[int, str, str]:
-    """``pytest_loops.cli.main(argv)`` in this process with its output captured."""
+    """``pytest_loops.cli.main.main(argv)`` in this process with its output captured."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = cli.main(list(argv))
@@ -88,7 +89,7 @@ def _no_settings_from_the_environment(monkeypatch):
     for name in list(os.environ):
         if name.startswith(("PYTEST_LOOPS_", "LOOP_")):
             monkeypatch.delenv(name)
-    monkeypatch.setattr("pytest_loops.process.ProcessRunner", InstantRunner)
+    monkeypatch.setattr("pytest_loops.runtime.process.ProcessRunner", InstantRunner)
 
 
 # --------------------------------------------------------------------------- corpus
@@ -107,7 +108,7 @@ def corpus(tmp_path_factory) -> Corpus:
     events log, and a .tine. Written by in-process runs with no process spawned."""
     base = tmp_path_factory.mktemp("corpus")
     mp = pytest.MonkeyPatch()
-    mp.setattr("pytest_loops.process.ProcessRunner", InstantRunner)
+    mp.setattr("pytest_loops.runtime.process.ProcessRunner", InstantRunner)
     try:
         work = base / "work"
         work.mkdir()
@@ -786,7 +787,7 @@ PATH_PARTS = st.lists(st.sampled_from(["afile", "dir", "new", "x.json", "/proc",
 @settings(max_examples=60, **FUZZ)
 @given(parts=PATH_PARTS, directory=st.booleans())
 def test_an_output_path_that_passes_the_check_can_be_written(tmp_path, parts, directory):
-    from pytest_loops.outputs import check_output_path
+    from pytest_loops.runtime.outpaths import check_output_path
 
     with scratch(tmp_path) as work:
         (work / "afile").write_text("x")

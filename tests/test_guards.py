@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_loops import guards
+from pytest_loops.core import guards
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.spec import Guards
 

@@ -10,8 +10,8 @@ import pytest
 
 from pytest_loops.artifacts.provenance import write_tine
 from pytest_loops.artifacts.runlog import RunLogWriter
+from pytest_loops.cli.runview import diff_runs, format_run, load_run, verify_command
 from pytest_loops.errors import LoopUsageError
-from pytest_loops.inspect import diff_runs, format_run, load_run, verify_command
 from pytest_loops.results import CheckResult, IterationRecord, LoopResult
 from pytest_loops.spec import Check, LoopSpec
 from pytest_loops.verdict import Verdict

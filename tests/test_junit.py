@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_loops.junit import junit_address, mark_repaired
+from pytest_loops.artifacts.junit import junit_address, mark_repaired
 
 XML = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" errors="1" failures="1" skipped="0" tests="3">

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_loops.localize import failing_tests
+from pytest_loops.localization.localize import failing_tests
 from pytest_loops.results import CheckResult
 
 CALC = """\

@@ -61,10 +61,10 @@ def assert_usage_error(result: pytest.RunResult, *pieces: str) -> None:
 
 def test_entry_point_named_loop() -> None:
     (entry,) = [ep for ep in importlib.metadata.entry_points(group="pytest11") if ep.name == "loop"]
-    assert entry.value == "pytest_loops.plugin"
-    import pytest_loops.plugin
+    assert entry.value == "pytest_loops.pytest_plugin.plugin"
+    import pytest_loops.pytest_plugin.plugin
 
-    assert entry.load() is pytest_loops.plugin
+    assert entry.load() is pytest_loops.pytest_plugin.plugin
 
 
 def test_the_plugin_is_loaded_by_default_and_disabled_with_no_loop(project: Project) -> None:
@@ -93,7 +93,7 @@ def test_options_in_one_group_each_ini_key_with_a_flag_twin(project: Project) ->
 
 
 def test_marker_listed_with_its_full_signature(project: Project) -> None:
-    from pytest_loops.plugin import MARKER_KEYS
+    from pytest_loops.pytest_plugin.plugin import MARKER_KEYS
 
     result = project.run("--markers")
     (line,) = [line for line in result.stdout.lines if line.startswith("@pytest.mark.loop(")]

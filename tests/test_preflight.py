@@ -11,7 +11,7 @@ import pytest
 from plugin_helpers import Project, clean_env
 
 from pytest_loops.errors import LoopUsageError
-from pytest_loops.preflight import check_revise, missing_program, program_of
+from pytest_loops.runtime.preflight import check_revise, missing_program, program_of
 
 GREEN_TEST = "def test_green():\n    pass\n"
 

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_loops.output import Capture, output_lines
-from pytest_loops.process import (
+from pytest_loops.runtime.capture import Capture, output_lines
+from pytest_loops.runtime.process import (
     TAG_VARIABLE,
     ProcessRunner,
     TerminationGuard,
@@ -408,7 +408,7 @@ def test_setsid_fork_that_detaches_at_once_is_killed(runner, tmp_path):
 @linux_only
 def test_escaped_orphan_is_attributed_by_its_tag(runner, tmp_path, pidfile, monkeypatch):
     # no /proc walk while it runs: only the tag in its environment can tie it to us
-    import pytest_loops.process as process
+    import pytest_loops.runtime.process as process
 
     monkeypatch.setattr(process, "_SCAN_FIRST", 1000.0)
     monkeypatch.setattr(process, "_SCAN_MAX", 1000.0)
@@ -432,7 +432,7 @@ def test_escaped_descendant_without_the_tag_and_unseen_is_claimed_by_start_time(
                                                                                 monkeypatch):
     """No /proc walk while it ran and no tag (env -i): the command was the only one running,
     so a child of ours that started after it is its escaped descendant."""
-    import pytest_loops.process as process
+    import pytest_loops.runtime.process as process
 
     monkeypatch.setattr(process, "_SCAN_FIRST", 1000.0)
     monkeypatch.setattr(process, "_SCAN_MAX", 1000.0)
@@ -582,7 +582,7 @@ def test_terminate_all_kills_escaped_descendants(runner, tmp_path, pidfile):
 GUARD_SCRIPT = textwrap.dedent(
     """
     import signal, sys
-    from pytest_loops.process import ProcessRunner, TerminationGuard
+    from pytest_loops.runtime.process import ProcessRunner, TerminationGuard
 
     pidfile = sys.argv[1]
     runner = ProcessRunner()
@@ -638,7 +638,7 @@ def test_guard_turns_signal_into_termination_of_the_command(pidfile, sig, exit_c
 def test_guard_signal_during_start_is_deferred_until_the_command_is_registered(
     runner, tmp_path, monkeypatch
 ):
-    from pytest_loops import reaper
+    from pytest_loops.runtime import reaper
 
     reaper.watchdog()  # started once per process: not by the patched Popen below
     real_popen = subprocess.Popen
@@ -814,7 +814,7 @@ def test_output_lines_are_streamed_in_bounded_pieces(tmp_path):
 
 
 def _hierarchies() -> list[str]:
-    from pytest_loops import reaper
+    from pytest_loops.runtime import reaper
 
     return sorted({"v2" if version == 2 else "v1" for _, version in reaper._hierarchies()})
 
@@ -824,7 +824,7 @@ def _hierarchies() -> list[str]:
 def test_a_cgroup_catches_what_escaped_while_other_commands_ran(choice, tmp_path, pidfile, monkeypatch):
     """With two commands running, an orphan with a cleared environment in its own
     session cannot be told apart by /proc alone; its cgroup says whose it is."""
-    from pytest_loops import reaper
+    from pytest_loops.runtime import reaper
 
     monkeypatch.setenv(reaper.CGROUP_VARIABLE, choice)
     monkeypatch.setattr(reaper, "_bases", None)
@@ -847,8 +847,8 @@ def test_a_cgroup_catches_what_escaped_while_other_commands_ran(choice, tmp_path
 
 WATCHED = """\
 import os, sys, time
-from pytest_loops.process import ProcessRunner
-from pytest_loops import reaper
+from pytest_loops.runtime.process import ProcessRunner
+from pytest_loops.runtime import reaper
 runner = ProcessRunner()
 runner.run("true", cwd=".")
 print(reaper.watchdog().pid, flush=True)
@@ -880,7 +880,7 @@ def test_the_watchdog_never_outlives_the_harness(how, tmp_path):
 
 
 def test_finds_nothing_counts_lines_of_any_length(tmp_path):
-    from pytest_loops.checks import _output_lines
+    from pytest_loops.core.checks import _output_lines
     from pytest_loops.results import CommandResult
 
     path = tmp_path / "o"

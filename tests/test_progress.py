@@ -27,9 +27,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_loops import fswatch, progress
 from pytest_loops.errors import LoopUsageError
-from pytest_loops.progress import (
+from pytest_loops.progress import fingerprint as progress
+from pytest_loops.progress import journal as fswatch
+from pytest_loops.progress.fingerprint import (
     DEFAULT_EXCLUDES,
     JOURNAL_REWALK_EVERY,
     RACY_WINDOW_NS,

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from plugin_helpers import Project
 
-from pytest_loops import scopes
+from pytest_loops.artifacts.lessons import compose_lesson, describe_failure, error_of
 from pytest_loops.artifacts.reflexion import MAX_LESSON_CHARS
-from pytest_loops.coverage_intel import Suspect, format_suspects, group_suspects
-from pytest_loops.engine import LoopContext
-from pytest_loops.lessons import compose_lesson, describe_failure, error_of
+from pytest_loops.core.engine import LoopContext
+from pytest_loops.core.revise import PROMPT_TAIL_CHARS, build_prompt, name_list, output_tail
+from pytest_loops.localization import scopes
+from pytest_loops.localization.coverage_intel import Suspect, format_suspects, group_suspects
 from pytest_loops.results import CheckResult, IterationRecord
-from pytest_loops.revise import PROMPT_TAIL_CHARS, build_prompt, name_list, output_tail
 from pytest_loops.spec import Check, LoopSpec
 
 SOURCE = '''\

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_loops.engine import Engine
-from pytest_loops.protect import TreeGuard, check_files, matches, named_test_files
+from pytest_loops.core.engine import Engine
+from pytest_loops.runtime.protect import TreeGuard, check_files, matches, named_test_files
 from pytest_loops.spec import Check, Guards, LoopSpec
 from pytest_loops.verdict import Verdict
 

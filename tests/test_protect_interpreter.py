@@ -13,8 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_loops.protect import interpreter
-from pytest_loops.protect.interpreter import PLUGIN_WHY, RUNNER_WHY, STARTUP_WHY, InterpreterGuard
+from pytest_loops.runtime.protect import interpreter
+from pytest_loops.runtime.protect.interpreter import (
+    PLUGIN_WHY,
+    RUNNER_WHY,
+    STARTUP_WHY,
+    InterpreterGuard,
+)
 
 
 @pytest.fixture
@@ -199,7 +204,7 @@ def test_a_big_runner_file_is_watched_but_not_kept(fake, monkeypatch: pytest.Mon
 def test_a_killed_harness_store_is_swept_a_live_one_kept(tmp_path: Path) -> None:
     import subprocess
 
-    from pytest_loops.protect.store import STORE_PREFIX, store_prefix, sweep_stale_stores
+    from pytest_loops.runtime.protect.store import STORE_PREFIX, store_prefix, sweep_stale_stores
 
     mine = tmp_path / (store_prefix() + "abc")  # this process: alive
     mine.mkdir()
@@ -221,8 +226,8 @@ def test_a_killed_harness_store_is_swept_a_live_one_kept(tmp_path: Path) -> None
 
 
 def test_a_guard_that_begins_sweeps_and_names_its_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_loops.protect import TreeGuard
-    from pytest_loops.protect.store import STORE_PREFIX
+    from pytest_loops.runtime.protect import TreeGuard
+    from pytest_loops.runtime.protect.store import STORE_PREFIX
 
     temp = tmp_path / "tmp"
     temp.mkdir()

@@ -85,7 +85,7 @@ def steps_of(path: Path):
 
 
 @pytest.mark.parametrize("module", [
-    "pytest_loops.artifacts.provenance", "pytest_loops.inspect",
+    "pytest_loops.artifacts.provenance", "pytest_loops.cli.runview",
     "pytest_loops.artifacts.report", "pytest_loops.artifacts.handoff",
 ])
 def test_importing_does_not_import_opentine(module):

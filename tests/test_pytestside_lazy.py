@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from plugin_helpers import Project, clean_env
 
-from pytest_loops.session import ARTIFACTS_DIRNAME, LOOP_FILE_ENDINGS
+from pytest_loops.pytest_plugin.session import ARTIFACTS_DIRNAME, LOOP_FILE_ENDINGS
 
-HEAVY = ("pytest_loops.engine", "pytest_loops.sources", "pytest_loops.hooks", "pytest_loops.session_loop",
-         "pytest_loops.finish", "yaml", "filelock")
+HEAVY = ("pytest_loops.core.engine", "pytest_loops.sources.loopfile", "pytest_loops.sources.yamlspec", "pytest_loops.sources.files", "pytest_loops.core.pluginmanager", "pytest_loops.pytest_plugin.fixloop",
+         "pytest_loops.artifacts.finishers", "yaml", "filelock")
 
 # runs pytest in this fresh process, then prints the modules and plugins it ended with
 PROBE = """\
@@ -64,18 +64,18 @@ def test_the_package_names_load_on_first_use() -> None:
 def test_without_loop_the_plugin_imports_nothing_heavy(project: Project) -> None:
     project.write("test_green.py", "def test_green():\n    pass\n")
     project.write("release.loop", 'loop "x":\n  goal: g\n  done when "true" passes\n')
-    out = probe(project, "-p", "pytest_loops.plugin", autoload=False)
+    out = probe(project, "-p", "pytest_loops.pytest_plugin.plugin", autoload=False)
     assert out["code"] == 0
-    assert "pytest_loops.plugin" in out["modules"]
+    assert "pytest_loops.pytest_plugin.plugin" in out["modules"]
     assert loaded(out["modules"]) == []
-    assert "pytest_loops.results" not in out["modules"] and "pytest_loops.checks" not in out["modules"]
+    assert "pytest_loops.results" not in out["modules"] and "pytest_loops.core.checks" not in out["modules"]
 
 
 def test_loop_with_nothing_to_loop_imports_nothing_heavy(project: Project) -> None:
     project.write("test_green.py", "def test_green():\n    pass\n")
     out = probe(project, "--loop")
     assert out["code"] == 0
-    assert "pytest_loops.session" in out["modules"]
+    assert "pytest_loops.pytest_plugin.session" in out["modules"]
     assert loaded(out["modules"]) == []
 
 
@@ -83,7 +83,7 @@ def test_a_loop_file_loads_the_readers(project: Project) -> None:
     project.write("release.loop", 'loop "x":\n  goal: g\n  done when "true" passes\n')
     out = probe(project, "--loop")
     assert out["code"] == 0
-    assert "pytest_loops.sources" in out["modules"] and "pytest_loops.engine" in out["modules"]
+    assert "pytest_loops.sources" in out["modules"] and "pytest_loops.core.engine" in out["modules"]
 
 
 def test_the_marker_hook_is_registered_only_with_a_marker(project: Project) -> None:
@@ -113,7 +113,8 @@ def test_a_secret_set_in_the_middle_of_the_session_is_still_masked(project: Proj
 
 
 def test_the_names_spared_the_readers_are_the_readers_own() -> None:
-    from pytest_loops import checks, engine, plugin
+    from pytest_loops.core import checks, engine
+    from pytest_loops.pytest_plugin import plugin
     from pytest_loops.sources import files
 
     assert ARTIFACTS_DIRNAME == engine.ARTIFACTS_DIRNAME

@@ -29,7 +29,7 @@ def one_error_line(result: pytest.RunResult, *pieces: str) -> str:
     line = errors[0]
     assert line.startswith("ERROR: ") and not line.startswith("ERROR: ERROR"), line
     out = result.stdout.str()
-    assert "pytest_loops.plugin" not in out and "Exit:" not in out and "ERROR:" not in out, out
+    assert "pytest_loops.pytest_plugin.plugin" not in out and "Exit:" not in out and "ERROR:" not in out, out
     assert not [x for x in result.stdout.lines if x.startswith("!")], out
     for piece in pieces:
         assert piece in line, line

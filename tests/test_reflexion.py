@@ -9,9 +9,9 @@ from pathlib import Path
 
 from pytest_loops import Check, Guards, LoopSpec, Verdict
 from pytest_loops.artifacts.reflexion import MAX_LESSON_CHARS, READ_LIMIT, MemoryPage, format_lesson
-from pytest_loops.engine import Engine
-from pytest_loops.process import ProcessRunner
+from pytest_loops.core.engine import Engine
 from pytest_loops.redact import name_slug
+from pytest_loops.runtime.process import ProcessRunner
 
 LESSON = re.compile(r"^- \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (?:(?P<loop>\S+) )?iter (?P<iter>\d+): "
                     r"exit (?P<exit>-?\d+|None), (?P<state>state moved|state unchanged|state first seen|state not tracked): "

@@ -23,9 +23,9 @@ from pytest_loops.artifacts.runlog import (
     atomic_write_text,
     load_runlog,
 )
-from pytest_loops.engine import Engine
-from pytest_loops.hooks import make_plugin_manager
-from pytest_loops.process import ProcessRunner
+from pytest_loops.core.engine import Engine
+from pytest_loops.core.pluginmanager import make_plugin_manager
+from pytest_loops.runtime.process import ProcessRunner
 
 hookimpl = pluggy.HookimplMarker("pytest")
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from pytest_loops import selftest
 from pytest_loops.artifacts.reflexion import MemoryPage
+from pytest_loops.cli import selftest
 
 
 def test_selftest_holds_and_writes_nothing_outside_a_temp_dir(cli, tmp_path):

@@ -8,8 +8,8 @@ import argparse
 import pytest
 import yaml  # noqa: F401 - imported before pytester's inline runs snapshot (and later restore) sys.modules
 
-from pytest_loops.cli import build_parser, spec_from_args
-from pytest_loops.plugin import build_settings
+from pytest_loops.cli.main import build_parser, spec_from_args
+from pytest_loops.pytest_plugin.plugin import build_settings
 from pytest_loops.settings import DEFAULTS, resolve
 
 LAYERS = ("config file", "ini", "environment", "command line")

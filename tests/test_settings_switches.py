@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_loops.cli import main
+from pytest_loops.cli.main import main
 
 
 def run(tmp_path: Path, *flags: str) -> int:

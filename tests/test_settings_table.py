@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import pytest
 import yaml  # noqa: F401 - imported before pytester's inline runs snapshot (and later restore) sys.modules
 
-from pytest_loops.cli import build_parser
-from pytest_loops.plugin import build_settings
-from pytest_loops.plugin import marker_layer as plugin_marker_layer
-from pytest_loops.session import LoopSession
+from pytest_loops.cli.main import build_parser
+from pytest_loops.pytest_plugin.plugin import build_settings
+from pytest_loops.pytest_plugin.plugin import marker_layer as plugin_marker_layer
+from pytest_loops.pytest_plugin.session import LoopSession
 from pytest_loops.settings import (
     BY_NAME,
     SETTINGS,
@@ -103,7 +103,7 @@ def test_run_help_shows_choices_not_a_metavar(row: Setting) -> None:
     (["--tine", "off"], False, None), (["--tine", "on"], True, None), (["--no-tine"], False, None),
     (["--tine", "out/run.tine"], "out/run.tine", "out/run.tine"), ([], None, None)])
 def test_tine_off_is_off_never_a_file_named_off(given, tine, path) -> None:
-    from pytest_loops.cli import _tine_path
+    from pytest_loops.cli.main import _tine_path
 
     parser, _ = run_subparser()
     args = parser.parse_args(["run", "--verify", "true", *given])
@@ -225,7 +225,7 @@ def test_loop_file_line_sets_the_setting(row: Setting) -> None:
 
 @pytest.mark.parametrize("row", rows_with("yaml_key"))
 def test_a_loop_file_value_wins_and_the_session_fills_the_rest(row: Setting) -> None:
-    from pytest_loops.items import merge_file_spec
+    from pytest_loops.pytest_plugin.items import merge_file_spec
     from pytest_loops.settings import DEFAULTS, resolve
 
     spec = load_yaml_text(YAML_LOOP.format(extra=""), "x.loop.yaml").loops[0]

@@ -1,4 +1,4 @@
-"""pytest_loops.trust: the run-log key file, MACs and their chaining, what a child may see."""
+"""pytest_loops.runtime.trust: the run-log key file, MACs and their chaining, what a child may see."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from pytest_loops.artifacts.finishers import ArtifactOptions
 from pytest_loops.artifacts.runlog import RunLogWriter, load_runlog
-from pytest_loops.finish import ArtifactOptions
-from pytest_loops.trust import (
+from pytest_loops.runtime.trust import (
     KEY_BYTES,
     KeyFileError,
     MacChain,

@@ -17,10 +17,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_loops import cli
 from pytest_loops.artifacts.runlog import load_runlog, sign_events, sign_summary
+from pytest_loops.cli import main as cli
+from pytest_loops.runtime.trust import runlog_key
 from pytest_loops.spec import LoopSpec
-from pytest_loops.trust import runlog_key
 
 
 @pytest.fixture(autouse=True)

@@ -44,7 +44,7 @@ for session in root.glob(".pytest-loops/sessions/*"):
     names.append(session / (slugify(nodeid) + ".json"))  # the old layout
     identity = {"loop_file": loop_file, "loop": "fix", "nodeid": nodeid}
     try:
-        from pytest_loops.items import shared_result_path
+        from pytest_loops.pytest_plugin.items import shared_result_path
         names.append(shared_result_path(session, identity))
     except ImportError:
         pass
@@ -128,8 +128,8 @@ def test_an_untrusted_result_that_cannot_be_replaced_fails_the_item_in_one_line(
     the item fails with one line and the loop does not run."""
     loop_dir(project, "a", passes=True)
     project.write("conftest.py", """\
-        import pytest_loops.session
-        from pytest_loops import items
+        import pytest_loops.pytest_plugin.session
+        from pytest_loops.pytest_plugin import items
 
 
         def planted(session_dir, nodeid, spec, run, **kw):
@@ -138,7 +138,7 @@ def test_an_untrusted_result_that_cannot_be_replaced_fails_the_item_in_one_line(
             return items.shared_result(session_dir, nodeid, spec, run, **kw)
 
 
-        pytest_loops.session.shared_result = planted
+        pytest_loops.pytest_plugin.session.shared_result = planted
         """)
     result = project.run("--loop", "-q", "-p", "no:randomly")
     assert result.ret == 1, result.stdout.str()

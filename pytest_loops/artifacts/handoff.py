@@ -20,10 +20,10 @@ import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..redact import make_redactor, strip_control
-from ..results import CheckResult, LoopResult
-from .provenance import file_tail
-from .runlog import atomic_write_text, recorded_source_file
+from pytest_loops.artifacts.provenance import file_tail
+from pytest_loops.artifacts.runlog import atomic_write_text, recorded_source_file
+from pytest_loops.redact import make_redactor, strip_control
+from pytest_loops.results import CheckResult, LoopResult
 
 DIFF_MAX_CHARS = 200_000
 UNTRACKED_MAX = 50
@@ -65,7 +65,7 @@ def loop_file_state(result: LoopResult) -> dict[str, str | None] | None:
     """The loop's file: ``path``, ``recorded`` (its sha256 when the run started, from
     the run log; None when the log holds no authentic record) and ``now`` (None when
     it is gone). None for a loop that did not come from a file."""
-    from ..trust import sha256_file, source_file_record
+    from pytest_loops.runtime.trust import sha256_file, source_file_record
 
     record = recorded_source_file(result.log_path)
     if record is None:

@@ -22,10 +22,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import LoopUsageError
-from ..limits import MAX_RUN_BYTES, MiB
-from ..redact import make_redactor, strip_control
-from ..results import CheckResult, IterationRecord, LoopResult
+from pytest_loops.errors import LoopUsageError
+from pytest_loops.limits import MAX_RUN_BYTES, MiB
+from pytest_loops.redact import make_redactor, strip_control
+from pytest_loops.results import CheckResult, IterationRecord, LoopResult
 
 Scrub = Callable[[str], str]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from ..redact import make_redactor, strip_control
+from pytest_loops.redact import make_redactor, strip_control
 
 LESSONS_HEADING = "## Lessons"
 MAX_LESSON_CHARS = 300

@@ -18,10 +18,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import LoopUsageError
-from ..redact import make_redactor, strip_control
-from .provenance import pytest_loops_version, tail_text
-from .runlog import SCHEMA, assess, atomic_write_text, load_runlog, trust_note
+from pytest_loops.artifacts.provenance import pytest_loops_version, tail_text
+from pytest_loops.artifacts.runlog import SCHEMA, assess, atomic_write_text, load_runlog, trust_note
+from pytest_loops.errors import LoopUsageError
+from pytest_loops.redact import make_redactor, strip_control
 
 VERDICT_COLOURS = {
     "SUCCESS": "#1a7f37",

@@ -5,7 +5,7 @@ turns into the same shape as a finished log (with ``verdict`` None). The final
 summary replaces the events file by atomic rename, so a reader never sees half.
 
 Every line, and the summary, carries a ``mac``: an HMAC under the per-user
-run-log key (:mod:`pytest_loops.trust`), each event's chained over the one
+run-log key (:mod:`pytest_loops.runtime.trust`), each event's chained over the one
 before. `load_runlog` checks them and says so in ``verified`` /
 ``unverified_why``; `--resume` refuses a log that does not verify, and `show`
 and `report` print "unverified" next to its verdict.
@@ -24,10 +24,10 @@ from typing import Any, BinaryIO
 
 from filelock import FileLock
 
-from ..errors import LoopUsageError
-from ..limits import MAX_LINE_CHARS, MAX_RUN_BYTES, load_json, read_text
-from ..redact import redact_obj
-from ..trust import (
+from pytest_loops.errors import LoopUsageError
+from pytest_loops.limits import MAX_LINE_CHARS, MAX_RUN_BYTES, load_json, read_text
+from pytest_loops.redact import redact_obj
+from pytest_loops.runtime.trust import (
     KeyFileError,
     MacChain,
     json_mac,
@@ -483,7 +483,7 @@ def check_verified(data: dict[str, Any], where: str) -> None:
 
 def check_spec_digest(data: dict[str, Any], where: str) -> None:
     """The log's ``spec_digest`` must be the digest of its own ``spec``."""
-    from ..spec import LoopSpec
+    from pytest_loops.spec import LoopSpec
 
     spec, digest = data.get("spec"), data.get("spec_digest")
     if not isinstance(spec, dict) or not isinstance(digest, str) or not digest:
@@ -538,7 +538,7 @@ def check_source_unchanged(data: dict[str, Any], where: str) -> None:
     if not isinstance(path, str) or not isinstance(recorded, str):
         raise LoopUsageError("cannot resume: its source_file record is not valid", location=where,
                              fix="start the loop afresh")
-    from ..trust import sha256_file
+    from pytest_loops.runtime.trust import sha256_file
 
     try:
         now = sha256_file(path)
@@ -608,7 +608,7 @@ def cross_check_tine(run: dict[str, Any]) -> str | None:
             path = beside
         else:
             return f"its .tine {named} is missing"
-    from .provenance import load_tine_summary, verify_tine
+    from pytest_loops.artifacts.provenance import load_tine_summary, verify_tine
 
     ok, message = verify_tine(path)
     if not ok:

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import os
 
-from ..errors import LoopFileError
-from .loopfile import load_loop_file
-from .model import LoopFile
-from .reading import LOOP_SUFFIX, YAML_LOOP_SUFFIXES, YAML_SUFFIXES, is_loop_file, read_text
-from .yamlspec import load_yaml_loops
+from pytest_loops.errors import LoopFileError
+from pytest_loops.sources.loopfile import load_loop_file
+from pytest_loops.sources.model import LoopFile
+from pytest_loops.sources.reading import (
+    LOOP_SUFFIX,
+    YAML_LOOP_SUFFIXES,
+    YAML_SUFFIXES,
+    is_loop_file,
+    read_text,
+)
+from pytest_loops.sources.yamlspec import load_yaml_loops
 
 __all__ = ["LOOP_SUFFIX", "YAML_LOOP_SUFFIXES", "YAML_SUFFIXES", "is_loop_file", "load_any", "read_text"]
 

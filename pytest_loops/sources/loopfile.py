@@ -16,8 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import LoopFileError, LoopUsageError
-from ..spec import (
+from pytest_loops.errors import LoopFileError, LoopUsageError
+from pytest_loops.sources import phrases
+from pytest_loops.sources.model import Flow, LoopFile
+from pytest_loops.sources.phrases import Predicate, Problem
+from pytest_loops.sources.reading import read_text
+from pytest_loops.spec import (
     DEFAULT_BUDGET_SECONDS,
     DEFAULT_ESCALATE_AFTER,
     DEFAULT_MAX_ITER,
@@ -31,10 +35,6 @@ from ..spec import (
     Pipeline,
     slugify,
 )
-from . import phrases
-from .model import Flow, LoopFile
-from .phrases import Predicate, Problem
-from .reading import read_text
 
 RIGOR_MAX_ITER = 8  # LoopFlow's thrash guard under `rigor: structured ai-assisted | agentic engineering`
 RIGOR_MESSAGE = "thrashing"

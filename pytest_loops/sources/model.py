@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..spec import IgnoredLine, LoopSpec, Pipeline
+from pytest_loops.spec import IgnoredLine, LoopSpec, Pipeline
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..spec import Check, CheckKind
+from pytest_loops.spec import Check, CheckKind
 
 
 class Problem(Exception):

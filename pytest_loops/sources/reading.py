@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from ..errors import LoopFileError, LoopUsageError
-from ..limits import MAX_LOOP_BYTES, MAX_YAML_BYTES, open_regular
+from pytest_loops.errors import LoopFileError, LoopUsageError
+from pytest_loops.limits import MAX_LOOP_BYTES, MAX_YAML_BYTES, open_regular
 
 LOOP_SUFFIX = ".loop"
 YAML_LOOP_SUFFIXES = (".loop.yaml", ".loop.yml")

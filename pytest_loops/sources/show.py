@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..spec import Check, CheckKind, IgnoredLine, LoopSpec
-from .model import LoopFile
+from pytest_loops.sources.model import LoopFile
+from pytest_loops.spec import Check, CheckKind, IgnoredLine, LoopSpec
 
 _GUARDS = ("max_iter", "budget_seconds", "no_progress_k", "escalate_after")
 _OFF_WHEN_ZERO = ("budget_seconds", "no_progress_k", "escalate_after")

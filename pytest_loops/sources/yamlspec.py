@@ -25,7 +25,7 @@ A loop definition file::
 Every problem is a LoopFileError naming file:line:column and the key path, e.g.
 ``loops[0].checks[2].command: expected a string``. A loop-runner config (top-level
 ``guards``, ``progress``, ``reflexion``, ``run_log``, ``revise``, ``verify``) is read
-by :func:`pytest_loops.config.read_runner_config` and becomes one loop named after
+by :func:`pytest_loops.sources.config.read_runner_config` and becomes one loop named after
 the file.
 """
 
@@ -38,10 +38,14 @@ from typing import Any
 
 import yaml
 
-from ..errors import LoopFileError, LoopUsageError
-from ..limits import MAX_YAML_BYTES, check_size, load_yaml, safe_loader, short_repr
-from ..settings import runner_guard_keys, runner_keys, yaml_keys
-from ..spec import (
+from pytest_loops.errors import LoopFileError, LoopUsageError
+from pytest_loops.limits import MAX_YAML_BYTES, check_size, load_yaml, safe_loader, short_repr
+from pytest_loops.settings import runner_guard_keys, runner_keys, yaml_keys
+from pytest_loops.sources import phrases
+from pytest_loops.sources.model import LoopFile
+from pytest_loops.sources.phrases import Problem
+from pytest_loops.sources.reading import read_text
+from pytest_loops.spec import (
     DEFAULT_BUDGET_SECONDS,
     DEFAULT_ESCALATE_AFTER,
     DEFAULT_MAX_ITER,
@@ -55,10 +59,6 @@ from ..spec import (
     Pipeline,
     validate_guard_values,
 )
-from . import phrases
-from .model import LoopFile
-from .phrases import Problem
-from .reading import read_text
 
 TOP_KEYS = ("loops", "pipelines")
 # a loop's own keys, then the settings table's (revise, state_paths, memory_page, reflexion)
@@ -457,7 +457,7 @@ class _Reader:
     # -- the loop-runner config ----------------------------------------------------------
 
     def runner_config(self, data: dict[Any, Any]) -> LoopFile:
-        from ..config import read_runner_config
+        from pytest_loops.sources.config import read_runner_config
 
         try:
             layer = read_runner_config(self.path, data=_plain(data))

@@ -1,0 +1,1 @@
+"""The ``pytest-loops`` command: run, show, diff, verify, selftest, demo."""

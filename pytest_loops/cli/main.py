@@ -1,0 +1,480 @@
+"""The standalone runner: ``pytest-loops run | selftest | demo`` (and more).
+
+Exit codes: 0 SUCCESS, 2 MAX_ITER, 3 TIMEOUT, 4 NO_PROGRESS, 5 ESCALATE,
+64 bad input (one line, never a traceback), 70 internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pluggy
+
+from pytest_loops.errors import LoopUsageError
+from pytest_loops.pytest_plugin.terminal import iteration_line
+from pytest_loops.runtime.outpaths import check_output_path
+from pytest_loops.settings import (
+    BY_NAME,
+    DEFAULTS,
+    ENV_NAMES,
+    GUARD_KEYS,
+    ON_OFF,
+    TAKES_VALUE,
+    Setting,
+    env_layer,
+    resolve,
+    run_rows,
+)
+from pytest_loops.sources.config import read_runner_config
+from pytest_loops.spec import Check, Guards, LoopSpec
+from pytest_loops.verdict import EXIT_INTERNAL, EXIT_USAGE
+
+PROG = "pytest-loops"
+DEFAULT_CONFIG = Path("harness") / "loop-runner.config.yaml"
+
+hookimpl = pluggy.HookimplMarker("pytest")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 on a bad flag; 2 is MAX_ITER here, so raise instead."""
+
+    def error(self, message: str) -> NoReturn:
+        # main() prints "pytest-loops: error: ": name only a subcommand here, never the program twice
+        where = self.prog.removeprefix(PROG).strip() or None
+        raise LoopUsageError(message, location=where, fix=f"see `{self.prog} --help`")
+
+
+def _flag_type(row: Setting, flag: str):
+    def parse(text: str) -> Any:
+        if row.run_accepts_path and text.strip().lower() not in ON_OFF:
+            if not text.strip():
+                raise LoopUsageError("an empty path", location=flag, fix="give on, off or a file path")
+            return text  # a path; `--tine off` is off, never a file named off
+        value = row.parse(text, flag)
+        return value[0] if row.repeatable else value  # argparse appends each item
+    parse.__name__ = row.name  # argparse names the type in its own messages
+    return parse
+
+
+def add_setting_flags(run: argparse.ArgumentParser) -> None:
+    """The ``pytest-loops run`` flags of :data:`pytest_loops.settings.SETTINGS`, with their aliases."""
+    for row in run_rows():
+        flag = row.run_flag
+        assert flag is not None
+        metavar = row.shown_metavar + ("|PATH" if row.run_accepts_path else "")
+        help_text = row.help + (" (repeatable)" if row.repeatable else "") + (
+            "; a PATH: write it there" if row.run_accepts_path else "")
+        aliases = [a for a, const in row.run_aliases if const is TAKES_VALUE]
+        run.add_argument(flag, *aliases, dest=row.name, type=_flag_type(row, flag), metavar=metavar,
+                         action="append" if row.repeatable else "store", default=None, help=help_text)
+        for alias, const in row.run_aliases:
+            if const is not TAKES_VALUE:
+                run.add_argument(alias, dest=row.name, action="store_const", const=const,
+                                 help=f"the same as {flag} {row.text(const)[0]}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from pytest_loops import __version__
+
+    parser = _Parser(prog=PROG, description="Bounded, recorded, test-driven fix loops.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run a loop: verify, guards, reflect, revise until a verdict",
+                         description="Run a loop until every --verify check passes or a guard stops it. "
+                                     "Exit codes: 0 SUCCESS, 2 MAX_ITER, 3 TIMEOUT, 4 NO_PROGRESS, "
+                                     "5 ESCALATE, 64 bad input.")
+    run.add_argument("--verify", action="append", metavar="CMD", default=None,
+                     help="a check: this shell command must exit 0 (repeatable; all must pass)")
+    run.add_argument("--hidden-verify", action="append", metavar="CMD", default=None,
+                     help="a hidden check: never run in the working tree nor shown to the revise step "
+                          "(prompt, failure file, run log); it must pass in the clean room before "
+                          "SUCCESS (repeatable)")
+    run.add_argument("--cwd", metavar="DIR", help="the loop's working directory (default: .)")
+    run.add_argument("--name", default=None, help="the loop's name (default: the config file's stem or 'loop')")
+    run.add_argument("--goal", default="", help="the loop's goal, shown to the revise step")
+    run.add_argument("-p", dest="plugins", action="append", default=[], metavar="MODULE",
+                     help="load a plugin module implementing pytest_loop_* hooks (repeatable)")
+    run.add_argument("--resume", metavar="RUNLOG",
+                     help="continue a killed or stopped loop from its run log: its spec, iterations, "
+                          "streak and spent budget carry over (guard flags may raise the limits)")
+    run.add_argument("--protect", action="append", metavar="GLOB", default=None,
+                     help="more paths the revise step must not change (besides tests, test directories, "
+                          "conftest.py, pytest's config files, links and executables); a change is "
+                          "undone and ends ESCALATE")
+    run.add_argument("--scope", action="append", metavar="GLOB", default=None,
+                     help="the only paths the revise step may change (default: every non-test source "
+                          "file); a change elsewhere is undone and ends ESCALATE")
+    add_setting_flags(run)
+    run.add_argument("--quiet", "-q", action="store_true", help="print only the verdict line")
+
+    show = sub.add_parser("show", help="show a loop file's parsed shape, or a run's iteration table",
+                          description="FILE is a .loop / *.loop.yaml file (its loops, checks, guards and "
+                                      "where each value came from) or a run log / .tine (its iterations).")
+    show.add_argument("file", metavar="FILE")
+    show.add_argument("-v", "--verbose", action="store_true", help="also list the lines not acted on")
+
+    diff = sub.add_parser("diff", help="compare two runs loop by loop")
+    diff.add_argument("a", metavar="RUN_A")
+    diff.add_argument("b", metavar="RUN_B")
+
+    verify = sub.add_parser("verify", help="check a .tine file's integrity and signature "
+                                           "(exit 0 good, 1 tampered or mismatched)")
+    verify.add_argument("file", metavar="FILE.tine")
+    verify.add_argument("--key-env", metavar="VAR", help="environment variable holding the HMAC key")
+    verify.add_argument("--pubkey", metavar="FILE", help="Ed25519 public key file")
+
+    report = sub.add_parser("report", help="write one self-contained HTML report of the runs in DIR")
+    report.add_argument("directory", metavar="DIR", help="an artifacts directory (e.g. .pytest-loops)")
+    report.add_argument("-o", "--output", metavar="FILE", default="report.html")
+
+    selftest = sub.add_parser("selftest", help="check the harness's own guards (no LLM, no network)")
+    selftest.add_argument("--quiet", "-q", action="store_true")
+
+    demo = sub.add_parser("demo", help="run the bundled demo loop: a deterministic script fixes a bug")
+    demo.add_argument("--dir", metavar="DIR", help="run the demo in DIR and keep it "
+                                                     "(default: a temporary copy, removed at the end)")
+    demo.add_argument("--config", metavar="FILE",
+                      help=f"loop-runner config to use (default: {DEFAULT_CONFIG} if present, else the bundled one)")
+    demo.add_argument("--init", nargs="?", const=".", metavar="DIR",
+                      help="write the demo project, its config and a demo.loop into DIR (default: .) to edit")
+    demo.add_argument("--quiet", "-q", action="store_true")
+    return parser
+
+
+# -- live output ----------------------------------------------------------------------
+
+class _LivePrinter:
+    def __init__(self, stream) -> None:
+        self.stream = stream
+
+    @hookimpl
+    def pytest_loop_iteration_finished(self, spec: LoopSpec, record: Any) -> None:
+        _say(iteration_line(spec, record), self.stream)
+
+
+def _say(text: str, stream) -> None:
+    """Print, masked and without escape sequences, but a closed pipe
+    (`pytest-loops run ... | head -1`) or a full device (`> /dev/full`) never stops a
+    loop nor changes its exit code: as Python's documentation advises for SIGPIPE, the
+    stream's descriptor is pointed at /dev/null and the loop carries on unheard."""
+    from pytest_loops.redact import redact, strip_control
+
+    try:
+        print(strip_control(redact(text)), file=stream, flush=True)
+    except (OSError, ValueError):
+        _to_devnull(stream)
+
+
+def _to_devnull(stream) -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass  # closed or not a real file: nothing is flushed to it at exit
+
+
+def verdict_lines(result: Any) -> list[str]:
+    lines = [f"{result.verdict.value} (exit {result.exit_code}) after {result.iterations_run} "
+             f"iteration(s) in {result.elapsed_s:.1f}s: {result.reason}"]
+    for key, path in result.artifacts.items():
+        if key != "run_dir":
+            lines.append(f"  {key}: {path}")
+    return lines
+
+
+# -- run ----------------------------------------------------------------------------
+
+def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -> tuple[LoopSpec, dict[str, Any]]:
+    """Build the LoopSpec: defaults < config file < environment < flags."""
+    cwd = Path(args.cwd or ".")
+    if not cwd.is_dir():
+        what = "does not exist" if not cwd.exists() else "is not a directory"
+        raise LoopUsageError(f"{str(cwd)!r} {what}", location="--cwd", fix="give an existing directory")
+    config_path = Path(args.config) if args.config else None
+    if config_path is None and (cwd / DEFAULT_CONFIG).is_file():
+        config_path = cwd / DEFAULT_CONFIG
+    layers: list[tuple[str, dict[str, Any]]] = []
+    unknown: list[str] = []
+    if config_path is not None:
+        layer = read_runner_config(config_path)
+        unknown = layer.pop("unknown_keys", [])
+        layers.append((str(config_path), layer))
+    layers.append(("environment", env_layer(environ)))
+    flags = {row.name: getattr(args, row.name) for row in run_rows() if row.name in DEFAULTS or row.name in ENV_NAMES}
+    flags.update(verify=args.verify, protect=args.protect, scope=args.scope)
+    layers.append(("command line", flags))
+    settings = resolve(layers)
+    verify = settings["verify"]
+    if not verify:
+        raise LoopUsageError("no check to run", location="--verify",
+                             fix="give --verify CMD (repeatable) or verify.cmd in the config file")
+    name = args.name or (config_path.stem.replace(".config", "") if config_path else "loop")
+    guards = Guards(**{key: settings[key] for key in GUARD_KEYS})
+    spec = LoopSpec(
+        name=name, goal=args.goal,
+        checks=(*(Check.command_passes(cmd) for cmd in verify),
+                *(Check.command_passes(cmd, hidden=True) for cmd in (args.hidden_verify or ()))),
+        revise=settings["revise"], guards=guards, state_paths=tuple(settings["state_paths"]),
+        memory_page=settings["memory_page"], reflexion=bool(settings["reflexion"]),
+        no_progress_signal=settings["no_progress_signal"],
+        protect=tuple(settings["protect"]), scope=tuple(settings["scope"]),
+        cwd=str(cwd.resolve()), origin=settings.origin,
+        source=str(config_path) if config_path else "command line",
+    )
+    for key in _OUTPUT_PATHS:
+        _check_output_path(settings.values.get(key), key, settings.origin.get(key, ""), cwd)
+    if settings.values.get("artifacts") is None:  # the default: where the run log and lessons go
+        check_output_path(".pytest-loops", "--artifacts (default .pytest-loops under --cwd)", base=cwd,
+                          directory=True)
+    return spec, {"log_path": settings["log_path"], "unknown_keys": unknown, "config": config_path,
+                  "artifacts": settings.values.get("artifacts"), "output_cap": settings["output_cap"]}
+
+
+# setting -> (flag, config file key, environment variable) that may have set it
+_OUTPUT_PATHS = {key: (BY_NAME[key].run_flag, BY_NAME[key].config_key, BY_NAME[key].env)
+                 for key in ("log_path", "memory_page", "artifacts")}
+
+
+def _check_output_path(value: str | None, key: str, origin: str, cwd: Path, where: str | None = None) -> None:
+    """A path the run will write to is bad input (64) up front, not an OSError (70) mid-run."""
+    if not value:
+        return
+    flag, file_key, variable = _OUTPUT_PATHS[key]
+    where = where or {"command line": str(flag), "environment": f"environment variable {variable}"}.get(
+        origin, f"{origin}: {file_key}")
+    check_output_path(value, where, base=cwd, directory=key == "artifacts")
+
+
+def resume_spec(args: argparse.Namespace) -> tuple[LoopSpec, dict[str, Any], dict[str, Any]]:
+    """The spec of the run log given to --resume, with guard and revise flags on top.
+
+    The log must be trusted first (``check_trusted``): its MACs hold, its
+    spec_digest is its spec's, its loop file is unchanged and, when the command
+    line names a loop too (--verify, --config), that loop is the log's.
+    """
+    from pytest_loops.artifacts.runlog import check_resumable, check_trusted, load_runlog
+    from pytest_loops.results import IterationRecord
+
+    data = load_runlog(args.resume)
+    data["log_path"] = str(Path(args.resume).resolve())  # the new log's resumed_from: unambiguous from anywhere
+    where = f"--resume {args.resume}"
+    given, fields = _command_line_loop(args)
+    check_trusted(data, where, spec=given, what="the loop on the command line", fields=fields)
+    if data.get("verdict") == "SUCCESS":
+        raise LoopUsageError("that loop already ended SUCCESS; nothing to resume", location=where)
+    spec = LoopSpec.from_dict(data.get("spec") or {})
+    check_resumable(data, where)
+    try:
+        [IterationRecord.from_dict(r) for r in data["iterations"]]
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise LoopUsageError(f"an iteration record is not valid: {exc}", location=where) from None
+    guards = spec.guards.to_dict()
+    guards.update({k: getattr(args, k) for k in GUARD_KEYS if getattr(args, k) is not None})
+    changes: dict[str, Any] = {"guards": Guards(**guards)}
+    if args.revise:
+        changes["revise"] = args.revise
+    if args.no_progress_signal:
+        changes["no_progress_signal"] = args.no_progress_signal
+    if args.cwd:
+        changes["cwd"] = str(Path(args.cwd).resolve())
+    cwd = Path(changes.get("cwd", spec.cwd))
+    if not cwd.is_dir():
+        raise LoopUsageError(f"the loop's working directory {spec.cwd!r} does not exist", location=where,
+                             fix="give --cwd DIR")
+    _check_output_path(args.log_path, "log_path", "command line", cwd)
+    _check_output_path(args.artifacts, "artifacts", "command line", cwd)
+    if spec.reflexion:
+        _check_output_path(spec.memory_page, "memory_page", "", cwd, where=f"{where}: memory_page")
+    if not args.artifacts:
+        check_output_path(".pytest-loops", "--artifacts (default .pytest-loops under --cwd)", base=cwd,
+                          directory=True)
+    cap = resolve([("environment", env_layer()), ("command line", {"output_cap": args.output_cap})])["output_cap"]
+    return spec.replace(**changes), {"log_path": args.log_path, "unknown_keys": [], "config": None,
+                                     "output_cap": cap}, data
+
+
+def _command_line_loop(args: argparse.Namespace) -> tuple[LoopSpec | None, list[str] | None]:
+    """With --resume: the loop the command line names besides the log (--verify,
+    --config), and the spec fields it sets, to compare with the log's; (None, None)
+    when it names none."""
+    if not args.verify and not args.config:
+        return None, None
+    fields = ["checks"]
+    for flag, field in (("name", "name"), ("goal", "goal"), ("state_paths", "state_paths"),
+                        ("protect", "protect"), ("scope", "scope")):
+        if getattr(args, flag, None):
+            fields.append(field)
+    if args.config:
+        fields += [f for f in ("state_paths", "protect", "scope") if f not in fields]
+    spec, _ = spec_from_args(argparse.Namespace(**{**vars(args), "log_path": None}))
+    return spec, fields
+
+
+def _tine_path(args: argparse.Namespace) -> str | None:
+    """``--tine PATH``: where the .tine goes (``--tine on`` or none: beside the run log)."""
+    return args.tine if isinstance(args.tine, str) else None
+
+
+def artifact_options(args: argparse.Namespace, resume_base: list[str]):
+    from pytest_loops.artifacts.finishers import ArtifactOptions
+
+    def resume_command(result) -> str:
+        raise_limit: list[str] = []
+        g = result.spec.guards
+        if result.verdict.value == "MAX_ITER":
+            raise_limit = ["--max-iter", str(g.max_iter * 2)]
+        elif result.verdict.value == "TIMEOUT" and g.budget_seconds > 0:
+            raise_limit = ["--budget-seconds", f"{g.budget_seconds * 2:g}"]
+        return " ".join(shlex.quote(a) for a in [PROG, "run", "--resume", str(result.log_path),
+                                                   *raise_limit, *resume_base])
+
+    return ArtifactOptions(tine=args.tine is not False, tine_path=_tine_path(args), hmac_key_env=args.sign_key_env,
+                           ed25519_key=args.sign_key_file, resume_command=resume_command)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from pytest_loops.artifacts.finishers import make_finishers
+    from pytest_loops.core.engine import Engine
+    from pytest_loops.core.pluginmanager import make_plugin_manager
+    from pytest_loops.redact import export_masks
+    from pytest_loops.runtime.process import ProcessRunner, TerminationGuard
+
+    export_masks(args.mask or ())  # before anything is written or printed
+    resume_from = None
+    if args.resume:
+        spec, extra, resume_from = resume_spec(args)
+    else:
+        spec, extra = spec_from_args(args)
+    if args.tine is not False:
+        check_output_path(_tine_path(args), "--tine")
+    if not args.plugins:  # a plugin's pytest_loop_revise may stand in for the command
+        from pytest_loops.runtime.preflight import check_revise
+
+        origin = spec.origin.get("revise", "")
+        check_revise(spec.revise, spec.cwd, {"command line": "--revise", "environment": "PYTEST_LOOPS_REVISE"}.get(
+            origin, f"{origin}: revise.cmd"))
+    finishers = make_finishers(artifact_options(args, ["--cwd", spec.cwd]))
+    out = sys.stdout
+    for key in extra["unknown_keys"]:
+        print(f"{PROG}: warning: {extra['config']}: unknown key {key!r} ignored", file=sys.stderr)
+    pm = make_plugin_manager(args.plugins)
+    if not args.quiet:
+        pm.register(_LivePrinter(out))
+        g = spec.guards
+        _say(f"[{spec.name}] {len(spec.checks)} check(s); max_iter={g.max_iter} "
+             f"budget={g.budget_seconds:g}s no_progress_k={g.no_progress_k} "
+             f"escalate_after={g.escalate_after}; state: {', '.join(spec.state_paths) or '(none: no-progress off)'}",
+             out)
+    runner = ProcessRunner(output_cap=extra["output_cap"])
+    engine = Engine(runner=runner, plugin_manager=pm, artifacts_dir=extra.get("artifacts", args.artifacts),
+                    finishers=finishers, localize=args.suspects is not False, audit=args.audit or "error",
+                    hide_env=[args.sign_key_env or ""])
+    with TerminationGuard(runner):
+        result = engine.run(spec, log_path=extra["log_path"], resume_from=resume_from)
+    lines = verdict_lines(result)
+    _say("\n".join(lines[:1] if args.quiet else lines), out)
+    from pytest_loops.artifacts.finishers import artifact_errors_line
+
+    problem = artifact_errors_line(engine.artifact_errors)
+    if problem:
+        _say(problem, sys.stderr)
+    return result.exit_code
+
+
+# -- selftest and demo ----------------------------------------------------------------
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    from pytest_loops.cli.selftest import run_selftest
+
+    return run_selftest(quiet=args.quiet)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from pytest_loops.cli.demo import demo_command
+
+    return demo_command(args, lambda argv: cmd_run(build_parser().parse_args(argv)), DEFAULT_CONFIG)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from pytest_loops.sources import format_loop_file, is_loop_file, load_any
+
+    if is_loop_file(args.file):
+        print(format_loop_file(load_any(args.file), verbose=args.verbose))
+        return 0
+    from pytest_loops.cli.runview import format_run, load_run
+
+    print(format_run(load_run(args.file)))
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from pytest_loops.cli.runview import diff_runs, load_run
+
+    print(diff_runs(load_run(args.a), load_run(args.b)))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from pytest_loops.cli.runview import verify_command
+
+    code, message = verify_command(args.file, key_env=args.key_env, pubkey=args.pubkey)
+    print(message, file=sys.stdout if code == 0 else sys.stderr)
+    return code
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pytest_loops.artifacts.report import collect_runs, write_html_report
+
+    directory = Path(args.directory)
+    if not directory.is_dir():
+        raise LoopUsageError("not a directory", location=str(directory),
+                             fix="pass the artifacts directory, e.g. .pytest-loops")
+    check_output_path(args.output, "--output")
+    runs = collect_runs(directory)
+    path = write_html_report(runs, args.output)
+    print(f"{path}: {len(runs)} loop run(s)")
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "selftest": cmd_selftest, "demo": cmd_demo, "show": cmd_show,
+            "diff": cmd_diff, "verify": cmd_verify, "report": cmd_report}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``pytest-loops`` console script."""
+    try:
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            command = f"{PROG} {args.command}" if args.command else PROG
+            raise LoopUsageError(f"unrecognized arguments: {' '.join(extra)}", fix=f"see `{command} --help`")
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            raise LoopUsageError("a command is required", location=PROG,
+                                 fix=f"one of: {', '.join(COMMANDS)}")
+        return COMMANDS[args.command](args)
+    except LoopUsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `pytest-loops show RUN | head`: the reader has had enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except SystemExit as exc:  # --help / --version, or a termination signal
+        return exc.code if isinstance(exc.code, int) else 0
+    except Exception as exc:  # noqa: BLE001 - the contract is one line and exit 70
+        if os.environ.get("PYTEST_LOOPS_DEBUG"):
+            raise
+        print(f"{PROG}: internal error: {type(exc).__name__}: {exc} "
+              "(set PYTEST_LOOPS_DEBUG=1 for the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL

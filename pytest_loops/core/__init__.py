@@ -1,0 +1,1 @@
+"""The loop itself: guards, checks, the revise step, the hooks, the engine."""

@@ -1,0 +1,86 @@
+"""Hooks of pytest-loops (specs only).
+
+Implement them in a ``conftest.py`` or a plugin. The standalone runner
+(``pytest-loops run``) calls the same hooks through its own plugin manager, which
+loads ``-p MODULE`` plugins and the ``pytest_loops.plugins`` entry point group.
+Hooks are always called with keyword arguments; an implementation may accept
+fewer arguments than the spec.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("pytest")
+
+
+@hookspec(firstresult=True)
+def pytest_loop_run_check(check, context):
+    """Run one check and return a :class:`pytest_loops.CheckResult`, or None to pass.
+
+    Called for every check of every iteration. The built-in implementation
+    (``trylast``) runs command, finds-nothing and pytest-node-id checks as
+    subprocesses and reports human checks as needing a human. Skill and judge
+    checks (``check.kind == "hook"``) reach the built-in only when no plugin
+    answers; it reports that they cannot pass.
+
+    :param check: the :class:`pytest_loops.Check`.
+    :param context: the :class:`pytest_loops.core.engine.LoopContext` of this iteration.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec(firstresult=True)
+def pytest_loop_revise(spec, iteration, context):
+    """Revise the code after a failed iteration, in Python instead of a shell command.
+
+    Return an ``int`` exit code (0 = the revise step ran; non-zero is recorded and
+    the loop goes on), or None to let the next implementation (in the end the
+    loop's shell ``revise`` command) handle it.
+
+    :param spec: the :class:`pytest_loops.LoopSpec`.
+    :param iteration: the number of the iteration that just failed (1-based).
+    :param context: the :class:`pytest_loops.core.engine.LoopContext`; its
+        ``prompt_file`` and ``failure_file`` are written before this is called.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def pytest_loop_iteration_finished(spec, record, context):
+    """Called after every iteration with its :class:`pytest_loops.IterationRecord`.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def pytest_loop_finished(spec, result):
+    """Called once per loop with its final :class:`pytest_loops.LoopResult`.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def pytest_loop_audit(diff, context):
+    """Audit the revise step's in-scope changes for gaming; return a list of findings.
+
+    Called after every revise step that changed in-scope files, with every
+    in-scope Python file changed since the loop started. The built-in auditor
+    flags literals of the failing assertions newly special-cased in the code,
+    comparison methods returning a constant, pytest or harness variables used in
+    library code, and exits added to library code. Any finding ends the loop
+    ESCALATE with the lines quoted (``--audit warn`` records them instead).
+
+    :param diff: a sequence of :class:`pytest_loops.runtime.audit.FileChange` (path,
+        text at loop start or None, text now or None).
+    :param context: the :class:`pytest_loops.core.engine.LoopContext`; its
+        ``audit_literals`` holds the literals of the failing assertions so far.
+    :return: a list of :class:`pytest_loops.runtime.audit.Finding` (or objects with a
+        ``describe()`` method), empty when nothing looks wrong.
+
+    .. versionadded:: 0.2
+    """

@@ -1,0 +1,1 @@
+"""Where the bug is likely to be: coverage spectra, suspects, affected tests."""

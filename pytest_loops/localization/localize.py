@@ -1,0 +1,225 @@
+"""Suspects for the revise step: spectrum-based fault localization between iterations.
+
+When a failed check is a pytest run (a named test, the session's failing tests,
+or a plain `pytest ...` command), its failing tests and the tests beside them
+run once more under per-test coverage; lines are ranked by Ochiai and the top
+ones go into LOOP_PROMPT_FILE and `suspects.json`. Anything that goes wrong here
+costs the loop nothing but the hints.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_loops.results import CheckResult
+
+if TYPE_CHECKING:
+    from pytest_loops.core.engine import LoopContext
+
+TOP = 10
+IMPACT_MAP = "impact.json"
+TIMEOUT_S = 300.0
+# Spectra a check collected itself (the session fix-loop's rerun under coverage), and
+# the one line on what localization cost or why it was skipped: read, never re-run.
+SPECTRA_FILE = "spectra.json"
+NOTE_FILE = "suspects-note.txt"
+PEERS = 50  # passing peers sampled into a spectrum (enough for Ochiai, cheap in one process)
+COVERAGE_FACTOR = 2.0  # a test under per-test coverage takes about this much longer
+COVERAGE_START_S = 0.15  # importing and starting coverage in the child
+DEFAULT_CAP = ("fraction", 0.2)
+_FAILED_LINE = re.compile(r"^(?:FAILED|ERROR) (\S+::\S+)")
+
+
+def parse_cap(raw: Any, where: str = "suspects_cap") -> tuple[str, float]:
+    """``suspects_cap`` (validated by its settings row): a fraction of a plain run (``0.2``), a
+    percent (``"20%"``), seconds (``"30s"``) or 0 (no cap) -> ``("fraction", f)``,
+    ``("seconds", s)`` or ``("off", 0.0)``."""
+    from pytest_loops.settings import BY_NAME
+
+    text = BY_NAME["suspects_cap"].parse(raw, where)
+    if text.endswith("%"):
+        kind, value = "fraction", float(text[:-1]) / 100.0
+    elif text.endswith("s"):
+        kind, value = "seconds", float(text[:-1])
+    else:
+        kind, value = "fraction", float(text)
+    return ("off", 0.0) if value == 0 else (kind, value)
+
+
+# A fraction of a plain run is never less than this: on a small suite a fifth of a
+# second-long run is less than starting one pytest, so the first prompt would never
+# name a suspect, though localizing costs a second or two.
+MIN_FRACTION_CAP_S = 2.0
+
+
+def cap_seconds(cap: tuple[str, float], plain_run_s: float) -> float | None:
+    """The cap in seconds for a session whose plain run took ``plain_run_s``; None = no cap.
+    A fraction's cap is at least :data:`MIN_FRACTION_CAP_S`."""
+    kind, value = cap
+    if kind == "off":
+        return None
+    if kind == "seconds":
+        return value
+    return max(value * max(0.0, plain_run_s), MIN_FRACTION_CAP_S)
+
+
+def sample_peers(failing: Sequence[str], known: Sequence[str], *, limit: int = PEERS,
+                 durations: Mapping[str, float] | None = None) -> list[str]:
+    """Passing peers for a spectrum: the failing tests' own files first (the quickest
+    of them, by ``durations``, when there are more than ``limit``), then an even sample
+    of the rest, ``limit`` in all (every known test when there are no more)."""
+    failing_set = set(failing)
+    rest = [t for t in known if t not in failing_set]
+    if len(rest) <= limit:
+        return rest
+    files = {t.split("::", 1)[0] for t in failing}
+    near = [t for t in rest if t.split("::", 1)[0] in files]
+    if len(near) > limit:
+        quickest = set(sorted(near, key=lambda t: (durations or {}).get(t, 0.0))[:limit])
+        near = [t for t in near if t in quickest]
+    far = [t for t in rest if t.split("::", 1)[0] not in files]
+    room = limit - len(near)
+    if room > 0 and far:
+        step = len(far) / room
+        near += [far[int(i * step)] for i in range(min(room, len(far)))]
+    return near
+
+
+def estimate_cost(durations: Mapping[str, float], failing: Sequence[str], peers: Sequence[str], *,
+                  start_s: float = 0.0, alone: bool = False) -> float:
+    """Seconds localization adds: ``start_s`` (pytest's start-up and collection), coverage's
+    start and the peers under coverage, and the failing tests: all of their time under
+    coverage in a run of its own (``alone``), else only their slowdown inside a rerun that
+    runs them anyway."""
+    peer_s = sum(durations.get(t, 0.0) for t in peers)
+    failing_s = sum(durations.get(t, 0.0) for t in failing)
+    return (start_s + COVERAGE_START_S + COVERAGE_FACTOR * peer_s
+            + (COVERAGE_FACTOR if alone else COVERAGE_FACTOR - 1.0) * failing_s)
+
+
+def failing_tests(failed: list[CheckResult]) -> list[str]:
+    """Pytest node ids the failed checks name or print (`FAILED nodeid` lines)."""
+    ids: dict[str, None] = {}
+    for check in failed:
+        for nodeid in check.failing_tests:
+            ids.setdefault(nodeid, None)
+        if check.failing_tests or not check.command or "pytest" not in check.command:
+            continue
+        from pytest_loops.localization.coverage_intel import narrow_pytest_command
+
+        if narrow_pytest_command(check.command) is None:
+            continue
+        from pytest_loops.runtime.capture import output_lines
+
+        for line in output_lines(check.output_file, check.output_tail):
+            match = _FAILED_LINE.match(line)
+            if match:
+                ids.setdefault(match.group(1), None)
+    return list(ids)
+
+
+def affected_tests(context: LoopContext) -> list[str]:
+    """Tests whose executed code blocks changed since the impact map was made (from
+    the last localization run); [] when there is no map or it cannot vouch for a
+    subset (the confirm run before SUCCESS covers everything else)."""
+    from pytest_loops.localization.coverage_intel import ImpactMap
+
+    impact = ImpactMap.load(context.run_dir / IMPACT_MAP)
+    if impact is None:
+        return []
+    selection = impact.affected(context.workdir, all_tests=list(impact.tests))
+    return [] if selection.run_all else selection.tests
+
+
+def localize(context: LoopContext, failed: list[CheckResult]) -> Path | None:
+    """Rank suspect lines for this iteration; sets ``context.suspects`` and writes
+    ``suspects.json`` in the iteration directory (and the run directory's latest
+    copy). Returns the file, or None when there was nothing to localize."""
+    note = _read_note(context)
+    if note:
+        context.suspects_note = note
+    precollected = context.iteration_dir / SPECTRA_FILE
+    if note and not precollected.is_file():
+        return None  # the check decided: localization was skipped (over its cap) or failed
+    tests = failing_tests(failed)
+    if not tests:
+        return None
+    if precollected.is_file():
+        return _rank(context, precollected)
+    from pytest_loops.localization.coverage_intel import (
+        SpectraError,
+        collect_spectra,
+        peer_tests,
+    )
+
+    left = context.time_left()
+    timeout = TIMEOUT_S if left is None else min(TIMEOUT_S, left)
+    if timeout <= 0:
+        return None
+    data_file = context.iteration_dir / "spectra.json"
+    try:
+        spectra = collect_spectra(context.workdir, peer_tests(tests), data_file=data_file,
+                                  timeout=timeout, env=context.base_env, runner=context.runner)
+    except (SpectraError, OSError):
+        return None
+    finally:  # the re-run's output may echo secrets, like any check's
+        _scrub_files(context, data_file, data_file.with_name(data_file.name + ".out"))
+    try:  # the same run maps each test to the code blocks it ran: affected reruns use it
+        from pytest_loops.localization.coverage_intel import ImpactMap
+
+        ImpactMap.from_spectra(spectra, context.workdir).save(context.run_dir / IMPACT_MAP)
+    except (OSError, ValueError):
+        pass
+    return _publish(context, spectra)
+
+
+def _publish(context: LoopContext, spectra: Any) -> Path:
+    """The top suspects of these spectra: for the prompt, in the iteration's and the run's
+    ``suspects.json``."""
+    from pytest_loops.localization.coverage_intel import format_suspects, rank_suspects
+
+    suspects = rank_suspects(spectra, top=TOP)
+    context.suspects = format_suspects(suspects, limit=TOP)
+    payload = json.dumps([s.to_dict() for s in suspects], indent=2)
+    target = context.iteration_dir / "suspects.json"
+    target.write_text(payload, encoding="utf-8")
+    (context.run_dir / "suspects.json").write_text(payload, encoding="utf-8")
+    return target
+
+
+def _read_note(context: LoopContext) -> str:
+    try:
+        return (context.iteration_dir / NOTE_FILE).read_text(encoding="utf-8").strip()[:300]
+    except OSError:
+        return ""
+
+
+def _rank(context: LoopContext, data_file: Path) -> Path | None:
+    """Suspects from spectra a check already collected (no run of its own)."""
+    from pytest_loops.localization.coverage_intel import SpectraError, read_spectra
+
+    try:
+        spectra = read_spectra(data_file)
+    except SpectraError:
+        return None
+    if not spectra.failed:
+        return None
+    return _publish(context, spectra)
+
+
+def _scrub_files(context: LoopContext, *paths: Path) -> None:
+    """Mask secret values in files this module leaves in the iteration directory."""
+    if context.scrub is None:
+        return
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8", errors="surrogateescape")
+            clean = context.scrub(text)
+            if clean != text:
+                path.write_text(clean, encoding="utf-8", errors="surrogateescape")
+        except OSError:
+            pass

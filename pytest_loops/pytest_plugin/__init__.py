@@ -1,0 +1,1 @@
+"""The pytest side: options, the ``--loop`` session, the fix-loop, loop files as items, terminal output."""

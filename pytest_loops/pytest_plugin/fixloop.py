@@ -1,0 +1,432 @@
+"""`pytest --loop --loop-revise CMD`: the session's failing tests become one fix-loop.
+
+Each iteration re-runs only the tests still failing (a fresh pytest process,
+under per-test coverage with a sample of passing peers when that fits the
+``suspects_cap``: the suspects come from it); when they all pass, the clean-room
+judged run is the confirm run that decides SUCCESS: every test the session ran,
+or with ``confirm = affected`` and an impact map made before the first revise,
+the tests the changes can reach plus the failing ones. A test that was green in
+the session and fails there is a regression: the loop goes on, and if it ends
+before a revise repairs it, the reason names it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+from pytest_loops.core.checks import CHILD_ENV, digest_file, pytest_command
+from pytest_loops.core.engine import LoopContext
+from pytest_loops.core.revise import name_list
+from pytest_loops.pytest_plugin.terminal import shown
+from pytest_loops.redact import redact, scrub_file, strip_control
+from pytest_loops.results import CheckResult, CommandResult, LoopResult
+from pytest_loops.spec import Check, CheckKind
+
+if TYPE_CHECKING:
+    from pytest_loops.pytest_plugin.session import LoopSession
+
+hookimpl = pluggy.HookimplMarker("pytest")
+
+CHECK_NAME = "the failing tests pass"
+
+
+def passed_ids(output_file: str | None, tail: str) -> set[str]:
+    """Node ids that passed, from pytest's `-rA` short summary (`PASSED nodeid`).
+
+    The whole rest of the line is the node id (parametrize ids may hold spaces);
+    colour codes (PY_COLORS / FORCE_COLOR in the environment) are ignored.
+    """
+    from pytest_loops.runtime.capture import output_lines
+
+    passed: set[str] = set()
+    for line in output_lines(output_file, tail):
+        line = strip_control(line).rstrip()
+        if line.startswith("PASSED "):
+            passed.add(line[len("PASSED "):])
+    return passed
+
+
+def junit_address(node_id: str) -> tuple[str, str]:
+    """The (classname, name) pytest's JUnit XML gives a node id (as junitxml does)."""
+    path, bracket, params = node_id.partition("[")
+    names = path.split("::")
+    names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))
+    names[-1] += bracket + params
+    return ".".join(names[:-1]), names[-1]
+
+
+def junit_passed(path: Path, node_ids: list[str]) -> set[str] | None:
+    """The node ids that ran and passed, from a JUnit XML file; None if it is unreadable.
+
+    Preferred to the text summary, which user options (`--no-summary`, `-r`) can change.
+    """
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    ok: dict[tuple[str, str], bool] = {}
+    for case in root.iter("testcase"):
+        key = (case.get("classname", ""), case.get("name", ""))
+        clean = not any(child.tag in ("failure", "error", "skipped") for child in case)
+        ok[key] = ok.get(key, True) and clean
+    return {node for node in node_ids if ok.get(junit_address(node)) is True}
+
+
+class SessionFixCheck:
+    """Answers `pytest_loop_run_check` for the session fix-loop's one check.
+
+    Iteration 1 is the session itself (plus, within the cap, one run under coverage
+    for suspects); from iteration 2 the failing tests re-run in one process under
+    per-test coverage with a sample of passing peers (suspects come from that run);
+    once they pass, the clean-room run (the judge's) is the confirm run.
+    """
+
+    def __init__(self, failing: list[str], green: list[str], first_output: str, pytest_args: list[str], *,
+                 rootdir: Path | None = None, durations: dict[str, float] | None = None,
+                 report_s: dict[str, float] | None = None,
+                 plain_run_s: float = 0.0, startup_s: float = 0.0, collect_s: float = 0.0, test_files: int = 0,
+                 cap: tuple[str, float] | None = None,
+                 localize: bool = False, confirm: str = "full", workers: Any = None) -> None:
+        from pytest_loops.localization.localize import DEFAULT_CAP
+
+        self.original_failing = list(failing)
+        self.green = list(green)
+        self.failing = list(failing)
+        self.first_output = first_output
+        self.pytest_args = pytest_args
+        self.regressions: list[str] = []
+        self.rootdir = rootdir
+        self.durations = dict(durations or {})
+        self.report_s = dict(report_s or {})  # making each failing test's reports, in the session
+        self.plain_run_s = plain_run_s
+        self.startup_s = startup_s
+        self.collect_s = collect_s
+        self.test_files = test_files
+        self.cap = cap or DEFAULT_CAP
+        self.localize = localize
+        self.confirm = confirm
+        self.workers = workers
+        self._times: dict[str, float] = {}  # the last rerun's JUnit times (by node id)
+        self.impact: Any = None  # the impact map made in iteration 1, before any revise
+
+    def _run(self, ids: list[str], context: LoopContext, label: str, spectra: Path | None = None,
+             peers: list[str] | None = None) -> tuple[CommandResult, set[str]]:
+        args_file = context.iteration_dir / f"{label}.ids"
+        args_file.write_text("\n".join(ids) + "\n", encoding="utf-8")
+        targets = [f"@{args_file}"]
+        if peers:  # passing peers for the spectrum, in a file of their own
+            peers_file = context.iteration_dir / f"{label}.peers.ids"
+            peers_file.write_text("\n".join(peers) + "\n", encoding="utf-8")
+            targets.append(f"@{peers_file}")
+            ids = [*ids, *peers]
+        junit = context.iteration_dir / f"{label}.junit.xml"
+        extra_env = {CHILD_ENV: "1"}
+        args = [*self.pytest_args, "-rA", "-p", "no:randomly"]
+        if spectra is not None:  # one process: the rerun and the spectra
+            from pytest_loops.localization.coverage_intel import PLUGIN, spectra_command
+
+            spectra.unlink(missing_ok=True)
+            _, env = spectra_command(context.workdir, [], data_file=spectra, base_env=context.base_env)
+            extra_env.update(env)
+            args = ["-p", PLUGIN, *args]
+        command = pytest_command(targets, str(junit), args)
+        result = context.run_command(command, label=label, extra_env=extra_env)
+        passed = junit_passed(junit, ids)
+        self._times = junit_times(junit)
+        if context.scrub is not None:  # read: now mask what the child wrote (failure messages)
+            for path in (junit, args_file):
+                scrub_file(path, context.scrub)
+        return result, passed if passed is not None else passed_ids(result.output_file, result.tail)
+
+    def _result(self, check: Check, cmd: CommandResult, passed: bool, reason: str) -> CheckResult:
+        return CheckResult(name=check.name, kind=check.kind.value, passed=passed, exit_code=cmd.exit_code,
+                           duration_s=cmd.duration_s, output_tail=cmd.tail, output_file=cmd.output_file,
+                           reason=reason, timed_out=cmd.timed_out,
+                           output_digest=digest_file(cmd.output_file, cmd.tail), command=cmd.command,
+                           failing_tests=() if passed else tuple(self.failing))
+
+    def _everything(self) -> list[str]:
+        return self.original_failing + [n for n in self.green if n not in self.original_failing]
+
+    # -- what the clean-room run covers ---------------------------------------------------
+
+    def confirm_selection(self) -> tuple[list[str], str]:
+        """The tests the judged run covers, and why: with confirm=affected and a fresh
+        impact map (made before the first revise, knowing every test of the session),
+        the tests the changes since can reach plus every test that failed; else all.
+
+        The map is the one this object made, held in memory: never one read back from
+        the artifacts directory (a revise step can write there), nor one updated from
+        spectra a process running the revised code wrote."""
+        everything = self._everything()
+        if self.confirm == "full":
+            return everything, "full (confirm=full)"
+        from pytest_loops.localization.coverage_intel import _snapshot, is_test_file
+
+        impact = self.impact
+        if impact is None or self.rootdir is None:
+            return everything, "full (no impact map)"
+        current = _snapshot(impact.root, impact.exclude, impact.files, impact.snapshot_at)
+        for path in sorted(set(current) | set(impact.files)):
+            now, then = current.get(path), impact.files.get(path)
+            if (now is None or then is None or now[0] != then[0]) and is_test_file(path):
+                return everything, f"full ({path} changed: a test file or conftest.py)"
+        selection = impact.affected(self.rootdir, all_tests=everything)
+        if selection.run_all:
+            return everything, f"full ({selection.reason})"
+        chosen = set(selection.tests) | set(self.original_failing) | set(self.failing)
+        ids = [t for t in everything if t in chosen]
+        return ids, f"affected: {selection.reason}"
+
+    def _judged(self, check: Check, context: LoopContext) -> CheckResult:
+        """In the clean room, witnessed by the harness's plugin: the confirm run."""
+        room = context.clean_room
+        assert room is not None
+        ids, scope = self.confirm_selection()
+        args_file = Path(room.parent) / "session-ids.txt"
+        args_file.write_text("\n".join(ids) + "\n", encoding="utf-8")
+        channel = room.channel()
+        extra = list(self.pytest_args)
+        if self.workers:
+            extra += ["-n", str(self.workers)]
+        argv = room.pytest_command([f"@{args_file}"], extra)
+        cmd = context.run_command(shlex.join(argv), label="confirm",
+                                  extra_env={"PYTEST_LOOPS_JUDGE": channel.value, "PYTHONSAFEPATH": "1"})
+        if context.budget_hit:
+            return self._result(check, cmd, False, "killed during the clean-room run: the budget ran out")
+        record = channel.read()
+        disagreement = record.disagreement(cmd.exit_code)
+        if disagreement:
+            return self._result(check, cmd, False,
+                                f"the harness's witness disagrees with the exit code: {disagreement}")
+        failing = [node for node in ids if node not in record.passed]
+        if failing or cmd.exit_code != 0:
+            self.failing = failing or self.failing
+            self.regressions = [node for node in failing if node in self.green]
+            what = (f"{len(failing)} failing: " + ", ".join(failing[:5]) if failing
+                    else f"pytest exited {cmd.exit_code}")
+            return self._result(check, cmd, False, self._reason(f"clean room, {scope}: {what}"))
+        return self._result(check, cmd, True,
+                            f"clean room: all {len(ids)} test(s) passed (witnessed); {scope}")
+
+    # -- localization within its cap ------------------------------------------------------
+
+    def _cap_s(self) -> float | None:
+        from pytest_loops.localization.localize import cap_seconds
+
+        return cap_seconds(self.cap, self.plain_run_s)
+
+    def _cap_text(self, cap: float) -> str:
+        kind, value = self.cap
+        if kind == "fraction":
+            return f"{cap:.2f}s ({value * 100:g}% of the {self.plain_run_s:.2f}s plain run)"
+        return f"{cap:.2f}s"
+
+    def _note(self, context: LoopContext, text: str) -> None:
+        from pytest_loops.localization.localize import NOTE_FILE
+
+        try:
+            (context.iteration_dir / NOTE_FILE).write_text(text + "\n", encoding="utf-8")
+        except OSError:
+            pass
+
+    def _collect_share(self, tests: list[str]) -> float:
+        """The session's collection time, pro rata for the files of ``tests``."""
+        files = {t.split("::", 1)[0] for t in tests}
+        return self.collect_s * len(files) / self.test_files if self.test_files else 0.0
+
+    def _peers(self, exclude: list[str]) -> list[str]:
+        from pytest_loops.localization.localize import sample_peers
+
+        known = [t for t in self.green if t not in exclude]
+        return sample_peers(self.failing, known, durations=self.durations)
+
+    def _first_spectra(self, context: LoopContext) -> None:
+        """Iteration 1: one run under coverage of the failing tests and a sample of peers,
+        if its estimate fits the cap; a fresh impact map when it covered every test."""
+        from pytest_loops.localization.localize import SPECTRA_FILE, estimate_cost
+
+        peers = self._peers(self.failing)
+        # a run of its own makes the failing tests' reports again (coverage pauses there,
+        # so a rerun that runs anyway pays them with or without it)
+        reports = sum(self.report_s.get(t, 0.0) for t in self.failing)
+        estimate = estimate_cost(self.durations, self.failing, peers, alone=True,
+                                 start_s=self.startup_s + self._collect_share([*self.failing, *peers]) + reports)
+        cap = self._cap_s()
+        if cap is not None and estimate > cap:
+            self._note(context, f"suspects skipped: a run under coverage would take about {estimate:.2f}s, "
+                                f"over the cap of {self._cap_text(cap)}; the next rerun collects them")
+            return
+        spectra = context.iteration_dir / SPECTRA_FILE
+        ids = [*self.failing, *peers]
+        cmd, _ = self._run(self.failing, context, "suspects", spectra=spectra, peers=peers)
+        if context.budget_hit:
+            self._note(context, "suspects skipped: the budget ran out during their run")
+            return
+        self._note(context, f"suspects: {len(ids)} test(s) under coverage, {cmd.duration_s:.2f}s")
+        covered = set(ids) >= set(self._everything())
+        if covered and self.rootdir is not None:  # made before any revise: the loop-start baseline
+            try:
+                from pytest_loops.localization.coverage_intel import (
+                    ImpactMap,
+                    SpectraError,
+                    read_spectra,
+                )
+                from pytest_loops.localization.localize import IMPACT_MAP
+
+                self.impact = ImpactMap.from_spectra(read_spectra(spectra), self.rootdir)
+                self.impact.save(context.run_dir / IMPACT_MAP)  # an artifact: never read back here
+            except (SpectraError, OSError, ValueError):
+                pass
+
+    def _rerun_spectra(self, context: LoopContext, ids: list[str]) -> tuple[list[str], Path | None, str]:
+        """Iteration >= 2: peers to add to the rerun and where its spectra go (None: the
+        rerun runs plain), or the reason localization is skipped."""
+        from pytest_loops.localization.localize import SPECTRA_FILE, estimate_cost
+
+        if not self.localize:
+            return [], None, ""
+        peers = self._peers(ids)
+        rerun_files = {t.split("::", 1)[0] for t in ids}
+        estimate = estimate_cost(self.durations, self.failing, peers,
+                                 start_s=self._collect_share([t for t in peers
+                                                              if t.split("::", 1)[0] not in rerun_files]))
+        cap = self._cap_s()
+        if cap is not None and estimate > cap:
+            return [], None, (f"suspects skipped: under coverage the rerun would take about {estimate:.2f}s "
+                              f"more, over the cap of {self._cap_text(cap)}")
+        return peers, context.iteration_dir / SPECTRA_FILE, ""
+
+    def _after_rerun(self, context: LoopContext, spectra: Path, peers: list[str]) -> None:
+        """The cost note of the spectra the rerun collected."""
+        try:
+            raw = json.loads(spectra.read_text(encoding="utf-8"))
+            start_s = float(raw.get("start_s") or 0.0)
+        except (OSError, ValueError, AttributeError, TypeError):
+            self._note(context, "suspects: the rerun under coverage wrote no usable spectra")
+            return
+        cost = start_s + sum(self._times.get(t, 0.0) for t in peers)
+        # the impact map is not updated from these spectra: the revised code ran in the
+        # process that wrote them, and the judged run's selection must not rest on it
+        self._note(context, f"suspects: from the rerun, {len(peers)} peer(s), {cost:.2f}s")
+
+    @hookimpl
+    def pytest_loop_run_check(self, check: Check, context: LoopContext) -> CheckResult | None:
+        if check.name != CHECK_NAME or check.kind is not CheckKind.HOOK:
+            return None
+        if context.clean_room is not None:
+            return self._judged(check, context)
+        if context.iteration == 1:  # the session itself was iteration 1
+            if self.localize:
+                self._first_spectra(context)
+            return CheckResult(name=check.name, kind=check.kind.value, passed=False, exit_code=1,
+                               duration_s=0.0, output_tail=self.first_output[-4000:],
+                               reason=f"{len(self.failing)} test(s) failed in the session: "
+                                      + ", ".join(self.failing[:5]), failing_tests=tuple(self.failing))
+        from pytest_loops.localization.localize import affected_tests
+
+        # the failing tests, plus green ones whose executed code the revise changed
+        affected = [t for t in affected_tests(context) if t not in self.failing]
+        ids = [*self.failing, *affected]
+        peers, spectra, skipped = self._rerun_spectra(context, ids)
+        cmd, passed = self._run(ids, context, "failing", spectra=spectra, peers=peers)
+        if context.budget_hit:
+            return self._result(check, cmd, False, "killed: the budget ran out")
+        if skipped:
+            self._note(context, skipped)
+        elif spectra is not None:
+            self._after_rerun(context, spectra, peers)
+        still = [node for node in [*ids, *peers] if node not in passed]
+        if still:
+            self.failing = still
+            self.regressions = [node for node in still if node in self.green]
+            return self._result(check, cmd, False, self._reason(f"{len(still)} still failing: " + ", ".join(still[:5])))
+        self.regressions = []
+        return self._result(check, cmd, True, f"rerun: {len(ids) + len(peers)} test(s) passed; "
+                                              "the clean-room run confirms")
+
+    def _reason(self, text: str) -> str:
+        if self.regressions:
+            return (f"regression: {', '.join(self.regressions[:5])} passed before the loop and fail now; "
+                    + text)
+        return text
+
+
+def junit_times(path: Path) -> dict[str, float]:
+    """(classname, name) -> seconds per testcase of a JUnit XML file, keyed by node id form."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return {}
+    times: dict[str, float] = {}
+    for case in root.iter("testcase"):
+        try:
+            seconds = float(case.get("time") or 0.0)
+        except ValueError:
+            seconds = 0.0
+        times[f"{case.get('classname', '')}\0{case.get('name', '')}"] = seconds
+    return _ByNode(times)
+
+
+class _ByNode(dict):
+    """JUnit times looked up by node id."""
+
+    def get(self, node_id: str, default: float = 0.0) -> float:  # type: ignore[override]
+        classname, name = junit_address(node_id)
+        return dict.get(self, f"{classname}\0{name}", default)
+
+
+def run_session_loop(session: LoopSession) -> LoopResult:
+    """Run the session fix-loop over the tests that failed."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    first_output = _failure_texts(reporter, session.failed_nodeids)
+    values = session.settings
+    check = Check(CheckKind.HOOK, CHECK_NAME, options={"session_fix": True})
+    spec = session.spec_for("failing tests", "make the failing tests pass: " + name_list(session.failed_nodeids),
+                            (check,), values)
+    fixer = SessionFixCheck(session.failed_nodeids, session.passed_nodeids, first_output, session.child_args(),
+                            **fixloop_options(session))
+    pm = session.config.pluginmanager
+    pm.register(fixer, "loop-session-fix")
+    try:
+        if reporter is not None:
+            from pytest_loops.pytest_plugin.terminal import live_write
+
+            banner = shown(f"loop: {len(session.failed_nodeids)} failing test(s), revise: {spec.revise}")
+            live_write(session.config, lambda reporter: reporter.write_sep("=", banner))
+        return session.run_loop(spec)
+    finally:
+        pm.unregister(fixer)
+
+
+def fixloop_options(session: LoopSession) -> dict[str, Any]:
+    """The session's cost model and the settings of its fix-loop."""
+    from pytest_loops.pytest_plugin.plugin import SUSPECTS_CHOICES, _choice, fixloop_settings
+
+    cap, confirm = fixloop_settings(session.settings)
+    config = session.config
+    workers = None
+    if config.pluginmanager.hasplugin("xdist") and getattr(config.option, "numprocesses", None):
+        workers = config.option.numprocesses
+    return {"rootdir": session.rootdir, "durations": session.durations, "report_s": session.report_s, "plain_run_s": session.plain_run_s,
+            "startup_s": session.startup_s, "collect_s": session.collect_s, "test_files": session.test_files, "cap": cap, "confirm": confirm, "workers": workers,
+            "localize": _choice(config, "suspects", SUSPECTS_CHOICES) == "on"}
+
+
+def _failure_texts(reporter: Any, nodeids: list[str]) -> str:
+    if reporter is None:
+        return ""
+    wanted = set(nodeids)
+    parts = []
+    for key in ("failed", "error"):
+        for rep in reporter.stats.get(key, []):
+            if getattr(rep, "nodeid", None) in wanted:
+                parts.append(f"___ {rep.nodeid} ___\n{rep.longreprtext[-3000:]}")
+    return redact("\n".join(parts))  # the first iteration's output: failure file, prompt, lessons

@@ -1,0 +1,315 @@
+"""pytest glue: options, settings, registration. The loop logic lives in the engine.
+
+Without ``--loop`` nothing changes: no revise command runs and no artifact is
+written, whatever markers or ``--loop-*`` options are present.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+from pytest_loops.errors import LoopUsageError
+from pytest_loops.settings import (
+    BY_NAME,
+    MARKER_KEYS,
+    PYTEST_DEFAULTS,
+    env_layer,
+    option_rows,
+    resolve,
+)
+from pytest_loops.settings import marker_layer as _marker_settings
+from pytest_loops.sources.config import ENV_NAMES, Resolved, read_runner_config
+from pytest_loops.verdict import EXIT_USAGE
+
+# checks.CHILD_ENV, named here so a run without loops never imports the checks
+CHILD_ENV = "PYTEST_LOOPS_CHILD"
+
+MARKER = (
+    "loop(" + ", ".join(f"{key}=None" for key in MARKER_KEYS) + "): under --loop, when this test fails, run "
+    "the revise command and re-run the test in a fresh pytest process until it passes "
+    "or a guard stops the loop (MAX_ITER, TIMEOUT, NO_PROGRESS, ESCALATE)."
+)
+EXITCODE_CHOICES = BY_NAME["exitcode"].choices
+TINE_CHOICES = BY_NAME["tine"].choices
+SUSPECTS_CHOICES = BY_NAME["suspects"].choices
+AUDIT_CHOICES = BY_NAME["audit"].choices
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_loops.core import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("loop", "pytest-loops: bounded fix-loops around tests")
+    group.addoption("--loop", action="store_true", default=False,
+                    help="run loops: fix-loops around failing tests (marker or --loop-revise) and loop files")
+    for row in option_rows():  # generated from the settings table
+        assert row.option is not None and row.ini is not None
+        help_text = row.help + (" (repeatable)" if row.repeatable else "")
+        group.addoption(row.option, action="append" if row.repeatable else "store", default=None,
+                        dest=row.dest, metavar=row.shown_metavar, help=help_text)
+        if row.repeatable:
+            parser.addini(row.ini, row.help, type="linelist", default=None)
+        else:
+            parser.addini(row.ini, row.help, type="string", default=None)
+    group.addoption("--loop-resume", action="store_true", default=False,
+                    help="continue each loop from its latest unfinished or stopped run log in the "
+                         "artifacts directory (iterations, streak and spent budget carry over)")
+    parser.addini("loop_paths", "directories (or files) whose loop files are collected under --loop "
+                  "when no paths are given on the command line", type="paths", default=[])
+
+
+def _ini(config: pytest.Config, key: str) -> Any:
+    value = config.getini(f"loop_{key}")
+    return value if value not in (None, "", []) else None
+
+
+def _layer(read, where) -> dict[str, Any]:
+    """One layer (ini or command line) of every setting with a pytest option, validated."""
+    layer: dict[str, Any] = {}
+    for row in option_rows():
+        raw = read(row)
+        if raw is not None and row.name != "config":
+            layer[row.name] = row.parse(list(raw) if row.repeatable else raw, where(row))
+    return layer
+
+
+def build_settings(config: pytest.Config, environ: Mapping[str, str] | None = None) -> Resolved:
+    """The one place precedence is applied for pytest:
+    defaults < config file < ini < environment < command line (< marker, per test)."""
+    layers: list[tuple[str, dict[str, Any]]] = []
+    config_file = config.getoption("loop_config") or _ini(config, "config")
+    if config_file:
+        path = Path(config_file)
+        if not path.is_absolute():
+            path = Path(config.rootpath) / path
+        if not path.is_file():  # name our option, not the standalone runner's --config
+            where = "--loop-config" if config.getoption("loop_config") else "ini loop_config"
+            raise LoopUsageError(f"{config_file!r} is not a file (looked for {path})", location=where,
+                                 fix="give a loop-runner yaml file; a relative path is from the rootdir")
+        file_layer = read_runner_config(path)
+        file_layer.pop("unknown_keys", None)
+        file_layer.pop("verify", None)
+        file_layer.pop("log_path", None)
+        layers.append((str(path), file_layer))
+    layers.append(("ini", _layer(lambda row: _ini(config, row.dest[len("loop_"):]), lambda row: f"ini {row.ini}")))
+    layers.append(("environment", env_layer(environ)))
+    layers.append(("command line", _layer(lambda row: config.getoption(row.dest), lambda row: row.option)))
+    return resolve(layers, defaults=PYTEST_DEFAULTS)
+
+
+def marker_layer(marker: pytest.Mark, nodeid: str) -> dict[str, Any]:
+    """Validate a `@pytest.mark.loop(...)` and turn it into the top settings layer."""
+    if marker.args:
+        raise LoopUsageError(f"@pytest.mark.loop takes keyword arguments only, got {marker.args!r}",
+                             location=nodeid, fix=f"valid keywords: {', '.join(MARKER_KEYS)}")
+    unknown = sorted(set(marker.kwargs) - set(MARKER_KEYS))
+    if unknown:
+        raise LoopUsageError(f"@pytest.mark.loop got unknown keyword(s) {', '.join(unknown)}",
+                             location=nodeid, fix=f"valid keywords: {', '.join(MARKER_KEYS)}")
+    return _marker_settings(marker.kwargs, f"{nodeid}: @pytest.mark.loop")
+
+
+def _option(config: pytest.Config, key: str) -> Any:
+    return config.getoption(f"loop_{key}") or _ini(config, key)
+
+
+def _choice(config: pytest.Config, key: str, choices: tuple[str, ...]) -> str:
+    """A choice setting's value as text ("on"/"off" for a switch), validated by its row."""
+    row = BY_NAME[key]
+    given = config.getoption(row.dest)
+    value = given or _ini(config, key)
+    if value is None:
+        return choices[0]
+    parsed = row.parse(value, str(row.option) if given else f"ini {row.ini}")
+    return ("on" if parsed else "off") if row.kind == "switch" else parsed
+
+
+def fixloop_settings(settings: Resolved) -> tuple[tuple[str, float], str]:
+    """(suspects_cap, confirm) of the session fix-loop, from the session's settings.
+
+    The cap is ``("fraction", f)``, ``("seconds", s)`` or ``("off", 0)`` (see localize.parse_cap)."""
+    from pytest_loops.localization.localize import parse_cap
+
+    cap = settings.values.get("suspects_cap") or BY_NAME["suspects_cap"].default
+    return parse_cap(cap), settings.values.get("confirm") or BY_NAME["confirm"].default
+
+
+def artifact_options(config: pytest.Config):
+    """The .tine / hand-off options of this session (the signing key is checked here)."""
+    from pytest_loops.artifacts.finishers import ArtifactOptions
+
+    options = ArtifactOptions(
+        tine=_choice(config, "tine", TINE_CHOICES) == "on",
+        hmac_key_env=_option(config, "sign_key_env"),
+        ed25519_key=_option(config, "sign_key_file"),
+        flags=("--loop-sign-key-env", "--loop-sign-key-file"),
+    )
+    options.signing_key()
+    return options
+
+
+class _VerdictModeUsageError(pytest.exit.Exception):  # type: ignore[name-defined]
+    """An exit pytest prints as ``<class name>: <message>``: named so the line reads
+    ``ERROR: ...`` exactly like pytest's own usage errors."""
+
+
+_VerdictModeUsageError.__name__ = _VerdictModeUsageError.__qualname__ = "ERROR"
+
+
+def check_outputs(config: pytest.Config, settings: Resolved) -> None:
+    """Every path a loop writes is checked before the first test runs (see outputs.py)."""
+    from pytest_loops.runtime.outpaths import check_output_path
+
+    def where(key: str, option: str) -> str:
+        origin = settings.origin.get(key, "default")
+        return {"command line": f"--loop-{option}", "ini": f"ini loop_{option}", "default": f"--loop-{option}",
+                "environment": "environment variable " + ENV_NAMES.get(key, "")}.get(
+                    origin, f"{origin}: reflexion.episodic_memory_page")  # only the page comes from a file
+
+    root = config.rootpath
+    check_output_path(settings["artifacts"] or ".pytest-loops", where("artifacts", "artifacts"), base=root,
+                      directory=True)
+    if settings["reflexion"]:
+        check_output_path(settings["memory_page"], where("memory_page", "memory"), base=root)
+    report = config.getoption("loop_report")
+    check_output_path(report or _ini(config, "report"), "--loop-report" if report else "ini loop_report",
+                      base=config.invocation_params.dir)
+
+
+def usage_error(config: pytest.Config, message: str) -> NoReturn:
+    """pytest's usage error (exit 4, an `ERROR:` line). Under --loop-exitcode=verdict,
+    where 4 means NO_PROGRESS, the same line exits 64 instead: there, 2-5 are verdicts only."""
+    if (config.getoption("loop_exitcode") or _ini(config, "exitcode")) == "verdict":
+        raise _VerdictModeUsageError(message, returncode=EXIT_USAGE)
+    raise pytest.UsageError(message)
+
+
+def usage_exit(config: pytest.Config, message: str) -> NoReturn:
+    """A usage error found once the session runs (at collection, in a running test):
+    the session stops and its one ``ERROR:`` line goes to stderr at the end (the loop
+    session prints it, in place of pytest's ``!`` banner); exit 64 under
+    --loop-exitcode=verdict, else pytest's usage error 4."""
+    verdict = (config.getoption("loop_exitcode") or _ini(config, "exitcode")) == "verdict"
+    raise _VerdictModeUsageError(message, returncode=EXIT_USAGE if verdict else int(pytest.ExitCode.USAGE_ERROR))
+
+
+def is_usage_exit(exc: BaseException) -> bool:
+    return isinstance(exc, _VerdictModeUsageError)
+
+
+VALUE_FLAGS = tuple(row.option for row in option_rows() if row.option)
+
+
+def _given_flags(args: list[str]) -> list[str]:
+    """The value-taking ``--loop-*`` flags on this command line (either form)."""
+    return [a.split("=", 1)[0] for a in args if a.split("=", 1)[0] in VALUE_FLAGS]
+
+
+def _plain_rootdir(config: pytest.Config, args: list[str]) -> Path | None:
+    """The rootdir pytest would take from ``args`` (None when that cannot be asked)."""
+    try:
+        import inspect
+
+        from _pytest.config.findpaths import determine_setup
+
+        kwargs: dict[str, Any] = {
+            "inifile": config.known_args_namespace.inifilename, "args": args,
+            "rootdir_cmd_arg": config.known_args_namespace.rootdir or None,
+            "invocation_dir": Path(config.invocation_params.dir), "override_ini": None}
+        accepted = inspect.signature(determine_setup).parameters
+        return Path(determine_setup(**{k: v for k, v in kwargs.items() if k in accepted})[0])
+    except Exception:  # a private helper: without it, the check below is skipped
+        return None
+
+
+def check_space_form(config: pytest.Config, args: list[str]) -> str | None:
+    """The message when a ``--loop-* VALUE`` (space form) value moved the rootdir.
+
+    pytest settles the rootdir before plugin options are known, so it reads such a value
+    as a test path too: an existing path outside the project drags the rootdir (and with
+    it artifacts, the revise step's cwd and the state) elsewhere.
+    """
+    for i, arg in enumerate(args[:-1]):
+        value = args[i + 1]
+        if arg not in VALUE_FLAGS or value.startswith("-"):
+            continue
+        if not (Path(config.invocation_params.dir) / value).exists():
+            continue
+        positional = [a for j, a in enumerate(args) if not a.startswith("-") and j != i + 1
+                      and not (j > 0 and args[j - 1] in VALUE_FLAGS)]
+        plain = _plain_rootdir(config, positional)
+        if plain is None or plain == Path(config.rootpath):
+            continue
+        return (f"{arg} {value}: pytest reads a value given after a space as a test path too, "
+                f"which moved the rootdir from {plain} to {config.rootpath}; write {arg}={value}")
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", MARKER)
+    # a re-run the harness started (and every run it judges) never starts loops itself
+    judged = config.pluginmanager.hasplugin("pytest_loops.runtime.judge")
+    enabled = bool(config.getoption("loop")) and not os.environ.get(CHILD_ENV) and not judged
+    args = list(config.invocation_params.args)
+    if not enabled:
+        given = _given_flags(args)
+        if given and not judged and not os.environ.get(CHILD_ENV):
+            config.issue_config_time_warning(pytest.PytestConfigWarning(
+                f"{', '.join(dict.fromkeys(given))} {'has' if len(set(given)) == 1 else 'have'} no "
+                "effect without --loop: add --loop to run loops"), stacklevel=2)
+        return  # without --loop the plugin changes nothing, not even by erroring
+    moved = check_space_form(config, args)
+    if moved:
+        usage_error(config, moved)
+    try:
+        settings = build_settings(config)
+        exitcode = _choice(config, "exitcode", EXITCODE_CHOICES)
+        _choice(config, "tine", TINE_CHOICES)
+        if _option(config, "sign_key_env") or _option(config, "sign_key_file"):
+            artifact_options(config)  # validates the signing key now, before any test runs
+        check_outputs(config, settings)
+        if settings["revise"]:
+            from pytest_loops.runtime.preflight import check_revise
+
+            origin = settings.origin.get("revise", "")
+            check_revise(settings["revise"], config.rootpath, {
+                "command line": "--loop-revise", "ini": "ini loop_revise",
+                "environment": "PYTEST_LOOPS_REVISE"}.get(origin, f"{origin}: revise.cmd"))
+        _choice(config, "suspects", SUSPECTS_CHOICES)
+        _choice(config, "audit", AUDIT_CHOICES)
+        from pytest_loops.redact import export_masks
+
+        # masked values go to this process's environment for the session only
+        config.add_cleanup(export_masks(config.getoption("loop_mask") or (), where="--loop-mask"))
+        config.add_cleanup(export_masks(_ini(config, "mask") or (), where="ini loop_mask"))
+    except LoopUsageError as exc:
+        usage_error(config, str(exc))
+    from pytest_loops.pytest_plugin.session import LoopSession
+    from pytest_loops.pytest_plugin.terminal import ReportMasking
+
+    config.pluginmanager.register(LoopSession(config, settings, exitcode), "loop-session")
+    config.pluginmanager.register(ReportMasking(), "loop-report-masking")
+    if config.args_source is not pytest.Config.ArgsSource.ARGS:
+        known = [Path(a).resolve() for a in config.args]
+        for path in config.getini("loop_paths"):
+            if not any(path == k or k in path.parents for k in known):
+                config.args.append(str(path))
+
+
+@pytest.fixture
+def loop_harness(tmp_path_factory: pytest.TempPathFactory):
+    """A :class:`pytest_loops.testing.LoopHarness` with its own temporary base directory.
+
+    Works without ``--loop``: contract tests run in ordinary sessions.
+    """
+    from pytest_loops.testing import LoopHarness
+
+    return LoopHarness(tmp_path_factory.mktemp("loop-harness"))

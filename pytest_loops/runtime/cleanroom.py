@@ -1,0 +1,186 @@
+"""SUCCESS is confirmed in a clean room, where the code under repair cannot reach the judge.
+
+Before a loop whose revise step ran may end SUCCESS, every check runs once more:
+
+- in a fresh copy of the tree as it was when the loop started, with only the
+  in-scope changes applied (read-only files come from the guard's private
+  store, never from the working tree);
+- with a fresh bytecode cache: no ``__pycache__`` of the tree is copied, so no
+  forged one is read (and the bytecode the revise step wrote into the tree was
+  removed after it);
+- with the user's environment without any harness variable or signing key;
+- pytest runs with ``python -P`` (nothing in the tree can stand in for pytest
+  or the standard library) and with the harness's witness plugin
+  (:mod:`pytest_loops.runtime.judge`), whose record, tagged with a per-run nonce, must
+  agree with the exit code.
+
+A check that fails there, or whose witness disagrees with its exit code, ends
+the loop ESCALATE with the reason; so does a read-only file the code under test
+changed while it was judged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+JUDGE_VARIABLE = "PYTEST_LOOPS_JUDGE"
+JUDGE_PLUGIN = "pytest_loops.runtime.judge"
+# Never passed into the clean room: the harness's own variables and those of the
+# pytest process a loop may run in.
+HARNESS_PREFIXES = ("LOOP_", "PYTEST_LOOPS_", "PYTEST_XDIST_", "COV_CORE_")
+HARNESS_NAMES = frozenset({"PYTEST_CURRENT_TEST"})
+MAX_RECORD_BYTES = 64 << 20  # a witness file larger than this is not read
+
+
+@dataclass
+class JudgeRecord:
+    """What the witness saw in one command's pytest runs."""
+
+    starts: int = 0
+    finishes: list[int] = field(default_factory=list)  # pytest exit statuses
+    outcomes: dict[str, set[str]] = field(default_factory=dict)  # nodeid -> {"passed", ...}
+    called: set[str] = field(default_factory=set)  # node ids with a call-phase report
+    collect_errors: int = 0
+    foreign: int = 0  # lines it did not write (garbled, or without the nonce)
+
+    @property
+    def passed(self) -> set[str]:
+        """Node ids whose call phase passed and that failed or skipped nowhere."""
+        return {n for n in self.called if self.outcomes.get(n) == {"passed"}}
+
+    def disagreement(self, exit_code: int | None) -> str | None:
+        """Why this record and the exit code disagree (None: they agree)."""
+        if self.foreign:
+            return f"the witness's record holds {self.foreign} line(s) it did not write"
+        if self.starts != len(self.finishes):
+            if exit_code == 0:
+                return ("a pytest run ended without finishing its session "
+                        "(os._exit, a kill, or a crash) yet the command exited 0")
+            return None
+        if exit_code == 0:
+            bad = [s for s in self.finishes if s != 0]
+            if bad:
+                return f"pytest's own exit status was {bad[0]} but the command exited 0"
+            failed = sorted(n for n, o in self.outcomes.items() if "failed" in o)
+            if failed or self.collect_errors:
+                what = failed[0] if failed else "a collection error"
+                return f"the witness saw {what} fail, yet the command exited 0"
+        return None
+
+
+class JudgeChannel:
+    """One command's witness file and nonce."""
+
+    def __init__(self, directory: str) -> None:
+        self.nonce = secrets.token_hex(16)
+        fd, self.path = tempfile.mkstemp(prefix="judge-", suffix=".jsonl", dir=directory)
+        os.close(fd)
+
+    @property
+    def value(self) -> str:
+        return f"{self.nonce}:{self.path}"
+
+    def read(self) -> JudgeRecord:
+        record = JudgeRecord()
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read(MAX_RECORD_BYTES + 1)
+        except OSError:
+            return record
+        if len(data) > MAX_RECORD_BYTES:
+            record.foreign += 1
+            data = data[:MAX_RECORD_BYTES]
+        for line in data.splitlines():
+            try:
+                item = json.loads(line)
+            except ValueError:
+                record.foreign += 1
+                continue
+            if not isinstance(item, dict) or item.get("nonce") != self.nonce:
+                record.foreign += 1
+                continue
+            event = item.get("event")
+            if event == "start":
+                record.starts += 1
+            elif event == "finish":
+                status = item.get("exitstatus")
+                record.finishes.append(status if isinstance(status, int) else -1)
+            elif event == "collect":
+                record.collect_errors += 1
+            elif event == "test" and isinstance(item.get("nodeid"), str):
+                node = item["nodeid"]
+                outcome = str(item.get("outcome"))
+                if item.get("xfail"):
+                    outcome = "xfail"
+                record.outcomes.setdefault(node, set()).add(outcome)
+                if item.get("when") == "call":
+                    record.called.add(node)
+            else:
+                record.foreign += 1
+        return record
+
+
+def clean_environment(env: Mapping[str, str], *, drop: Iterable[str] = ()) -> dict[str, str]:
+    """The user's environment without the harness's variables (and ``drop``)."""
+    dropped = set(drop) | HARNESS_NAMES
+    return {k: v for k, v in env.items() if k not in dropped and not k.startswith(HARNESS_PREFIXES)}
+
+
+class CleanRoom:
+    """A fresh tree for one confirmation; see the module docstring."""
+
+    def __init__(self, workdir: str, env: Mapping[str, str], *, drop: Iterable[str] = ()) -> None:
+        self.workdir = os.path.realpath(workdir)
+        self.parent = tempfile.mkdtemp(prefix="pytest-loops-room-")
+        self.root = os.path.join(self.parent, os.path.basename(self.workdir) or "tree")
+        self.env = clean_environment(env, drop=drop)
+
+    def map_path(self, value: str) -> str:
+        """A path (or ``--opt=path``) under the working tree, moved into the room."""
+        for prefix in ("", *(f"{opt}=" for opt in ("--rootdir", "--confcutdir", "-c", "--config-file"))):
+            if prefix and not value.startswith(prefix):
+                continue
+            path = value[len(prefix):]
+            real = os.path.realpath(path) if os.path.isabs(path) else None
+            if real is not None and (real == self.workdir or real.startswith(self.workdir + os.sep)):
+                return prefix + self.root + real[len(self.workdir):]
+        return value
+
+    def map_args(self, args: Sequence[str]) -> list[str]:
+        return [self.map_path(str(a)) for a in args]
+
+    def channel(self) -> JudgeChannel:
+        return JudgeChannel(self.parent)
+
+    def command_env(self, channel: JudgeChannel) -> dict[str, str]:
+        """For a shell command: every pytest it starts loads the witness."""
+        addopts = self.env.get("PYTEST_ADDOPTS", "")
+        return {"PYTEST_ADDOPTS": f"-p {JUDGE_PLUGIN} {addopts}".strip(),
+                JUDGE_VARIABLE: channel.value}
+
+    def pytest_command(self, targets: Sequence[str], extra_args: Sequence[str]) -> list[str]:
+        """argv of a judged pytest: isolated from the tree's modules, fresh caches."""
+        return [sys.executable, "-P", "-m", "pytest", "-p", JUDGE_PLUGIN, "-q",
+                "-o", f"cache_dir={os.path.join(self.parent, 'cache')}", "-p", "no:randomly",
+                *self.map_args(extra_args), *targets]
+
+    def close(self) -> None:
+        shutil.rmtree(self.parent, ignore_errors=True)
+
+    def __enter__(self) -> CleanRoom:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def relative_to_room(path: str | os.PathLike[str], room: CleanRoom) -> Path:
+    return Path(room.root) / os.path.relpath(os.fspath(path), room.workdir)

@@ -1,0 +1,112 @@
+"""The harness's own witness inside a pytest run of the clean room.
+
+Loaded with ``-p pytest_loops.runtime.judge`` into every pytest process the clean room
+starts. It reads where to report and a per-run nonce from ``PYTEST_LOOPS_JUDGE``
+and removes the variable at once, before any conftest or test module is
+imported. It appends one JSON line per test phase outcome and one when the
+session finishes (with pytest's own exit status), each carrying the nonce, so
+the harness reads the outcome through a channel of its own instead of trusting
+the process's exit code, its output or a JUnit file it wrote. The harness
+accepts a pass only when this record and the exit code agree.
+
+The module imports nothing of the harness: the code under test is judged with
+as little of pytest-loops in its process as possible.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import pytest
+
+VARIABLE = "PYTEST_LOOPS_JUDGE"
+
+_spec = os.environ.pop(VARIABLE, "")
+_nonce, _, _path = _spec.partition(":")
+_fd: int | None = None
+if _path:
+    try:
+        _fd = os.open(_path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    except OSError:
+        _fd = None
+# `python -P -m pytest`: the working directory is put on sys.path by us, after
+# pytest itself was imported, so nothing in the tree can stand in for it.
+if _fd is not None and os.getcwd() not in sys.path:
+    sys.path.insert(0, os.getcwd())
+
+
+def _emit(record: dict[str, Any]) -> None:
+    if _fd is None:
+        return
+    record["nonce"] = _nonce
+    data = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+    try:
+        os.write(_fd, data)
+    except OSError:
+        pass
+
+
+def _is_worker(config: Any) -> bool:
+    return hasattr(config, "workerinput")
+
+
+WORKER_KEY = "pytest_loops_judge"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Under pytest-xdist: each worker gets the channel in memory (never its environment),
+    so what a test call raised is recorded where it ran, before any report is sent."""
+    if _fd is not None:
+        node.workerinput[WORKER_KEY] = f"{_nonce}:{_path}"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: Any) -> None:
+    global _fd, _nonce
+    if _is_worker(config):
+        spec = config.workerinput.pop(WORKER_KEY, "")
+        nonce, _, path = str(spec).partition(":")
+        if path and _fd is None:
+            try:
+                _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+                _nonce = nonce
+            except OSError:
+                _fd = None
+        return
+    if _fd is not None:
+        _emit({"event": "start", "pid": os.getpid()})
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: Any, call: Any) -> Any:
+    """What the call itself did, recorded before any report is made of it: a report
+    rewritten afterwards (a patched TestReport) cannot turn a raise into a pass."""
+    report = yield
+    if _fd is not None and call.when == "call" and call.excinfo is not None:
+        _emit({"event": "test", "nodeid": item.nodeid, "when": "raised", "outcome": "raised",
+               "xfail": False})
+    return report
+
+
+def pytest_runtest_logreport(report: Any) -> None:
+    if _fd is None:
+        return
+    if report.when == "call" or report.outcome != "passed":
+        _emit({"event": "test", "nodeid": report.nodeid, "when": report.when,
+               "outcome": report.outcome, "xfail": hasattr(report, "wasxfail")})
+
+
+def pytest_collectreport(report: Any) -> None:
+    if _fd is not None and report.failed:
+        _emit({"event": "collect", "nodeid": report.nodeid, "outcome": "failed"})
+
+
+def pytest_sessionfinish(session: Any, exitstatus: Any) -> None:
+    if _fd is None or _is_worker(session.config):
+        return
+    _emit({"event": "finish", "exitstatus": int(exitstatus), "failed": int(session.testsfailed),
+           "collected": int(session.testscollected), "pid": os.getpid()})

@@ -1,0 +1,693 @@
+"""Subprocesses for checks and revise steps: own session, deadline, capped log, tail.
+
+Every command runs through ``/bin/sh`` in a new session, with stdin from
+``/dev/null`` and stdout+stderr going through a pipe that a thread copies into
+a file, at most ``output_cap`` bytes of it (see :mod:`pytest_loops.runtime.capture`).
+No descendant outlives its command: when the command ends or its deadline
+passes, its process group, every descendant seen while it ran, and
+every orphan that can be traced back to it get SIGTERM, then SIGKILL after a
+short grace, and are reaped.
+
+On Linux the harness makes itself a child subreaper, so descendants that
+escape with ``setsid`` are re-parented to it instead of to init, and it walks
+``/proc`` while a command runs to learn the command's whole process tree.
+Orphans are attributed to a command by that tree, by its process group or
+session, or by a per-command tag in their environment; nothing else is ever
+signalled. Where a cgroup hierarchy is writable, each command also gets a
+cgroup leaf of its own, which makes all this exact, and a watchdog process
+kills what is left if the harness itself is killed (see :mod:`pytest_loops.runtime.reaper`).
+Elsewhere only the process group is cleaned up.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import select
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from types import FrameType
+from typing import Any
+
+from pytest_loops.results import CommandResult
+from pytest_loops.runtime import reaper
+from pytest_loops.runtime.capture import Capture, grow_pipe
+from pytest_loops.runtime.reaper import Proc, read_stat, snapshot
+from pytest_loops.spec import DEFAULT_OUTPUT_CAP
+
+__all__ = ["ProcessRunner", "TerminationGuard", "TAG_VARIABLE", "DEFAULT_OUTPUT_CAP", "pid_alive"]
+
+TAG_VARIABLE = "PYTEST_LOOPS_COMMAND_TAG"
+"""Set in every command's environment; lets orphans be traced back to their command."""
+
+_PR_SET_CHILD_SUBREAPER = 36
+_POLL_MAX = 0.01  # seconds between exit checks: keeps deadlines precise to ~10 ms
+_SCAN_FIRST = 0.05  # first /proc walk: most commands that escape live longer; sooner costs short ones
+_SCAN_MAX = 0.2  # later walks further apart, to stay cheap on long commands
+_REAP_WAIT = 2.0  # how long to wait for SIGKILLed processes to become reapable
+# the command's shell joins its cgroup leaf before it runs anything, then runs the
+# command itself: one shell, as `/bin/sh -c COMMAND` ($0 is /bin/sh, no arguments,
+# the same pid). A write from Python after Popen() would race with the command's
+# first forks; a preexec_fn costs a full fork() of the harness; a second shell
+# (`exec /bin/sh -c "$1"`) costs an exec per command.
+_JOIN = "{{ echo $$ >{procs}; }} 2>/dev/null; {command}"
+
+
+def _joined(procs: str, command: str) -> list[str]:
+    """``/bin/sh -c`` running ``command`` after the shell joined the cgroup leaf ``procs``."""
+    return ["/bin/sh", "-c", _JOIN.format(procs=shlex.quote(procs), command=command)]
+
+_tags = itertools.count(1)  # with the pid, makes each command's tag unique
+_subreaper_lock = threading.Lock()
+_subreaper_tried = False
+_subreaper_enabled = False  # prctl succeeded: orphans of our commands become our children
+
+
+def _enable_subreaper() -> None:
+    """Become a child subreaper (Linux only), once per process; failures are ignored."""
+    global _subreaper_tried, _subreaper_enabled
+    if _subreaper_tried:
+        return
+    with _subreaper_lock:
+        if _subreaper_tried:
+            return
+        _subreaper_tried = True
+        if not sys.platform.startswith("linux"):
+            return
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            status = libc.prctl(
+                ctypes.c_int(_PR_SET_CHILD_SUBREAPER),
+                ctypes.c_ulong(1),
+                ctypes.c_ulong(0),
+                ctypes.c_ulong(0),
+                ctypes.c_ulong(0),
+            )
+            _subreaper_enabled = status == 0
+        except (OSError, AttributeError):  # no libc / no prctl: fall back to groups only
+            pass
+
+
+# --- the process table (read by reaper.snapshot) -------------------------------
+
+
+def _environ_has(pid: int, needle: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return data.startswith(needle) or b"\0" + needle in data
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _killpg(pgid: int, sig: int) -> bool:
+    """Signal a process group; False when the group no longer exists."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+# --- one command in flight ---------------------------------------------------
+
+
+class _Running:
+    """What is known about one running command's processes.
+
+    Read by the thread running the command and by :meth:`ProcessRunner.terminate_all`
+    (another thread or a signal handler), so it holds no lock: every update is a
+    single dict/set operation.
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes], tag: str, cgroup: reaper.Cgroup | None = None) -> None:
+        self.proc = proc
+        self.cgroup = cgroup  # its cgroup leaf: every descendant, whatever it did
+        self.dog = reaper.watchdog()  # told every member, to kill them if the harness dies
+        self.pid = proc.pid  # also its process group and session id
+        self.tag = tag
+        self.needle = f"{TAG_VARIABLE}={tag}".encode() + b"\0"
+        self.known: dict[int, int] = {}  # pid -> start time of every member ever seen
+        self.not_ours: set[tuple[int, int]] = set()  # children of ours without the tag
+        self.group_gone = False
+        self.terminated = False  # terminate_all() asked for it: stop waiting, clean up
+        self.children_before: set[int] = set()  # our children when it started: never its own
+        self.main_start: int | None = None  # the main process's start time (clock ticks)
+        self.sole: Callable[[], bool] = lambda: False  # is it the only command running?
+
+    def members(self, table: dict[int, Proc] | None) -> dict[int, Proc]:
+        """The processes in ``table`` that belong to this command (and remember them)."""
+        if table is None:
+            return {}
+        me = os.getpid()
+        found: set[int] = set()
+        # the main process only while unreaped: after that its pid may be reused
+        if self.proc.returncode is None and self.pid in table:
+            found.add(self.pid)
+        for pid, start in list(self.known.items()):
+            entry = table.get(pid)
+            if entry is not None and entry.start == start:
+                found.add(pid)
+        if self.cgroup is not None:
+            found.update(pid for pid in self.cgroup.pids() if pid in table)
+        if not self.group_gone:
+            # while any member of the group/session exists, its id cannot be reused
+            group = [p.pid for p in table.values() if self.pid in (p.pgid, p.sid)]
+            if group:
+                found.update(group)
+            elif self.proc.returncode is not None:
+                self.group_gone = True
+        sole = self.sole()
+        for entry in table.values():  # orphans re-parented to us (we are a subreaper)
+            if entry.ppid != me or entry.pid in found or entry.zombie:
+                continue
+            key = (entry.pid, entry.start)
+            if key in self.not_ours:
+                continue
+            if _environ_has(entry.pid, self.needle):
+                found.add(entry.pid)
+            elif sole and entry.pid not in self.children_before and self.main_start is not None \
+                    and entry.start >= self.main_start:
+                # the only command running: a new child of ours started after it can only
+                # be its escaped descendant, whatever it did to its environment
+                found.add(entry.pid)
+            else:
+                self.not_ours.add(key)
+        reaper.with_descendants(found, table)
+        found.discard(me)
+        found.discard(self.dog.pid)
+        result = {pid: table[pid] for pid in found}
+        for pid, entry in result.items():
+            if self.known.get(pid) != entry.start:
+                self.dog.send("P", self.tag, pid, entry.start)
+            self.known[pid] = entry.start
+        return result
+
+    def signal(self, sig: int, table: dict[int, Proc] | None) -> list[Proc]:
+        """Send ``sig`` to the group and every live member; return the live members."""
+        if not self.group_gone and not _killpg(self.pid, sig) and self.proc.returncode is not None:
+            self.group_gone = True
+        if self.cgroup is not None:
+            if sig == signal.SIGKILL:
+                self.cgroup.kill(within=0)
+            else:
+                self.cgroup.signal(sig)
+        live = [p for p in self.members(table).values() if not p.zombie]
+        for entry in live:
+            _kill(entry.pid, sig)
+        return live
+
+    def alive(self) -> bool:
+        """Whether any process of this command still runs (zombies do not count)."""
+        table = snapshot()
+        if table is None:
+            if self.proc.returncode is None:
+                return True
+            return not self.group_gone and _killpg(self.pid, 0)
+        return any(not p.zombie for p in self.members(table).values())
+
+
+# --- the runner ----------------------------------------------------------------
+
+
+class ProcessRunner:
+    """Runs shell commands for checks and revise steps; see the module docstring.
+
+    Several threads may share one runner. On Linux the first :meth:`run` makes
+    this process a child subreaper for the rest of its life, so that escaped
+    descendants come back to it to be killed and reaped.
+
+    :param grace_seconds: time between SIGTERM and SIGKILL when a command is stopped.
+    :param tail_chars: how many characters of the output end up in ``CommandResult.tail``.
+    :param output_cap: bytes of a command's output kept in its file (0: no cap); beyond
+        it the first and last halves are kept, with a line saying how much was dropped.
+    """
+
+    def __init__(self, *, grace_seconds: float = 0.2, tail_chars: int = 2000,
+                 output_cap: int = DEFAULT_OUTPUT_CAP) -> None:
+        self.grace_seconds = max(0.0, float(grace_seconds))
+        self.tail_chars = max(0, int(tail_chars))
+        self.output_cap = max(0, int(output_cap))
+        self._active: dict[int, _Running] = {}
+        self._strays: dict[int, int] = {}  # killed but not yet reaped: pid -> start time
+        self._terminations = 0  # bumped by every terminate_all(), seen by starting commands
+        self._starting: set[int] = set()  # threads between Popen() and registration
+        self._deferred: list[Callable[[], None]] = []  # signal behaviour held back meanwhile
+
+    def run(
+        self,
+        command: str,
+        *,
+        cwd: str | os.PathLike[str],
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        output_path: str | os.PathLike[str] | None = None,
+    ) -> CommandResult:
+        """Run ``command`` with ``/bin/sh`` in ``cwd`` and wait for it, at most ``timeout`` s.
+
+        Output (stdout and stderr together) goes through a pipe to ``output_path``
+        (parent directories are created) or to a temporary file that is deleted
+        once its tail is read; at most ``output_cap`` bytes of it are kept.
+        ``env=None`` inherits ``os.environ``. A command that cannot start gives ``exit_code=None`` and a one-line ``start_error``; this
+        method does not raise for that. A command killed by a signal has a
+        negative ``exit_code`` (``-signal``), as in :mod:`subprocess`.
+        """
+        started = time.monotonic()
+
+        def failed(reason: str) -> CommandResult:
+            return CommandResult(
+                command=command,
+                exit_code=None,
+                duration_s=time.monotonic() - started,
+                start_error=_one_line(reason),
+            )
+
+        problem = _cwd_problem(cwd)
+        if problem:
+            return failed(problem)
+        _enable_subreaper()
+        dog = reaper.watchdog()  # before the command: never taken for one of its children
+        if self._strays:
+            self._reap_strays(snapshot())
+
+        tag = f"{os.getpid()}-{next(_tags)}-{time.monotonic_ns()}"
+        child_env = dict(os.environ if env is None else env)
+        child_env[TAG_VARIABLE] = tag
+        keep_output = output_path is not None
+        try:
+            if output_path is not None:
+                path = os.fspath(output_path)
+                parent = os.path.dirname(path)
+                if parent:
+                    os.makedirs(parent, exist_ok=True)
+                out_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            else:
+                out_fd, path = tempfile.mkstemp(prefix="pytest-loops-", suffix=".out")
+        except OSError as exc:
+            return failed(f"cannot write the output file {output_path}: {exc.strerror or exc}")
+
+        running: _Running | None = None
+        capture: Capture | None = None
+        cgroup = reaper.new_cgroup()
+        children_before = _own_children() or set()
+        ticks_before = _ticks_now()
+        terminations = self._terminations
+        thread = threading.get_ident()
+        try:
+            # until the command is registered, a TerminationGuard defers raising in
+            # this thread: an exception inside Popen() would lose the running child
+            self._starting.add(thread)
+            pipe_r, pipe_w = os.pipe()
+            grow_pipe(pipe_w)
+            try:
+                proc = subprocess.Popen(
+                    ["/bin/sh", "-c", command] if cgroup is None else _joined(cgroup.procs, command),
+                    cwd=cwd,
+                    env=child_env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=pipe_w,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except (OSError, ValueError, TypeError, subprocess.SubprocessError) as exc:
+                os.close(pipe_r)
+                os.close(out_fd)
+                _unlink(path)
+                _drop_cgroup(cgroup)
+                reason = getattr(exc, "strerror", None) or str(exc)
+                return failed(f"cannot start the command in {os.fspath(cwd)}: {reason}")
+            finally:
+                os.close(pipe_w)  # the child has its own copy
+            capture = Capture(pipe_r, out_fd, self.output_cap)
+            # registered at once, so terminate_all() from a signal handler sees it
+            running = _Running(proc, tag, cgroup)
+            started_at = read_stat(proc.pid)
+            dog.send("C", tag, proc.pid, started_at.start if started_at else 0,
+                     cgroup.path if cgroup is not None else "-", cgroup.version if cgroup is not None else 0)
+            running.children_before = children_before
+            running.main_start = ticks_before
+            running.sole = lambda: len(self._active) == 1
+            self._active[id(running)] = running
+            self._starting.discard(thread)
+            self._resume_deferred()
+            if self._terminations != terminations:
+                # terminate_all() ran while this command was starting: it counts as running
+                running.terminated = True
+            timed_out = self._wait(running, None if timeout is None else started + timeout)
+            self._stop(running)
+        except BaseException:
+            # KeyboardInterrupt or SystemExit from a signal handler: leave nothing behind
+            if running is not None:
+                self._stop(running)
+            if capture is not None:
+                capture.finish()
+            if not keep_output:
+                _unlink(path)
+            raise
+        finally:
+            self._starting.discard(thread)
+            if running is not None:
+                self._active.pop(id(running), None)
+                if _drop_cgroup(running.cgroup):
+                    dog.send("D", tag)
+            self._resume_deferred()
+        size = capture.finish()
+        duration = time.monotonic() - started
+
+        tail, _ = _read_tail(path, self.tail_chars)
+        if not keep_output:
+            _unlink(path)
+        return CommandResult(
+            command=command,
+            exit_code=proc.returncode,
+            duration_s=duration,
+            tail=tail,
+            output_file=path if keep_output else None,
+            output_bytes=size,
+            timed_out=timed_out,
+        )
+
+    def terminate_all(self) -> None:
+        """Kill every command this runner is running now, with all its descendants.
+
+        SIGTERM first, SIGKILL after ``grace_seconds``. Safe to call from a
+        signal handler or another thread; the threads running those commands
+        then return (or unwind) as usual.
+        """
+        self._terminations += 1
+        runs = list(self._active.values())
+        if not runs:
+            return
+        for running in runs:
+            running.terminated = True
+            running.signal(signal.SIGTERM, snapshot())
+        end = time.monotonic() + self.grace_seconds
+        while time.monotonic() < end and any(r.alive() for r in runs):
+            time.sleep(_POLL_MAX)
+        for running in runs:
+            running.signal(signal.SIGKILL, snapshot())
+
+    # -- internals --
+
+    def _resume_deferred(self) -> None:
+        """Carry out what a signal handler held back while a command was starting."""
+        while self._deferred and threading.get_ident() not in self._starting:
+            self._deferred.pop()()
+
+    def _wait(self, running: _Running, deadline: float | None) -> bool:
+        """Wait for the main process; True when the deadline came first.
+
+        On Linux a pidfd wakes the wait the moment the process exits, so a short
+        command costs no polling delay; elsewhere it polls with a short backoff.
+        """
+        proc = running.proc
+        pidfd = _open_pidfd(proc.pid)
+        delay = 0.001
+        scan_gap = _SCAN_FIRST
+        next_scan = time.monotonic() + scan_gap
+        try:
+            while proc.poll() is None and not running.terminated:
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    return True
+                if now >= next_scan:
+                    running.members(snapshot())  # learn descendants before they escape
+                    scan_gap = min(scan_gap * 1.5, _SCAN_MAX)
+                    next_scan = time.monotonic() + scan_gap
+                if pidfd is not None:
+                    pause = max(0.0, next_scan - now)
+                else:
+                    pause = min(delay, max(0.0, next_scan - now))
+                    delay = min(delay * 2, _POLL_MAX)
+                if deadline is not None:
+                    pause = min(pause, max(0.0, deadline - now))
+                # a terminate_all from another thread must be noticed promptly too
+                pause = max(min(pause, _POLL_MAX if pidfd is None else 0.05), 0.0005)
+                if pidfd is not None:
+                    select.select([pidfd], [], [], pause)
+                else:
+                    time.sleep(pause)
+            return False
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+
+    def _stop(self, running: _Running) -> None:
+        """SIGTERM everything of the command, SIGKILL what is left after the grace, reap.
+
+        Loops until nothing of the command is left, since members may still fork;
+        gives up waiting for zombies after a while and reaps those on a later run.
+        """
+        proc = running.proc
+        if self._nothing_left(running):
+            return
+        kill_at: float | None = None
+        give_up: float | None = None
+        while True:
+            proc.poll()
+            table = snapshot()
+            members = {
+                pid: p
+                for pid, p in running.members(table).items()
+                if not self._reaped(p, running.pid)
+            }
+            live = proc.returncode is None or any(not p.zombie for p in members.values())
+            if table is None and not live:  # no /proc: only the group can be asked
+                live = not running.group_gone and _killpg(running.pid, 0)
+            if not live and not members:
+                break
+            now = time.monotonic()
+            if live and kill_at is None:
+                running.signal(signal.SIGTERM, table)
+                kill_at = now + self.grace_seconds
+            elif live and kill_at is not None and now >= kill_at:
+                running.signal(signal.SIGKILL, table)
+                give_up = give_up or now + _REAP_WAIT
+            elif not live:  # only zombies left, waiting to be re-parented to us
+                give_up = give_up or now + _REAP_WAIT
+            if give_up is not None and now >= give_up:
+                break
+            time.sleep(0.005)
+        if proc.returncode is None:  # unkillable main process (D state): wait it out
+            proc.wait()
+        for pid, entry in members.items():  # reap later what did not die in time
+            self._strays[pid] = entry.start
+
+    def _nothing_left(self, running: _Running) -> bool:
+        """The common case, told without walking /proc: the command exited by itself,
+        its process group is empty, no other member was ever seen, and (we being a
+        subreaper, so escaped orphans become our children) we have no child but the
+        main processes of other running commands."""
+        if running.proc.poll() is None or running.terminated or not _subreaper_enabled:
+            return False
+        if any(pid != running.pid for pid in running.known) or _killpg(running.pid, 0):
+            return False
+        if running.cgroup is not None and running.cgroup.pids():
+            return False
+        children = _own_children()
+        if children is None:
+            return False
+        others = {r.pid for r in list(self._active.values()) if r is not running} | {running.dog.pid}
+        return children <= others
+
+    @staticmethod
+    def _reaped(entry: Proc, main_pid: int) -> bool:
+        """waitpid a member that is our own zombie child; never the main process,
+        which belongs to its Popen object."""
+        if entry.pid == main_pid or not entry.zombie or entry.ppid != os.getpid():
+            return False
+        return _waitpid(entry.pid)
+
+    def _reap_strays(self, table: dict[int, Proc] | None) -> None:
+        if table is None:
+            return
+        me = os.getpid()
+        for pid, start in list(self._strays.items()):
+            entry = table.get(pid)
+            if entry is None or entry.start != start:
+                self._strays.pop(pid, None)
+            elif entry.zombie and entry.ppid == me:
+                _waitpid(pid)
+                self._strays.pop(pid, None)
+            elif not entry.zombie:
+                _kill(pid, signal.SIGKILL)
+
+
+def _drop_cgroup(cgroup: reaper.Cgroup | None) -> bool:
+    """Remove a command's cgroup leaf; False while something is still in it."""
+    return cgroup is None or cgroup.remove(within=0.5)
+
+
+def _ticks_now() -> int | None:
+    """Clock ticks since boot, the unit of a process's start time in /proc (rounded
+    down by one tick, so a process started right after this is never older)."""
+    try:
+        with open("/proc/uptime", "rb") as f:
+            uptime = float(f.read().split()[0])
+        return max(0, int(uptime * os.sysconf("SC_CLK_TCK")) - 1)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _own_children() -> set[int] | None:
+    """This process's children (all threads), from /proc; None when it cannot tell."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+        children: set[int] = set()
+        for tid in tasks:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                children.update(int(pid) for pid in f.read().split())
+        return children
+    except (OSError, ValueError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    """True while the process runs; a zombie (dead, not yet reaped) does not count."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def _open_pidfd(pid: int) -> int | None:
+    """A file descriptor that becomes readable when `pid` exits (Linux >= 5.3), or None."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        return opener(pid)
+    except OSError:
+        return None
+
+
+def _waitpid(pid: int) -> bool:
+    """Reap ``pid`` if it has exited; True when it is gone."""
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    except ChildProcessError:
+        return True
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _cwd_problem(cwd: Any) -> str | None:
+    try:
+        path = os.fspath(cwd)
+    except TypeError:
+        return f"the working directory is not a path: {cwd!r}"
+    if not os.path.exists(path):
+        return f"the working directory does not exist: {path}"
+    if not os.path.isdir(path):
+        return f"the working directory is not a directory: {path}"
+    return None
+
+
+def _read_tail(path: str, chars: int) -> tuple[str, int]:
+    """The last ``chars`` characters of a file (UTF-8, errors replaced) and its size."""
+    try:
+        size = os.path.getsize(path)
+        if chars <= 0:
+            return "", size
+        # 4 bytes per character at most, plus room for a sequence cut at the start
+        want = 4 * chars + 4
+        with open(path, "rb") as f:
+            if size > want:
+                f.seek(size - want)
+            data = f.read(want)
+    except OSError:
+        return "", 0
+    return data.decode("utf-8", errors="replace")[-chars:], size
+
+
+# --- signals ---------------------------------------------------------------------
+
+
+class TerminationGuard:
+    """While active, SIGTERM and SIGINT first end every command of ``runner``.
+
+    Then the signal behaves as before: the previous Python handler is called if
+    there was one, else SIGINT raises KeyboardInterrupt and SIGTERM raises
+    ``SystemExit(143)``. A signal that was ignored stays ignored. Previous
+    handlers are restored on exit. Outside the main thread (where Python cannot
+    install handlers) the guard does nothing.
+    """
+
+    _SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, runner: ProcessRunner) -> None:
+        self.runner = runner
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> TerminationGuard:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for sig in self._SIGNALS:
+            previous = signal.getsignal(sig)
+            if previous == signal.SIG_IGN:
+                continue
+            self._previous[sig] = previous
+            signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        while self._previous:
+            sig, previous = self._previous.popitem()
+            signal.signal(sig, signal.SIG_DFL if previous is None else previous)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        runner = self.runner
+        previous = self._previous.get(signum)
+        runner.terminate_all()
+        if threading.get_ident() in runner._starting:
+            # raising inside Popen() would orphan the child: the runner raises once
+            # the command is registered (terminate_all() already marked it)
+            runner._deferred.append(lambda: self._resume(signum, frame, previous))
+            return
+        self._resume(signum, frame, previous)
+
+    @staticmethod
+    def _resume(signum: int, frame: FrameType | None, previous: Any) -> None:
+        """Behave as the signal did before the guard."""
+        if callable(previous):
+            previous(signum, frame)
+            return
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)

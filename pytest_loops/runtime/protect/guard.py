@@ -1,0 +1,685 @@
+"""The guard around every revise: the store, the change journal, undoing changes to read-only paths."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pytest_loops.deadline import DeadlineReached, ShouldStop
+from pytest_loops.runtime.protect.interpreter import InterpreterGuard
+from pytest_loops.runtime.protect.rules import (
+    ANCESTOR_NAMES,
+    AUDIT_MAX_BYTES,
+    CACHE_REASON,
+    CONFIG_NAMES,
+    DEFAULT_TEST_FILES,
+    IGNORED_DIRS,
+    MEMORY_FILE_BYTES,
+    MEMORY_TOTAL_BYTES,
+    PYCACHE,
+    SHADOW_MODULES,
+    STARTUP_NAMES,
+    TEST_DIR,
+    matches,
+)
+from pytest_loops.runtime.protect.store import store_prefix, sweep_stale_stores
+from pytest_loops.runtime.protect.tree import (
+    Entry,
+    RevisePass,
+    Stored,
+    Violation,
+    _ancestor_dirs,
+    _entry,
+    _executable,
+    _hash_copy,
+    _how,
+    _makedirs,
+    _noise,
+    _parent,
+    _place,
+    _real_parents,
+    _remove,
+    _restore_path,
+    _same_mode,
+    _write_new,
+    file_digest,
+    printable,
+)
+
+if TYPE_CHECKING:
+    from pytest_loops.progress.journal import DirectoryJournal
+
+
+class TreeGuard:
+    """The allow-list of one loop's working tree; see the module docstring.
+
+    :param root: the loop's working directory.
+    :param scope: globs of the paths the revise step may change (empty: every
+        path that is not read-only by the rules above).
+    :param protect: extra read-only globs.
+    :param own: the harness's own paths under root (run log, run dir, lessons
+        page, artifacts dir): never tracked.
+    :param test_files: extra test-file globs (pytest's ``python_files``) and the
+        files the checks name.
+    :param extra_ancestors: more directories whose configuration files are
+        watched (where the clean room will be built).
+    :param should_stop: the loop's budget, asked while :meth:`begin` walks and
+        copies the tree (between directories, files and blocks): it raises
+        :class:`~pytest_loops.deadline.DeadlineReached` and no revise step runs.
+        Never asked after a revise step: undoing its changes to read-only paths
+        is not cut short.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, scope: Sequence[str] = (),
+                 protect: Sequence[str] = (), own: Sequence[str] = (),
+                 test_files: Sequence[str] = (), readonly_files: Sequence[str] = (),
+                 extra_ancestors: Sequence[str] = (), journal: bool = True,
+                 interpreter: bool = True, should_stop: ShouldStop | None = None) -> None:
+        self.root = os.path.realpath(os.fspath(root))
+        self.scope = tuple(scope)
+        self.protect = tuple(protect)
+        self.own = tuple(p.strip("/") for p in own if p and p.strip("/"))
+        self.test_files = tuple(DEFAULT_TEST_FILES) + tuple(test_files)
+        self.readonly_files = frozenset(readonly_files)
+        self.start_dirs: frozenset[str] = frozenset()
+        self.use_journal = journal
+        self.use_interpreter = interpreter
+        self.interpreter: InterpreterGuard | None = None
+        self.state: dict[str, Entry] = {}  # rel -> entry, as last seen
+        self.start: dict[str, Entry] = {}  # rel -> entry at loop start
+        self.store: dict[str, Stored] = {}
+        self.venvs: set[str] = set()
+        self.ancestors: dict[str, Entry | None] = {}
+        self.ancestor_store: dict[str, Stored] = {}
+        self._ancestor_dirs = _ancestor_dirs(self.root, extra_ancestors)
+        self._store_dir: str | None = None
+        self._journal: DirectoryJournal | None = None
+        self._journal_reason: str | None = None
+        self.started = False
+        self.should_stop = should_stop
+        self._stop_now: ShouldStop | None = None  # should_stop while begin() runs, else None
+        self.walks = 0
+        self.dirs: set[str] = set()  # directories listed (so a new one is walked whole)
+        self.files_in: dict[str, set[str]] = {}  # directory -> its files in the state
+        self.subdirs_of: dict[str, set[str]] = {}  # directory -> its listed subdirectories
+        self.venv_tops: dict[str, set[str]] = {}  # venv -> the directories of it that are listed
+        self.touched: set[str] = set()  # every path that changed since the loop started
+        self._reasons: dict[tuple[str, str, bool], str | None] = {}
+        self._memory_left = MEMORY_TOTAL_BYTES
+        self._readonly_inodes: dict[int, str] = {}  # inode -> read-only path, at loop start
+        self.texts: dict[str, str] = {}  # in-scope Python file -> its loop-start copy (audit)
+
+    # -- classification -------------------------------------------------------------
+
+    def _own(self, rel: str) -> bool:
+        return any(rel == o or rel.startswith(o + "/") for o in self.own)
+
+    def ignored(self, rel: str) -> bool:
+        """Paths never tracked: caches, VCS data, the harness's own files."""
+        parts = rel.split("/")
+        if any(p in IGNORED_DIRS or p.endswith(".egg-info") for p in parts[:-1]):
+            return True
+        if parts[-1] in IGNORED_DIRS:
+            return True
+        return self._own(rel)
+
+    def _in_venv(self, rel: str) -> str | None:
+        for venv in self.venvs:
+            if rel == venv or rel.startswith(venv + "/"):
+                return venv
+        return None
+
+    def readonly_reason(self, rel: str, entry: Entry | None, *, new: bool) -> str | None:
+        """Why the revise step may not change ``rel`` (None: it may)."""
+        if new:
+            return self._reason(rel, entry, new=True)
+        key = (rel, entry.kind if entry else "", bool(entry and _executable(entry)))
+        if key not in self._reasons:
+            self._reasons[key] = self._reason(rel, entry, new=False)
+        return self._reasons[key]
+
+    def _reason(self, rel: str, entry: Entry | None, *, new: bool) -> str | None:
+        if self._in_venv(rel):
+            return "a virtual environment"
+        if f"{PYCACHE}/" in rel or rel.endswith((".pyc", ".pyo")):
+            return CACHE_REASON
+        name = rel.rsplit("/", 1)[-1]
+        if entry is not None and entry.kind == "l":
+            return "a symbolic link"
+        if self.protect and matches(rel, self.protect):
+            return "protected by the loop's protect setting"
+        if name in CONFIG_NAMES:
+            return "configuration pytest reads"
+        if name in STARTUP_NAMES or name.endswith(".pth"):
+            return "run by the interpreter at start-up"
+        parts = rel.split("/")
+        if any(TEST_DIR.match(p) for p in parts[:-1]):
+            return "under a test directory"
+        if matches(rel, self.test_files):
+            return "a test file"
+        if name.endswith((".loop", ".loop.yaml", ".loop.yml")) or rel in self.readonly_files:
+            return "a loop definition, or a file a check runs"
+        if new:
+            for i, part in enumerate(parts):
+                last = i == len(parts) - 1
+                stem = part[:-3] if last and part.endswith(".py") else part
+                if stem not in SHADOW_MODULES or (last and not part.endswith(".py")):
+                    continue
+                parent = "/".join(parts[:i])
+                if os.path.exists(os.path.join(self.root, parent, "__init__.py")):
+                    continue  # inside a package: shadows nothing
+                if not last and "/".join(parts[: i + 1]) in self.start_dirs:
+                    continue  # the package was there when the loop started
+                return f"would shadow the module {stem!r}"
+        if self.scope and not matches(rel, self.scope):
+            return "outside the loop's scope"
+        return None
+
+    # -- walking ---------------------------------------------------------------------
+
+    def _journal_watch(self, path: str) -> None:
+        if self._journal is None:
+            return
+        from pytest_loops.progress.journal import JournalLost
+
+        try:
+            self._journal.watch(path)
+        except JournalLost as exc:
+            self._drop_journal(exc.reason)
+
+    def _drop_journal(self, reason: str) -> None:
+        if self._journal is not None:
+            self._journal.close()
+        self._journal = None
+        self._journal_reason = reason
+
+    # The state is kept with two indexes (the files and the subdirectories of every
+    # directory) so that what a journal event names is looked at alone: the work
+    # after a revise step grows with what changed, not with the tree.
+
+    def _put(self, rel: str, entry: Entry, changes: dict[str, Entry | None]) -> None:
+        old = self.state.get(rel)
+        if old != entry:
+            changes.setdefault(rel, old)
+            self.state[rel] = entry
+            self.files_in.setdefault(_parent(rel), set()).add(rel)
+
+    def _drop(self, rel: str, changes: dict[str, Entry | None]) -> None:
+        old = self.state.pop(rel, None)
+        if old is not None:
+            changes.setdefault(rel, old)
+        self.files_in.get(_parent(rel), set()).discard(rel)
+
+    def _list(self, rel: str, changes: dict[str, Entry | None]) -> list[str]:
+        """Take one directory's files as they are now; returns its subdirectories."""
+        path = os.path.join(self.root, rel) if rel else self.root
+        self._journal_watch(path)  # before listing: nothing changes unseen
+        try:
+            with os.scandir(path) as it:
+                names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+        except OSError:
+            names = []
+        if rel and any(n == "pyvenv.cfg" for n, _ in names):
+            self._forget_dir(rel, changes, keep_venv=True)
+            self._scan_venv(rel, changes)
+            return []
+        self.dirs.add(rel)
+        if rel:
+            self.subdirs_of.setdefault(_parent(rel), set()).add(rel)
+        present: set[str] = set()
+        subdirs = []
+        for name, is_dir in names:
+            child = f"{rel}/{name}" if rel else name
+            if self.ignored(child) or (is_dir and self._own(child)):
+                continue
+            if is_dir:
+                subdirs.append(child)
+                continue
+            entry = _entry(os.path.join(self.root, child))
+            if entry is not None:
+                present.add(child)
+                self._put(child, entry, changes)
+        for gone in self.files_in.get(rel, set()) - present:
+            self._drop(gone, changes)
+        for gone in self.subdirs_of.get(rel, set()) - set(subdirs):
+            self._forget_dir(gone, changes)
+        return subdirs
+
+    def _scan_dir(self, rel_dir: str, changes: dict[str, Entry | None]) -> None:
+        """A directory and everything below it."""
+        stack = [rel_dir]
+        while stack:
+            self._deadline("walked the tree")
+            stack.extend(self._list(stack.pop(), changes))
+
+    def _forget_dir(self, rel_dir: str, changes: dict[str, Entry | None], *, keep_venv: bool = False) -> None:
+        """A directory that is gone (or became a link): everything beneath it is gone."""
+        for sub in list(self.subdirs_of.pop(rel_dir, ())):
+            self._forget_dir(sub, changes)
+        for rel in list(self.files_in.get(rel_dir, ())):
+            self._drop(rel, changes)
+        self.dirs.discard(rel_dir)
+        self.subdirs_of.get(_parent(rel_dir), set()).discard(rel_dir)
+        if not keep_venv and rel_dir in self.venvs:
+            for top in self.venv_tops.pop(rel_dir, ()):
+                for rel in list(self.files_in.get(top, ())):
+                    self._drop(rel, changes)
+            self.venvs.discard(rel_dir)
+
+    def _scan_venv(self, rel: str, changes: dict[str, Entry | None]) -> None:
+        """A virtual environment: its interpreter and scripts, and the top of its
+        site-packages (where .pth files and shadowing packages would go)."""
+        self.venvs.add(rel)
+        self.subdirs_of.setdefault(_parent(rel), set()).add(rel)
+        base = os.path.join(self.root, rel)
+        tops = [os.path.join(base, "bin"), os.path.join(base, "Scripts")]
+        tops += [str(p) for p in Path(base).glob("lib/python*/site-packages")]
+        tops += [str(p) for p in Path(base).glob("Lib/site-packages")]
+        known = self.venv_tops.setdefault(rel, set())
+        for top in tops:
+            top_rel = os.path.relpath(top, self.root).replace(os.sep, "/")
+            names: list[str] = []
+            if os.path.isdir(top) and not os.path.islink(top):
+                self._journal_watch(top)
+                try:
+                    names = os.listdir(top)
+                except OSError:
+                    names = []
+            known.add(top_rel)
+            present = set()
+            for name in names:
+                if name == "__pycache__":
+                    continue
+                child = f"{top_rel}/{name}"
+                entry = _entry(os.path.join(top, name))
+                if entry is not None:
+                    present.add(child)
+                    self._put(child, entry, changes)
+            for gone in self.files_in.get(top_rel, set()) - present:
+                self._drop(gone, changes)
+
+    def _walk(self) -> dict[str, Entry | None]:
+        """Walk the whole tree (the journal cannot vouch); returns what changed."""
+        self.walks += 1
+        changes: dict[str, Entry | None] = {}
+        self._scan_dir("", changes)
+        return changes
+
+    def _ancestor_state(self) -> dict[str, Entry | None]:
+        return {os.path.join(d, n): _entry(os.path.join(d, n))
+                for d in self._ancestor_dirs for n in ANCESTOR_NAMES}
+
+    # -- the loop's life ---------------------------------------------------------------
+
+    def _deadline(self, doing: str) -> None:
+        if self._stop_now is not None and self._stop_now():
+            raise DeadlineReached(f"while the tree guard {doing} at loop start "
+                                  f"({len(self.store)} read-only file(s) copied)")
+
+    def begin(self) -> None:
+        """At loop start: record the tree, copy read-only (and audited) files to the store."""
+        if self.started:
+            return
+        self.started = True
+        self._stop_now = self.should_stop
+        try:
+            self._begin()
+        finally:
+            self._stop_now = None
+
+    def _begin(self) -> None:
+        if self.use_journal:
+            from pytest_loops.progress.journal import DirectoryJournal, JournalLost
+
+            try:
+                self._journal = DirectoryJournal(self.root)
+            except JournalLost as exc:
+                self._journal_reason = exc.reason
+        self._walk()
+        self.start = dict(self.state)
+        self.start_dirs = frozenset(self.dirs)
+        sweep_stale_stores()
+        self._store_dir = tempfile.mkdtemp(prefix=store_prefix())
+        for rel, entry in self.state.items():
+            if entry.kind != "f":
+                continue
+            self._deadline("copied read-only files")
+            reason = self.readonly_reason(rel, entry, new=False)
+            if reason == CACHE_REASON:
+                continue
+            if reason is not None:
+                self._store(rel, os.path.join(self.root, rel))
+                self._readonly_inodes[entry.ino] = rel
+            elif rel.endswith(".py") and entry.size <= AUDIT_MAX_BYTES:
+                self._keep_text(rel)
+        if self.use_interpreter:
+            self.interpreter = InterpreterGuard(self._inside, self._stop_now)
+            self.interpreter.begin()
+        self.ancestors = self._ancestor_state()
+        for path, found in self.ancestors.items():
+            if found is not None and found.kind == "f" and self._store_dir:
+                dst = os.path.join(self._store_dir, "@ancestors", path.lstrip("/"))
+                stored = self._copy_in(path, dst, found)
+                if stored is not None:
+                    self.ancestor_store[path] = stored
+
+    def _copy_in(self, src: str, dst: str, entry: Entry) -> Stored | None:
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        try:
+            digest, size = _hash_copy(src, dst, self._stop_now)
+        except OSError:
+            return None
+        data = None
+        if size <= MEMORY_FILE_BYTES and self._memory_left >= size:
+            try:
+                with open(dst, "rb") as f:
+                    data = f.read()
+            except OSError:
+                data = None
+            if data is not None and "sha256:" + hashlib.sha256(data).hexdigest() == digest:
+                self._memory_left -= size
+            else:
+                data = None
+        return Stored(dst, digest, size, stat.S_IMODE(entry.mode), data)
+
+    def _store(self, rel: str, src: str) -> None:
+        assert self._store_dir is not None
+        entry = self.state.get(rel)
+        if entry is None:
+            return
+        stored = self._copy_in(src, os.path.join(self._store_dir, "tree", rel), entry)
+        if stored is not None:
+            self.store[rel] = stored
+
+    def _keep_text(self, rel: str) -> None:
+        """An in-scope Python file's loop-start text, for the diff audit only (not judged:
+        no digest, one kernel-side copy)."""
+        assert self._store_dir is not None
+        dst = os.path.join(self._store_dir, "text", rel)
+        try:
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copyfile(os.path.join(self.root, rel), dst, follow_symlinks=False)
+        except OSError:
+            return
+        self.texts[rel] = dst
+
+    def _refresh(self) -> tuple[dict[str, Entry | None], bool]:
+        """Bring the state up to date: from the journal's events where it can vouch for
+        them (only the directories they name are listed again), else by walking.
+        Returns (path -> its entry before, for every path that changed; walked)."""
+        if self._journal is None:
+            walked = self._walk()
+            self.touched.update(walked)
+            return walked, True
+        from pytest_loops.progress.journal import JournalLost
+
+        try:
+            drained = self._journal.drain(ignore=_noise)
+        except JournalLost as exc:
+            self._drop_journal(exc.reason)
+            walked = self._walk()
+            self.touched.update(walked)
+            return walked, True
+        dirty = {os.path.dirname(p) for p in drained.touched} | drained.relisted
+        dirty |= {os.path.dirname(p) for p in drained.gone}
+        changes: dict[str, Entry | None] = {}
+        for directory in sorted(dirty):
+            rel_dir = os.path.relpath(directory, self.root).replace(os.sep, "/")
+            rel_dir = "" if rel_dir == "." else rel_dir
+            if rel_dir == ".." or rel_dir.startswith("../"):
+                continue
+            if rel_dir and (self.ignored(rel_dir + "/x") or self._own(rel_dir)):
+                continue
+            venv = self._in_venv(rel_dir) if rel_dir else None
+            if venv is not None:
+                self._scan_venv(venv, changes)
+                continue
+            if not (os.path.isdir(directory) and not os.path.islink(directory)):
+                self._forget_dir(rel_dir, changes)
+                continue
+            for sub in self._list(rel_dir, changes):
+                if sub not in self.dirs and sub not in self.venvs:
+                    self._scan_dir(sub, changes)  # a new directory: everything in it
+        self.touched.update(changes)
+        return changes, False
+
+    def before_revise(self) -> None:
+        """Take the tree as the checks left it: only the revise step's changes count."""
+        if not self.started:
+            self.begin()
+            return
+        self._refresh()
+
+    def changes_since_start(self) -> list[tuple[str, str]]:
+        """The in-scope files changed since the loop started (by stat; see :meth:`after_revise`)."""
+        changed = []
+        for rel in self.touched:
+            old, new = self.start.get(rel), self.state.get(rel)
+            if old != new and (new or old).kind != "d" and self._violation(rel, old, new) is None:  # type: ignore[union-attr]
+                changed.append((rel, _how(old, new)))
+        return sorted(changed)
+
+    def after_revise(self) -> RevisePass:
+        """Compare with the tree before the revise; undo and report every change to a
+        read-only path."""
+        result = RevisePass()
+        changes, result.walked = self._refresh()
+        violations: list[Violation] = []
+        sweep = False  # a file with other names appeared: a read-only one may have changed unseen
+        for rel in sorted(changes):
+            old, new = changes[rel], self.state.get(rel)
+            if old == new:
+                continue
+            how = _how(old, new)
+            reason = self._violation(rel, old, new)
+            if new is not None and new.nlink > 1 and new.kind == "f":
+                linked = self._readonly_inodes.get(new.ino)
+                if reason is None and linked is not None and linked != rel:
+                    reason = f"a hard link to the read-only {printable(linked)}"
+                sweep = True
+            if reason is None:
+                if (new or old).kind != "d":  # type: ignore[union-attr]
+                    result.in_scope.append((rel, how))
+                continue
+            if how == "modified" and new is not None and new.kind == "f" and rel in self.store \
+                    and old is not None and old.kind == "f" and _same_mode(old, new) \
+                    and file_digest(os.path.join(self.root, rel)) == self.store[rel].digest:
+                continue  # touched, same bytes as at loop start: harmless
+            if reason == CACHE_REASON:
+                if new is not None:
+                    try:
+                        _remove(os.path.join(self.root, rel))
+                    except OSError:
+                        pass
+                    result.caches_cleared.append(rel)
+                continue
+            violations.append(Violation(rel, how, reason, restored=False))
+        if sweep:
+            violations += self._sweep_readonly({v.path for v in violations})
+        violations += self._ancestor_violations()
+        result.violations = [self._undo(v) for v in violations]
+        if self.interpreter is not None:
+            outside, cleared = self.interpreter.check()
+            result.violations += outside
+            result.caches_cleared += cleared
+        if result.violations or result.caches_cleared:
+            self._refresh()  # what undoing changed is not the revise step's
+            if any(not v.restored for v in result.violations):
+                self._walk()
+        return result
+
+    def _sweep_readonly(self, known: set[str]) -> list[Violation]:
+        """Every read-only file compared with its loop-start bytes (a write through a hard
+        link in another directory raises no event in its own)."""
+        found = []
+        for rel, stored in self.store.items():
+            if rel in known or self._in_venv(rel):
+                continue
+            entry = _entry(os.path.join(self.root, rel))
+            if entry is None or entry.kind != "f" or file_digest(os.path.join(self.root, rel)) != stored.digest:
+                found.append(Violation(rel, "modified" if entry else "deleted",
+                                       "changed through another name (a hard link)", restored=False))
+        return found
+
+    def _violation(self, rel: str, old: Entry | None, new: Entry | None) -> str | None:
+        """Why this change is not the revise step's to make (None: it is)."""
+        if new is not None and new.kind == "l":
+            return "a symbolic link"
+        if new is not None and new.kind not in ("f", "l", "d"):
+            return "not a regular file"
+        if new is not None and _executable(new) and (old is None or not _executable(old)):
+            return "made executable"
+        was_new = old is None and rel not in self.start
+        return self.readonly_reason(rel, old if new is None else new, new=was_new) or (
+            self.readonly_reason(rel, old, new=False) if old is not None else None)
+
+    def ancestor_changes(self) -> list[str]:
+        """What outside the tree changed since the loop started: configuration files in
+        ancestor directories, and the judging interpreter's start-up files and test runner
+        (those are undone too)."""
+        found = [v.describe() for v in self._ancestor_violations()]
+        if self.interpreter is not None:
+            found += [v.describe() for v in self.interpreter.check()[0]]
+        return found
+
+    def _inside(self, path: str) -> bool:
+        return path == self.root or path.startswith(self.root + os.sep)
+
+    def _ancestor_violations(self) -> list[Violation]:
+        found = []
+        now = self._ancestor_state()
+        for path, old in self.ancestors.items():
+            new = now.get(path)
+            if old != new:
+                found.append(Violation(path, _how(old, new), "configuration pytest reads "
+                                       "from an ancestor directory", restored=False))
+        return found
+
+    # -- undoing -------------------------------------------------------------------------
+
+    def _undo(self, v: Violation) -> Violation:
+        if v.path.startswith("/"):
+            ok = _restore_path(v.path, self.ancestor_store.get(v.path), None)
+        else:
+            ok = self._restore_rel(v.path)
+        return Violation(v.path, v.how, v.why, restored=ok)
+
+    def _restore_rel(self, rel: str) -> bool:
+        stored = self.store.get(rel)
+        if stored is None and rel in self.texts:  # an in-scope file replaced by a link
+            try:
+                with open(self.texts[rel], "rb") as f:
+                    data = f.read()
+            except OSError:
+                data = None
+            if data is not None:
+                start = self.start.get(rel)
+                stored = Stored(self.texts[rel], "", len(data), stat.S_IMODE(start.mode) if start else 0o644, data)
+        if not _real_parents(self.root, rel, create=stored is not None):
+            return False
+        return _restore_path(os.path.join(self.root, rel), stored, self.start.get(rel))
+
+    # -- the clean room -------------------------------------------------------------------
+
+    def verify_store(self) -> list[str]:
+        """Store files whose bytes no longer match their loop-start digest."""
+        return sorted(rel for rel, s in self.store.items()
+                      if s.data is None and file_digest(s.path) != s.digest)
+
+    def build_clean_room(self, dest: str) -> None:
+        """``dest`` as the tree was at loop start with only the in-scope changes applied:
+        read-only files from the store (hard-linked where the file system allows: the
+        store is not used again, and they are compared with their digests after the
+        judged run), in-scope files copied from the working tree."""
+        self._refresh()
+        os.makedirs(dest, exist_ok=True)
+        made: set[str] = set()
+        for rel, entry in self.state.items():
+            if entry.kind != "f" or f"{PYCACHE}/" in rel or self._in_venv(rel):
+                continue
+            start = self.start.get(rel)
+            if start is not None and self.readonly_reason(rel, start, new=False) is not None:
+                continue  # from the store, below
+            if self._violation(rel, start, entry) is not None:
+                continue  # never a read-only path from the working tree
+            # a copy, never a link: what the judged run writes must not reach the tree
+            _makedirs(os.path.dirname(os.path.join(dest, rel)), made)
+            try:
+                shutil.copyfile(os.path.join(self.root, rel), os.path.join(dest, rel), follow_symlinks=False)
+                os.chmod(os.path.join(dest, rel), stat.S_IMODE(entry.mode))
+            except OSError:
+                continue
+        for rel, stored in self.store.items():
+            start = self.start.get(rel)
+            if start is not None and not self._in_venv(rel) \
+                    and self.readonly_reason(rel, start, new=False) is not None:
+                if stored.data is not None:
+                    _write_new(os.path.join(dest, rel), stored.data, stored.mode, made)
+                else:
+                    _place(stored.path, os.path.join(dest, rel), stored.mode, made)
+        for venv in self.venvs:  # the interpreter a check names (.venv/bin/python), as watched
+            if venv in self.start_dirs or any(r.startswith(venv + "/") for r in self.start):
+                target = os.path.join(dest, venv)
+                _makedirs(os.path.dirname(target), made)
+                try:
+                    os.symlink(os.path.join(self.root, venv), target)
+                except OSError:
+                    pass
+        for rel, entry in self.start.items():  # links present at loop start, as they were
+            if entry.kind == "l" and not self._in_venv(rel):
+                target = os.path.join(dest, rel)
+                _makedirs(os.path.dirname(target), made)
+                try:
+                    os.symlink(entry.target, target)
+                except OSError:
+                    pass
+
+    def readonly_digests(self, room: str) -> list[str]:
+        """Read-only files in the clean room that differ from the store (the code under
+        test changed them while it was being judged)."""
+        changed = []
+        for rel, stored in self.store.items():
+            if self._in_venv(rel) or self.readonly_reason(rel, self.start.get(rel), new=False) is None:
+                continue
+            if file_digest(os.path.join(room, rel)) != stored.digest:
+                changed.append(rel)
+        return sorted(changed)
+
+    def start_text(self, rel: str) -> str | None:
+        """A file's text at loop start (from the store), None if not kept or not text."""
+        stored = self.store.get(rel)
+        path = stored.path if stored is not None else self.texts.get(rel)
+        if path is None:
+            return None
+        try:
+            with open(path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return None
+
+    @property
+    def journal_reason(self) -> str | None:
+        """Why the change journal is not used (None: it is)."""
+        return self._journal_reason if self._journal is None else None
+
+    def close(self) -> None:
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
+        if self._store_dir is not None:
+            shutil.rmtree(self._store_dir, ignore_errors=True)
+            self._store_dir = None
+
+    def __enter__(self) -> TreeGuard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+

@@ -1,0 +1,185 @@
+"""Which paths are read-only: the files that judge the code, by name, glob and check command."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from functools import lru_cache
+from pathlib import Path
+
+from pytest_loops.spec import CheckKind, LoopSpec
+
+# Configuration files pytest (and the tools around it) read, at any depth and in
+# every ancestor directory: present and future names.
+CONFIG_NAMES = frozenset({
+    "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml",
+    "pyproject.toml", "tox.ini", "setup.cfg", "setup.py", "noxfile.py", ".coveragerc",
+    "Makefile", "makefile", "GNUmakefile", "justfile", "Justfile", "Taskfile.yml",
+})
+ANCESTOR_NAMES = frozenset({
+    "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml",
+    "pyproject.toml", "tox.ini", "setup.cfg",
+})
+# Files the interpreter runs on its own at start-up.
+STARTUP_NAMES = frozenset({"sitecustomize.py", "usercustomize.py"})
+# A new module under one of these names shadows what the judge imports.
+SHADOW_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py", "pytest_loops", "opentine",
+                            "coverage", "xdist", "iniconfig", "packaging"}) | frozenset(
+    getattr(sys, "stdlib_module_names", ()))
+# Directory names that hold tests and what they read (data, golden files, helpers).
+TEST_DIR = re.compile(r"^(tests?|testing|test[_-].*|.*[_-]tests?|testdata|fixtures|golden)$", re.I)
+DEFAULT_TEST_FILES = ("**/test_*.py", "**/*_test.py")
+# Never tracked, never copied: caches, VCS data, build trees.
+IGNORED_DIRS = frozenset({
+    ".git", ".hg", ".svn", ".pytest_cache", ".pytest-loops", ".hypothesis",
+    ".mypy_cache", ".ruff_cache", ".tox", ".nox", "node_modules",
+})
+# Bytecode caches are tracked but never judged: whatever a revise step writes into a
+# __pycache__ is removed after it, and the clean room copies none, so a forged one is
+# neither read by the judge nor left behind.
+PYCACHE = "__pycache__"
+CACHE_REASON = "a bytecode cache"
+# Kept for callers that only need a walk of a tree's own files.
+SKIP_DIRS = IGNORED_DIRS | {".venv", "venv", PYCACHE}
+AUDIT_MAX_BYTES = 1 << 20  # in-scope Python files up to this size are kept for the diff audit
+MEMORY_FILE_BYTES = 1 << 20  # read-only files up to this size are also kept in memory...
+MEMORY_TOTAL_BYTES = 64 << 20  # ...up to this much in all
+COPY_BLOCK = 1 << 20
+
+
+@lru_cache(maxsize=512)
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """A glob over '/'-separated relative paths: `**` spans directories, `*` does not."""
+    pattern = pattern.strip()
+    while pattern.startswith("./"):
+        pattern = pattern[2:]
+    if pattern.endswith("/"):
+        pattern += "**"
+    out = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def matches(relpath: str, patterns: Iterable[str]) -> bool:
+    """Whether a relative path matches any glob (a plain directory name covers its files)."""
+    for pattern in patterns:
+        if _glob_regex(pattern).match(relpath):
+            return True
+        bare = pattern.strip().rstrip("/")
+        while bare.startswith("./"):
+            bare = bare[2:]
+        if bare and not any(c in bare for c in "*?[") and relpath.startswith(bare + "/"):
+            return True
+    return False
+
+
+def walk(root: Path) -> Iterable[str]:
+    """Relative '/'-paths of the files under root, skipping caches and virtualenvs."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS and not d.endswith(".egg-info")]
+        rel = os.path.relpath(dirpath, root)
+        prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+        for name in filenames:
+            yield prefix + name
+
+
+def named_test_files(spec: LoopSpec) -> list[str]:
+    """Test files the loop's checks name: node ids' files and `.py` paths in pytest
+    commands (read-only whatever their names)."""
+    files: list[str] = []
+    for check in spec.checks:
+        if check.kind is CheckKind.PYTEST and check.node_id:
+            files.append(check.node_id.split("::", 1)[0])
+        elif check.command and "pytest" in check.command:
+            try:
+                words = shlex.split(check.command)
+            except ValueError:
+                continue
+            files += [w.split("::", 1)[0] for w in words if w.split("::", 1)[0].endswith(".py")]
+    return list(dict.fromkeys(f.lstrip("./") if f.startswith("./") else f for f in files))
+
+
+_INTERPRETERS = re.compile(r"^(sh|bash|zsh|dash|ksh|python[0-9.]*|pypy[0-9.]*|node|ruby|perl|tclsh|make)$")
+_CONFIG_FLAGS = frozenset({"-c", "--config-file", "--config", "--rcfile", "-f", "--file", "--makefile"})
+
+
+def check_files(spec: LoopSpec, root: str) -> list[str]:
+    """Files under ``root`` that judge: the scripts the checks run (``bash run_tests.sh``,
+    ``python check.py``, ``./verify``), the configuration they name (``-c ci.ini``),
+    the node ids' files and the loop's own file. Read-only, whatever their names;
+    files a check only reads as data (``grep fixed a.txt``) are not."""
+    found = list(named_test_files(spec))
+
+    def add(word: str) -> None:
+        path = os.path.normpath(os.path.join(root, word.split("::", 1)[0]))
+        if os.path.isfile(path):
+            rel = os.path.relpath(path, root).replace(os.sep, "/")
+            if not rel.startswith("../"):
+                found.append(rel)
+
+    for check in spec.checks:
+        try:
+            lexer = shlex.shlex(check.command or "", posix=True, punctuation_chars=True)
+            lexer.whitespace_split = True
+            words = list(lexer)
+        except ValueError:
+            words = (check.command or "").split()
+        segment: list[str] = []
+        for word in [*words, ";"]:
+            if word and set(word) <= set(";&|()"):
+                _segment_files(segment, add)
+                segment = []
+            else:
+                segment.append(word)
+    if spec.source and os.path.isfile(spec.source):
+        add(os.path.realpath(spec.source))
+    return list(dict.fromkeys(found))
+
+
+def _segment_files(words: list[str], add: Callable[[str], None]) -> None:
+    """The script one simple command runs, and the config files it names."""
+    while words and "=" in words[0] and not words[0].startswith(("-", "/", ".")):
+        words = words[1:]  # VAR=value prefixes
+    if not words:
+        return
+    add(words[0])
+    if _INTERPRETERS.match(os.path.basename(words[0])):
+        rest = words[1:]
+        while rest and rest[0].startswith("-"):
+            if rest[0] in ("-m", "-c"):
+                rest = []
+                break
+            rest = rest[1:]
+        if rest:
+            add(rest[0])
+    for i, word in enumerate(words):
+        if word in _CONFIG_FLAGS and i + 1 < len(words):
+            add(words[i + 1])
+        elif word.startswith(("--config-file=", "--rootdir=", "--config=", "--rcfile=")):
+            add(word.split("=", 1)[1])
+
+
+def describe(changes: Sequence[tuple[str, str]], limit: int = 8) -> str:
+    text = ", ".join(f"{rel} ({how})" for rel, how in changes[:limit])
+    return text + (f" and {len(changes) - limit} more" if len(changes) > limit else "")
+
+
