@@ -78,7 +78,7 @@ from pytest_loops.localization.covctx import ENV as COVCTX_ENV
 from pytest_loops.localization.covctx import FORMAT as SPECTRA_FORMAT
 from pytest_loops.localization.covctx import SHARED
 from pytest_loops.localization.scopes import scopes_of
-from pytest_loops.progress.fingerprint import DEFAULT_EXCLUDES
+from pytest_loops.progress.matching import DEFAULT_EXCLUDES
 
 __all__ = [
     "ImpactMap",
