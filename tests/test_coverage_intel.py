@@ -1,4 +1,5 @@
-"""Coverage intelligence: per-test spectra, Ochiai suspects, the impact map, narrowing.
+"""Coverage intelligence: per-test spectra (localization/spectra.py), Ochiai suspects
+(suspects.py), the impact map (impact.py), narrowing a pytest command (narrow.py).
 
 One real pytest run under per-test coverage (a module fixture) feeds the
 end-to-end tests; the ranking and most impact-map rules are also tested on

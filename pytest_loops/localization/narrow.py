@@ -4,6 +4,10 @@
     command.with_targets(selection.tests)   # argv running only those tests
 
 Node ids are pytest's, relative to its rootdir: run the child from the rootdir.
+
+A module of its own, next to spectra.py, suspects.py and impact.py: it reads a
+command line and imports nothing else of the package, so the checks can narrow a
+pytest command without loading any of the coverage machinery.
 """
 
 from __future__ import annotations
