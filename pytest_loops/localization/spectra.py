@@ -59,7 +59,6 @@ class SpectraError(RuntimeError):
     """No per-test coverage could be collected; run the checks without it."""
 
 
-
 @dataclass(frozen=True)
 class Spectra:
     """What one pytest run under per-test coverage saw.
@@ -251,7 +250,6 @@ def read_spectra(data_file: str | os.PathLike[str], *, exit_code: int | None = N
 def _with_output(message: str, output: str) -> str:
     last = [line for line in output.strip().splitlines() if line.strip()]
     return f"{message}: {last[-1].strip()}" if last else message
-
 
 
 def is_test_file(path: str, test_files: Container[str] = frozenset()) -> bool:

@@ -63,7 +63,6 @@ def ochiai(failed_here: int, passed_here: int, total_failed: int) -> float:
     return failed_here / math.sqrt(total_failed * (failed_here + passed_here))
 
 
-
 def rank_suspects(spectra: Spectra, *, top: int | None = None,
                   exclude_tests: bool = True) -> list[Suspect]:
     """Lines run by failing tests, by Ochiai score, highest first.

@@ -50,7 +50,6 @@ def _open_journal(root: str) -> fswatch.DirectoryJournal:
     return fswatch.DirectoryJournal(root)
 
 
-
 class StateFingerprint(PatternMatcher):
     """An incremental fingerprint of the files a loop may change.
 

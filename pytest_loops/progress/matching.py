@@ -168,7 +168,6 @@ def _contribution(
     return files, link_keys, subdirs
 
 
-
 class PatternMatcher:
     """The files ``patterns`` match under ``root``, less the excludes.
 
@@ -223,7 +222,6 @@ class PatternMatcher:
         """An event about an excluded name: it cannot change what is matched."""
         key = path[len(self._root_prefix) :] if path.startswith(self._root_prefix) else path
         return self._excluded(name, _to_key(key))
-
 
     # -- matching
 
