@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import gc
+import hashlib
 import os
 import random
 import re
@@ -1684,3 +1685,26 @@ def test_first_meaningful_line_is_at_most_200_characters() -> None:
     line = first_meaningful_line("ValueError: " + "x" * 500)
     assert len(line) == 200 and line.startswith("ValueError: x") and line.endswith("...")
     assert len(first_meaningful_line("y" * 200)) == 200
+
+
+# -- one way to hash a file
+
+
+def test_a_file_has_one_digest_wherever_it_is_hashed(tmp_path: Path) -> None:
+    # The state fingerprint, a check's output digest and the impact map's snapshot
+    # all hash a file the one way treehash does.
+    from pytest_loops.core.checks import digest_file
+    from pytest_loops.localization.impact import _snapshot
+
+    path = write(tmp_path, "a.txt", "hello")
+    expected = hashlib.sha256(b"hello").hexdigest()
+    cached = treehash.hash_file(str(path))
+    assert isinstance(cached, treehash.CachedDigest) and cached.digest == expected
+    assert treehash.file_digest(path) == expected
+    assert digest_file(str(path)) == "sha256:" + expected
+    assert digest_file(None, "hello") == "sha256:" + expected
+    assert _snapshot(str(tmp_path), ())["a.txt"][0] == expected
+    text = f"a.txt\0{expected}\n".encode()
+    assert StateFingerprint(tmp_path, ["."]).compute() == (
+        "sha256:" + hashlib.sha256(b"pytest-loops.state/1\n" + text).hexdigest()
+    )
