@@ -47,7 +47,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_loops.localization.coverage_intel import ImpactMap, collect_spectra  # noqa: E402
+from pytest_loops.localization.impact import ImpactMap  # noqa: E402
+from pytest_loops.localization.spectra import collect_spectra  # noqa: E402
 
 MODULES = 30
 TESTS_PER_MODULE = 10

@@ -35,9 +35,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_loops.localization import coverage_intel  # noqa: E402
-from pytest_loops.localization.coverage_intel import collect_spectra, format_suspects, rank_suspects  # noqa: E402
+from pytest_loops.localization import suspects as suspects_module  # noqa: E402
 from pytest_loops.localization.scopes import scope_of  # noqa: E402
+from pytest_loops.localization.spectra import collect_spectra  # noqa: E402
+from pytest_loops.localization.suspects import format_suspects, rank_suspects  # noqa: E402
 
 PROMPT_TOP = 10  # suspect lines in the prompt
 
@@ -736,7 +737,7 @@ def main(argv: list[str] | None = None) -> int:
         scope = scope_of(root, bug_file, bug_line)
         prompt_lines = format_suspects(suspects, limit=PROMPT_TOP)
         named = bool(scope) and any(f"{bug_file}:" in line and f" in {scope} (" in line for line in prompt_lines)
-        group = getattr(coverage_intel, "group_suspects", None)
+        group = getattr(suspects_module, "group_suspects", None)
         fn_rank = None
         if group is not None:
             fn_rank = next((i + 1 for i, g in enumerate(group(suspects[:PROMPT_TOP]))

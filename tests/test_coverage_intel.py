@@ -1,4 +1,5 @@
-"""Coverage intelligence: per-test spectra, Ochiai suspects, the impact map, narrowing.
+"""Coverage intelligence: per-test spectra (localization/spectra.py), Ochiai suspects
+(suspects.py), the impact map (impact.py), narrowing a pytest command (narrow.py).
 
 One real pytest run under per-test coverage (a module fixture) feeds the
 end-to-end tests; the ranking and most impact-map rules are also tested on
@@ -7,6 +8,7 @@ hand-made spectra over files in tmp_path, without a subprocess.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -14,6 +16,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -21,20 +24,21 @@ from hypothesis import strategies as st
 
 from pytest_loops.core.checks import CHILD_ENV
 from pytest_loops.localization import covctx as _covctx
-from pytest_loops.localization.coverage_intel import (
-    ImpactMap,
-    PytestCommand,
+from pytest_loops.localization.impact import ImpactMap, peer_tests
+from pytest_loops.localization.localize import IMPACT_MAP, affected_tests
+from pytest_loops.localization.narrow import PytestCommand, narrow_pytest_command
+from pytest_loops.localization.spectra import (
     Spectra,
     SpectraError,
-    Suspect,
     collect_spectra,
-    format_suspects,
-    narrow_pytest_command,
-    ochiai,
-    peer_tests,
-    rank_suspects,
     read_spectra,
     spectra_command,
+)
+from pytest_loops.localization.suspects import (
+    Suspect,
+    format_suspects,
+    ochiai,
+    rank_suspects,
     write_suspects,
 )
 
@@ -488,6 +492,27 @@ def test_corrupt_map_loads_as_none(tmp_path: Path, content: str) -> None:
     path = tmp_path / "impact.json"
     path.write_text(content)
     assert ImpactMap.load(path) is None
+
+
+def test_a_map_of_the_previous_format_means_everything_never_a_subset(
+        impact: ImpactMap, project: Path, tmp_path: Path) -> None:
+    """A map saved before file digests were treehash's (format /1: blake2b, another stat
+    layout) is not read: the loop runs everything rather than trust its digests."""
+    run_dir = tmp_path / "run"
+    edit(project / "calc.py", "result = a + b", "result = a - b")
+    context = SimpleNamespace(run_dir=run_dir, workdir=project)
+    impact.save(run_dir / IMPACT_MAP)
+    assert affected_tests(context) == [SUB, SUB_NEG, SUB_ZERO]  # the current format: a subset
+    old = impact.to_dict()
+    old["format"] = "pytest-loops.impact/1"
+    old["files"] = {}
+    for rel in impact.files:
+        st = (project / rel).stat()
+        digest = hashlib.blake2b((project / rel).read_bytes(), digest_size=16).hexdigest()
+        old["files"][rel] = [digest, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    (run_dir / IMPACT_MAP).write_text(json.dumps(old))
+    assert ImpactMap.load(run_dir / IMPACT_MAP) is None
+    assert affected_tests(context) == []  # no map: the narrowed run is the failing tests, then a full confirm
 
 
 def test_missing_map_loads_as_none(tmp_path: Path) -> None:

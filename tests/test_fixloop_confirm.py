@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_loops.errors import LoopUsageError
-from pytest_loops.localization.coverage_intel import ImpactMap, collect_spectra
+from pytest_loops.localization.impact import ImpactMap
 from pytest_loops.localization.localize import (
     IMPACT_MAP,
     cap_seconds,
@@ -22,6 +22,7 @@ from pytest_loops.localization.localize import (
     parse_cap,
     sample_peers,
 )
+from pytest_loops.localization.spectra import collect_spectra
 from pytest_loops.pytest_plugin.fixloop import SessionFixCheck
 
 # -- the cap -------------------------------------------------------------------------------

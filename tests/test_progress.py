@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import gc
+import hashlib
 import os
 import random
 import re
@@ -30,15 +31,16 @@ from hypothesis import strategies as st
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.progress import fingerprint as progress
 from pytest_loops.progress import journal as fswatch
+from pytest_loops.progress import matching, treehash
 from pytest_loops.progress.fingerprint import (
-    DEFAULT_EXCLUDES,
     JOURNAL_REWALK_EVERY,
-    RACY_WINDOW_NS,
     StateFingerprint,
     failure_signature,
     first_meaningful_line,
     normalize_failure,
 )
+from pytest_loops.progress.matching import DEFAULT_EXCLUDES
+from pytest_loops.progress.treehash import RACY_WINDOW_NS
 from pytest_loops.spec import CheckKind
 
 HOUR_NS = 3600 * 1_000_000_000
@@ -64,6 +66,18 @@ def fingerprint_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
     if mode == "walk":
         monkeypatch.setattr(progress, "_open_journal", _no_journal)
     return mode
+
+
+def test_the_walk_mode_really_walks(tmp_path: Path, fingerprint_mode: str) -> None:
+    # The walk mode swaps fingerprint._open_journal: this fails if the swap stops taking effect.
+    write(tmp_path, "a.txt")
+    sf = StateFingerprint(tmp_path, ["."])
+    sf.compute()
+    sf.compute()
+    if fingerprint_mode == "walk":
+        assert (sf.last_stats["mode"], sf.last_stats["journal"]) == ("walk", "walking, as the test asks")
+    elif fswatch.unavailable_reason() is None:
+        assert (sf.last_stats["mode"], sf.last_stats["journal"]) == ("journal", "on")
 
 
 @pytest.fixture
@@ -186,7 +200,7 @@ def test_racy_rule_alone_catches_the_rewrite_when_ctime_is_not_usable(
 ) -> None:
     # Some filesystems have no meaningful ctime: only the racy window protects then.
     monkeypatch.setattr(
-        progress, "_stat_signature", lambda st: (st.st_size, st.st_mtime_ns, st.st_ino, 0, 0)
+        treehash, "stat_signature", lambda st: (st.st_size, st.st_mtime_ns, st.st_ino, 0, 0)
     )
     path = write(tmp_path, "a.txt", "aaaa", old=False)
     st = path.stat()
@@ -518,7 +532,7 @@ def test_globs_take_every_file_at_or_beneath_a_match(files, pattern) -> None:
         keys = sorted({"/".join([*dirs, name]) for dirs, name in files})
         for key in keys:
             write(root, key)
-        rx = re.compile(progress._path_regex(pattern))
+        rx = re.compile(matching._path_regex(pattern))
         assert matched(root, [pattern]) == [k for k in keys if rx.match(k)]
 
 
@@ -834,7 +848,7 @@ def test_same_size_rewrite_with_old_mtime_and_ctime_ignored_is_seen_by_the_journ
     # Without ctime, a walk trusts an old file whose stat looks the same; the write
     # event marks it dirty whatever its stat says.
     monkeypatch.setattr(
-        progress, "_stat_signature", lambda st: (st.st_size, st.st_mtime_ns, st.st_ino, 0, 0)
+        treehash, "stat_signature", lambda st: (st.st_size, st.st_mtime_ns, st.st_ino, 0, 0)
     )
     path = write(tmp_path, "a.txt", "aaaa")  # old: trusted once hashed
     st0 = path.stat()
@@ -1129,10 +1143,10 @@ def test_interrupted_journal_compute_walks_next_time(
     sf.compute()
     write(tmp_path, "a.txt", "2")
 
-    def interrupted(path: str, should_stop: object = None) -> progress._Cached | str:
+    def interrupted(path: str, should_stop: object = None) -> treehash.CachedDigest | str:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(StateFingerprint, "_hash_file", staticmethod(interrupted))
+    monkeypatch.setattr(treehash, "hash_file", interrupted)
     with pytest.raises(KeyboardInterrupt):
         sf.compute()  # the event for a.txt was read, then lost
     monkeypatch.undo()
@@ -1671,3 +1685,26 @@ def test_first_meaningful_line_is_at_most_200_characters() -> None:
     line = first_meaningful_line("ValueError: " + "x" * 500)
     assert len(line) == 200 and line.startswith("ValueError: x") and line.endswith("...")
     assert len(first_meaningful_line("y" * 200)) == 200
+
+
+# -- one way to hash a file
+
+
+def test_a_file_has_one_digest_wherever_it_is_hashed(tmp_path: Path) -> None:
+    # The state fingerprint, a check's output digest and the impact map's snapshot
+    # all hash a file the one way treehash does.
+    from pytest_loops.core.checks import digest_file
+    from pytest_loops.localization.impact import _snapshot
+
+    path = write(tmp_path, "a.txt", "hello")
+    expected = hashlib.sha256(b"hello").hexdigest()
+    cached = treehash.hash_file(str(path))
+    assert isinstance(cached, treehash.CachedDigest) and cached.digest == expected
+    assert treehash.file_digest(path) == expected
+    assert digest_file(str(path)) == "sha256:" + expected
+    assert digest_file(None, "hello") == "sha256:" + expected
+    assert _snapshot(str(tmp_path), ())["a.txt"][0] == expected
+    text = f"a.txt\0{expected}\n".encode()
+    assert StateFingerprint(tmp_path, ["."]).compute() == (
+        "sha256:" + hashlib.sha256(b"pytest-loops.state/1\n" + text).hexdigest()
+    )

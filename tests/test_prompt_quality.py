@@ -21,7 +21,7 @@ from pytest_loops.artifacts.reflexion import MAX_LESSON_CHARS
 from pytest_loops.core.engine import LoopContext
 from pytest_loops.core.revise import PROMPT_TAIL_CHARS, build_prompt, name_list, output_tail
 from pytest_loops.localization import scopes
-from pytest_loops.localization.coverage_intel import Suspect, format_suspects, group_suspects
+from pytest_loops.localization.suspects import Suspect, format_suspects, group_suspects
 from pytest_loops.results import CheckResult, IterationRecord
 from pytest_loops.spec import Check, LoopSpec
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import shlex
 import sys
 from collections.abc import Callable
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
+from pytest_loops.progress import treehash
 from pytest_loops.results import CheckResult, CommandResult
 from pytest_loops.spec import Check, CheckKind
 
@@ -36,14 +36,9 @@ _PYTEST_REASONS = {
 
 def digest_file(path: str | None, fallback: str = "") -> str:
     """sha256 of a command's full output file (or of the fallback text)."""
-    h = hashlib.sha256()
     if path and Path(path).is_file():
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 16), b""):
-                h.update(block)
-    else:
-        h.update(fallback.encode("utf-8", "replace"))
-    return "sha256:" + h.hexdigest()
+        return treehash.PREFIX + treehash.file_digest(path)
+    return treehash.PREFIX + treehash.bytes_digest(fallback.encode("utf-8", "replace"))
 
 
 def _result(check: Check, cmd: CommandResult, passed: bool, reason: str, runs: int = 1) -> CheckResult:
@@ -129,8 +124,8 @@ def _narrowed_run(check: Check, context: LoopContext, label: str) -> CheckResult
     last = next((c for c in previous.checks if c.name == check.name), None)
     if last is None or last.passed:
         return None
-    from pytest_loops.localization.coverage_intel import narrow_pytest_command
     from pytest_loops.localization.localize import affected_tests, failing_tests
+    from pytest_loops.localization.narrow import narrow_pytest_command
 
     command = narrow_pytest_command(check.command or "")
     failing = failing_tests([last])

@@ -126,7 +126,7 @@ def _suspect_data(context: LoopContext) -> list[dict]:
 
 
 def _suspect_functions(suspects: list[dict]) -> list[str]:
-    from pytest_loops.localization.coverage_intel import Suspect, group_suspects
+    from pytest_loops.localization.suspects import Suspect, group_suspects
 
     ranked = [Suspect(file=d["file"], line=d["line"], score=float(d.get("score") or 0.0),
                       source=str(d.get("source", "")), scope=str(d.get("scope") or ""))

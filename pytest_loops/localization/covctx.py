@@ -22,7 +22,7 @@ measured; pytest-xdist is turned off, since its workers would not be measured.
 
 At the end the plugin writes ``out`` (atomically): per context, the lines it ran
 in each file under ``root``; each test's outcome; the files that define tests.
-:func:`pytest_loops.localization.coverage_intel.read_spectra` reads it. If coverage cannot
+:func:`pytest_loops.localization.spectra.read_spectra` reads it. If coverage cannot
 start, ``out`` holds ``{"error": "..."}`` instead.
 
 This module imports nothing from the rest of the package (it runs inside the

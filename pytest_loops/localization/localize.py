@@ -109,7 +109,7 @@ def failing_tests(failed: list[CheckResult]) -> list[str]:
             ids.setdefault(nodeid, None)
         if check.failing_tests or not check.command or "pytest" not in check.command:
             continue
-        from pytest_loops.localization.coverage_intel import narrow_pytest_command
+        from pytest_loops.localization.narrow import narrow_pytest_command
 
         if narrow_pytest_command(check.command) is None:
             continue
@@ -126,7 +126,7 @@ def affected_tests(context: LoopContext) -> list[str]:
     """Tests whose executed code blocks changed since the impact map was made (from
     the last localization run); [] when there is no map or it cannot vouch for a
     subset (the confirm run before SUCCESS covers everything else)."""
-    from pytest_loops.localization.coverage_intel import ImpactMap
+    from pytest_loops.localization.impact import ImpactMap
 
     impact = ImpactMap.load(context.run_dir / IMPACT_MAP)
     if impact is None:
@@ -150,11 +150,8 @@ def localize(context: LoopContext, failed: list[CheckResult]) -> Path | None:
         return None
     if precollected.is_file():
         return _rank(context, precollected)
-    from pytest_loops.localization.coverage_intel import (
-        SpectraError,
-        collect_spectra,
-        peer_tests,
-    )
+    from pytest_loops.localization.impact import peer_tests
+    from pytest_loops.localization.spectra import SpectraError, collect_spectra
 
     left = context.time_left()
     timeout = TIMEOUT_S if left is None else min(TIMEOUT_S, left)
@@ -169,7 +166,7 @@ def localize(context: LoopContext, failed: list[CheckResult]) -> Path | None:
     finally:  # the re-run's output may echo secrets, like any check's
         _scrub_files(context, data_file, data_file.with_name(data_file.name + ".out"))
     try:  # the same run maps each test to the code blocks it ran: affected reruns use it
-        from pytest_loops.localization.coverage_intel import ImpactMap
+        from pytest_loops.localization.impact import ImpactMap
 
         ImpactMap.from_spectra(spectra, context.workdir).save(context.run_dir / IMPACT_MAP)
     except (OSError, ValueError):
@@ -180,7 +177,7 @@ def localize(context: LoopContext, failed: list[CheckResult]) -> Path | None:
 def _publish(context: LoopContext, spectra: Any) -> Path:
     """The top suspects of these spectra: for the prompt, in the iteration's and the run's
     ``suspects.json``."""
-    from pytest_loops.localization.coverage_intel import format_suspects, rank_suspects
+    from pytest_loops.localization.suspects import format_suspects, rank_suspects
 
     suspects = rank_suspects(spectra, top=TOP)
     context.suspects = format_suspects(suspects, limit=TOP)
@@ -200,7 +197,7 @@ def _read_note(context: LoopContext) -> str:
 
 def _rank(context: LoopContext, data_file: Path) -> Path | None:
     """Suspects from spectra a check already collected (no run of its own)."""
-    from pytest_loops.localization.coverage_intel import SpectraError, read_spectra
+    from pytest_loops.localization.spectra import SpectraError, read_spectra
 
     try:
         spectra = read_spectra(data_file)

@@ -11,11 +11,12 @@ scope: ``""``.
 from __future__ import annotations
 
 import ast
-import hashlib
 import os
 import re
 from collections import OrderedDict
 from collections.abc import Iterable
+
+from pytest_loops.progress import treehash
 
 MAX_BYTES = 4_000_000  # a generated module larger than this is not parsed
 _CACHE_SIZE = 256
@@ -78,7 +79,7 @@ def scope_table(source: bytes) -> dict[int, str]:
 
     Module-level lines are absent. Cached by the source's digest.
     """
-    digest = hashlib.blake2b(source, digest_size=16).hexdigest()
+    digest = treehash.bytes_digest(source)
     table = _tables.get(digest)
     if table is not None:
         _tables.move_to_end(digest)

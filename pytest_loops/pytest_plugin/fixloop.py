@@ -130,7 +130,7 @@ class SessionFixCheck:
         extra_env = {CHILD_ENV: "1"}
         args = [*self.pytest_args, "-rA", "-p", "no:randomly"]
         if spectra is not None:  # one process: the rerun and the spectra
-            from pytest_loops.localization.coverage_intel import PLUGIN, spectra_command
+            from pytest_loops.localization.spectra import PLUGIN, spectra_command
 
             spectra.unlink(missing_ok=True)
             _, env = spectra_command(context.workdir, [], data_file=spectra, base_env=context.base_env)
@@ -168,7 +168,8 @@ class SessionFixCheck:
         everything = self._everything()
         if self.confirm == "full":
             return everything, "full (confirm=full)"
-        from pytest_loops.localization.coverage_intel import _snapshot, is_test_file
+        from pytest_loops.localization.impact import _snapshot
+        from pytest_loops.localization.spectra import is_test_file
 
         impact = self.impact
         if impact is None or self.rootdir is None:
@@ -274,12 +275,9 @@ class SessionFixCheck:
         covered = set(ids) >= set(self._everything())
         if covered and self.rootdir is not None:  # made before any revise: the loop-start baseline
             try:
-                from pytest_loops.localization.coverage_intel import (
-                    ImpactMap,
-                    SpectraError,
-                    read_spectra,
-                )
+                from pytest_loops.localization.impact import ImpactMap
                 from pytest_loops.localization.localize import IMPACT_MAP
+                from pytest_loops.localization.spectra import SpectraError, read_spectra
 
                 self.impact = ImpactMap.from_spectra(read_spectra(spectra), self.rootdir)
                 self.impact.save(context.run_dir / IMPACT_MAP)  # an artifact: never read back here
