@@ -17,20 +17,19 @@ import re
 import shlex
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pluggy
 
 from pytest_loops.core.checks import CHILD_ENV, digest_file, pytest_command
 from pytest_loops.core.engine import LoopContext
 from pytest_loops.core.revise import name_list
+from pytest_loops.pytest_plugin.options import SUSPECTS_CHOICES, choice_value, fixloop_settings
+from pytest_loops.pytest_plugin.state import SESSION_LOOP_NAME, SessionState
 from pytest_loops.pytest_plugin.terminal import shown
 from pytest_loops.redact import redact, scrub_file, strip_control
 from pytest_loops.results import CheckResult, CommandResult, LoopResult
 from pytest_loops.spec import Check, CheckKind
-
-if TYPE_CHECKING:
-    from pytest_loops.pytest_plugin.session import LoopSession
 
 hookimpl = pluggy.HookimplMarker("pytest")
 
@@ -383,13 +382,13 @@ class _ByNode(dict):
         return dict.get(self, f"{classname}\0{name}", default)
 
 
-def run_session_loop(session: LoopSession) -> LoopResult:
+def run_session_loop(session: SessionState) -> LoopResult:
     """Run the session fix-loop over the tests that failed."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     first_output = _failure_texts(reporter, session.failed_nodeids)
     values = session.settings
     check = Check(CheckKind.HOOK, CHECK_NAME, options={"session_fix": True})
-    spec = session.spec_for("failing tests", "make the failing tests pass: " + name_list(session.failed_nodeids),
+    spec = session.spec_for(SESSION_LOOP_NAME, "make the failing tests pass: " + name_list(session.failed_nodeids),
                             (check,), values)
     fixer = SessionFixCheck(session.failed_nodeids, session.passed_nodeids, first_output, session.child_args(),
                             **fixloop_options(session))
@@ -406,10 +405,8 @@ def run_session_loop(session: LoopSession) -> LoopResult:
         pm.unregister(fixer)
 
 
-def fixloop_options(session: LoopSession) -> dict[str, Any]:
+def fixloop_options(session: SessionState) -> dict[str, Any]:
     """The session's cost model and the settings of its fix-loop."""
-    from pytest_loops.pytest_plugin.plugin import SUSPECTS_CHOICES, _choice, fixloop_settings
-
     cap, confirm = fixloop_settings(session.settings)
     config = session.config
     workers = None
@@ -417,7 +414,7 @@ def fixloop_options(session: LoopSession) -> dict[str, Any]:
         workers = config.option.numprocesses
     return {"rootdir": session.rootdir, "durations": session.durations, "report_s": session.report_s, "plain_run_s": session.plain_run_s,
             "startup_s": session.startup_s, "collect_s": session.collect_s, "test_files": session.test_files, "cap": cap, "confirm": confirm, "workers": workers,
-            "localize": _choice(config, "suspects", SUSPECTS_CHOICES) == "on"}
+            "localize": choice_value(config, "suspects", SUSPECTS_CHOICES) == "on"}
 
 
 def _failure_texts(reporter: Any, nodeids: list[str]) -> str:
