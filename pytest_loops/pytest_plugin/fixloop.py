@@ -13,14 +13,13 @@ before a revise repairs it, the reason names it.
 from __future__ import annotations
 
 import json
-import re
 import shlex
-import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 import pluggy
 
+from pytest_loops.artifacts.junit import passed_nodeids, seconds_by_nodeid
 from pytest_loops.core.checks import CHILD_ENV, digest_file, pytest_command
 from pytest_loops.core.engine import LoopContext
 from pytest_loops.core.revise import name_list
@@ -50,32 +49,6 @@ def passed_ids(output_file: str | None, tail: str) -> set[str]:
         if line.startswith("PASSED "):
             passed.add(line[len("PASSED "):])
     return passed
-
-
-def junit_address(node_id: str) -> tuple[str, str]:
-    """The (classname, name) pytest's JUnit XML gives a node id (as junitxml does)."""
-    path, bracket, params = node_id.partition("[")
-    names = path.split("::")
-    names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))
-    names[-1] += bracket + params
-    return ".".join(names[:-1]), names[-1]
-
-
-def junit_passed(path: Path, node_ids: list[str]) -> set[str] | None:
-    """The node ids that ran and passed, from a JUnit XML file; None if it is unreadable.
-
-    Preferred to the text summary, which user options (`--no-summary`, `-r`) can change.
-    """
-    try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError):
-        return None
-    ok: dict[tuple[str, str], bool] = {}
-    for case in root.iter("testcase"):
-        key = (case.get("classname", ""), case.get("name", ""))
-        clean = not any(child.tag in ("failure", "error", "skipped") for child in case)
-        ok[key] = ok.get(key, True) and clean
-    return {node for node in node_ids if ok.get(junit_address(node)) is True}
 
 
 class SessionFixCheck:
@@ -137,8 +110,8 @@ class SessionFixCheck:
             args = ["-p", PLUGIN, *args]
         command = pytest_command(targets, str(junit), args)
         result = context.run_command(command, label=label, extra_env=extra_env)
-        passed = junit_passed(junit, ids)
-        self._times = junit_times(junit)
+        passed = passed_nodeids(junit, ids)  # preferred to the text summary, which options can change
+        self._times = seconds_by_nodeid(junit, ids)
         if context.scrub is not None:  # read: now mask what the child wrote (failure messages)
             for path in (junit, args_file):
                 scrub_file(path, context.scrub)
@@ -356,30 +329,6 @@ class SessionFixCheck:
             return (f"regression: {', '.join(self.regressions[:5])} passed before the loop and fail now; "
                     + text)
         return text
-
-
-def junit_times(path: Path) -> dict[str, float]:
-    """(classname, name) -> seconds per testcase of a JUnit XML file, keyed by node id form."""
-    try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError):
-        return {}
-    times: dict[str, float] = {}
-    for case in root.iter("testcase"):
-        try:
-            seconds = float(case.get("time") or 0.0)
-        except ValueError:
-            seconds = 0.0
-        times[f"{case.get('classname', '')}\0{case.get('name', '')}"] = seconds
-    return _ByNode(times)
-
-
-class _ByNode(dict):
-    """JUnit times looked up by node id."""
-
-    def get(self, node_id: str, default: float = 0.0) -> float:  # type: ignore[override]
-        classname, name = junit_address(node_id)
-        return dict.get(self, f"{classname}\0{name}", default)
 
 
 def run_session_loop(session: SessionState) -> LoopResult:
