@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pytest_loops.artifacts import provenance  # noqa: E402
+from pytest_loops.artifacts import provenance, tineread  # noqa: E402
 from pytest_loops.results import CheckResult, IterationRecord, LoopResult  # noqa: E402
 from pytest_loops.spec import Check, Guards, LoopSpec  # noqa: E402
 from pytest_loops.verdict import Verdict  # noqa: E402
@@ -118,7 +118,7 @@ def main() -> int:
         steps = len(Run.load(out / "run.tine").steps)
         size = (out / "run.tine").stat().st_size
         json_size = (out / "run.json").stat().st_size
-        ok, message = provenance.verify_tine(out / "run.tine")
+        ok, message = tineread.verify_tine(out / "run.tine")
 
     per_iteration = (tine - tine_small) / (n - small_n)
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; CPU times")

@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 
 from pytest_loops.artifacts import provenance
-from pytest_loops.artifacts.provenance import load_tine_summary, verify_tine, write_tine
+from pytest_loops.artifacts.provenance import write_tine
+from pytest_loops.artifacts.tineread import load_tine_summary, verify_tine
 from pytest_loops.results import CheckResult, IterationRecord, LoopResult
 from pytest_loops.spec import Check, Guards, LoopSpec
 from pytest_loops.verdict import Verdict

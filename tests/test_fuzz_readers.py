@@ -32,7 +32,7 @@ from pytest_loops import LoopUsageError
 from pytest_loops.artifacts.runlog import RunLogWriter, load_runlog, sign_events, sign_summary
 from pytest_loops.cli import main as cli
 from pytest_loops.cli.runview import load_run
-from pytest_loops.pytest_plugin.plugin import MARKER_KEYS, marker_layer
+from pytest_loops.pytest_plugin.options import MARKER_KEYS, marker_layer
 from pytest_loops.runtime.trust import runlog_key
 from pytest_loops.sources.config import (
     ENV_NAMES,

@@ -16,13 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_loops.artifacts import provenance
-from pytest_loops.artifacts.provenance import (
-    load_tine_summary,
-    premask,
-    tail_text,
-    verify_tine,
-    write_tine,
-)
+from pytest_loops.artifacts.provenance import premask, tail_text, write_tine
+from pytest_loops.artifacts.tineread import load_tine_summary, verify_tine
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.redact import make_redactor, redact, redact_obj
 from pytest_loops.results import CheckResult, IterationRecord, LoopResult

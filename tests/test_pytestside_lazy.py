@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from plugin_helpers import Project, clean_env
 
-from pytest_loops.pytest_plugin.session import ARTIFACTS_DIRNAME, LOOP_FILE_ENDINGS
+from pytest_loops.pytest_plugin.session import LOOP_FILE_ENDINGS
+from pytest_loops.pytest_plugin.state import ARTIFACTS_DIRNAME
 
 HEAVY = ("pytest_loops.core.engine", "pytest_loops.sources.loopfile", "pytest_loops.sources.yamlspec", "pytest_loops.sources.files", "pytest_loops.core.pluginmanager", "pytest_loops.pytest_plugin.fixloop",
          "pytest_loops.artifacts.finishers", "yaml", "filelock")
@@ -114,11 +115,11 @@ def test_a_secret_set_in_the_middle_of_the_session_is_still_masked(project: Proj
 
 def test_the_names_spared_the_readers_are_the_readers_own() -> None:
     from pytest_loops.core import checks, engine
-    from pytest_loops.pytest_plugin import plugin
+    from pytest_loops.pytest_plugin import options
     from pytest_loops.sources import files
 
     assert ARTIFACTS_DIRNAME == engine.ARTIFACTS_DIRNAME
-    assert plugin.CHILD_ENV == checks.CHILD_ENV
+    assert options.CHILD_ENV == checks.CHILD_ENV
     assert set(LOOP_FILE_ENDINGS) == {files.LOOP_SUFFIX, *files.YAML_LOOP_SUFFIXES}
     for name in ("a.loop", "A.LOOP", "x.loop.yaml", "x.Loop.yml", "loop", "x.yaml", "x.loops", "x.py"):
         assert Path(name).name.lower().endswith(LOOP_FILE_ENDINGS) == files.is_loop_file(name), name

@@ -7,8 +7,8 @@ import yaml  # noqa: F401 - imported before pytester's inline runs snapshot (and
 
 from pytest_loops.cli.main import main
 from pytest_loops.errors import LoopUsageError
+from pytest_loops.pytest_plugin.options import marker_layer as plugin_marker_layer
 from pytest_loops.pytest_plugin.plugin import build_settings
-from pytest_loops.pytest_plugin.plugin import marker_layer as plugin_marker_layer
 from pytest_loops.settings import SETTINGS, Setting, env_layer
 from pytest_loops.sources import load_yaml_text
 

@@ -12,9 +12,9 @@ import pytest
 import yaml  # noqa: F401 - imported before pytester's inline runs snapshot (and later restore) sys.modules
 
 from pytest_loops.cli.main import build_parser
+from pytest_loops.pytest_plugin.options import marker_layer as plugin_marker_layer
 from pytest_loops.pytest_plugin.plugin import build_settings
-from pytest_loops.pytest_plugin.plugin import marker_layer as plugin_marker_layer
-from pytest_loops.pytest_plugin.session import LoopSession
+from pytest_loops.pytest_plugin.state import SessionState
 from pytest_loops.settings import (
     BY_NAME,
     SETTINGS,
@@ -241,7 +241,7 @@ def test_a_loop_file_value_wins_and_the_session_fills_the_rest(row: Setting) -> 
 
 
 def reproduce(config, settings) -> str:
-    return LoopSession.reproduce_command(SimpleNamespace(settings=settings, config=config))
+    return SessionState.reproduce_command(SimpleNamespace(settings=settings, config=config))
 
 
 @pytest.mark.parametrize("row", [pytest.param(r, id=r.name) for r in option_rows() if r.reproduce != "never"])

@@ -128,17 +128,18 @@ def test_an_untrusted_result_that_cannot_be_replaced_fails_the_item_in_one_line(
     the item fails with one line and the loop does not run."""
     loop_dir(project, "a", passes=True)
     project.write("conftest.py", """\
-        import pytest_loops.pytest_plugin.session
         from pytest_loops.pytest_plugin import items
+
+        shared_result = items.shared_result
 
 
         def planted(session_dir, nodeid, spec, run, **kw):
             path = items.shared_result_path(session_dir, items.shared_identity(nodeid, spec, kw.get("loop_file")))
             (path / "x").mkdir(parents=True, exist_ok=True)  # a directory, and not empty
-            return items.shared_result(session_dir, nodeid, spec, run, **kw)
+            return shared_result(session_dir, nodeid, spec, run, **kw)
 
 
-        pytest_loops.pytest_plugin.session.shared_result = planted
+        items.shared_result = planted
         """)
     result = project.run("--loop", "-q", "-p", "no:randomly")
     assert result.ret == 1, result.stdout.str()

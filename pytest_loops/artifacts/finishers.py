@@ -13,11 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_loops.artifacts.provenance import MIN_HMAC_KEY_BYTES
 from pytest_loops.core.engine import RunPaths
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.results import LoopResult
-
-MIN_HMAC_KEY_BYTES = 16
 
 
 @dataclass(frozen=True)

@@ -1,27 +1,130 @@
-"""Amending pytest's JUnit XML after the session fix-loop ran.
+"""The one JUnit XML reader: where pytest's junitxml puts a node id, what a file says
+of each test, and amending it after the session fix-loop ran.
 
 pytest writes the XML when the session finishes; the session loop's outcome
 comes after. The tests the loop covered get its properties (verdict, reasons,
 one per iteration) and, when it repaired them, lose the first run's failure.
 Under ``--loop`` secret values left in it (a node id's parametrize id) are masked.
+
+A node id's address is the ``(classname, name)`` pair junitxml writes for it: the
+file's dotted path and the classes make the classname, the function and its
+parametrize id (kept whole, whatever ``::``, ``[``, ``]``, spaces or other
+characters it holds) the name.
 """
 
 from __future__ import annotations
 
-import os
+import re
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+Address = tuple[str, str]
 
-def junit_address(nodeid: str) -> tuple[str, str]:
-    """(classname, name) as pytest's junitxml writes them for a node id."""
-    parts = nodeid.split("::")
-    path = parts[0]
-    if path.endswith(".py"):
-        path = path[:-3]
-    names = [path.replace("/", ".").replace(os.sep, ".")] + parts[1:]
-    return ".".join(names[:-1]), names[-1]
+# what junitxml replaces in a test's name (bin_xml_escape): characters XML 1.0 cannot hold, and DEL
+_NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\u007e\u0080-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_NOT_PASSED = ("failure", "error", "skipped")
+
+
+def _xml_visible(text: str) -> str:
+    return _NOT_XML.sub(lambda m: f"#x{ord(m.group()):02X}" if ord(m.group()) <= 0xFF
+                        else f"#x{ord(m.group()):04X}", text)
+
+
+def _address(path: str, names: list[str], params: str | None, prefix: str | None) -> Address:
+    dotted = re.sub(r"\.py$", "", path.replace("/", "."))
+    parts = [dotted, *names]
+    if params is not None:
+        parts[-1] += params
+    classes = parts[:-1]
+    if prefix:
+        classes.insert(0, prefix)
+    return ".".join(classes), _xml_visible(parts[-1])
+
+
+def junit_address(nodeid: str, prefix: str | None = None) -> Address:
+    """(classname, name) as pytest's junitxml writes them for a node id (``--junit-prefix``
+    ``prefix`` before the classname). The path ends at the first ``::``; the parametrize
+    id starts at the first ``[`` after it and is kept whole."""
+    path, sep, tail = nodeid.partition("::")
+    if not sep:
+        return _address(path, [], None, prefix)
+    names, bracket, params = tail.partition("[")
+    return _address(path, names.split("::"), bracket + params if bracket else None, prefix)
+
+
+def junit_addresses(nodeid: str, prefix: str | None = None) -> set[Address]:
+    """Every address a pytest this package supports gives ``nodeid``: before pytest 9.2
+    the parametrize id started at the first ``[`` anywhere (a file named ``t[1].py``)."""
+    path, bracket, params = nodeid.partition("[")
+    names = path.split("::")
+    older = _address(names[0], names[1:], bracket + params if bracket else None, prefix)
+    return {junit_address(nodeid, prefix), older}
+
+
+@dataclass(frozen=True)
+class JUnitCase:
+    """One ``<testcase>``: its address, whether it passed outright, and its seconds."""
+
+    classname: str
+    name: str
+    passed: bool
+    seconds: float
+
+    @property
+    def address(self) -> Address:
+        return self.classname, self.name
+
+
+def read_cases(path: Path) -> list[JUnitCase] | None:
+    """Every test case of a JUnit XML file, in order; None if it is missing or unreadable.
+    A case passed outright when it holds no failure, error or skip."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    cases = []
+    for case in root.iter("testcase"):
+        try:
+            seconds = float(case.get("time") or 0.0)
+        except ValueError:
+            seconds = 0.0
+        cases.append(JUnitCase(case.get("classname", ""), case.get("name", ""),
+                               not any(child.tag in _NOT_PASSED for child in case), seconds))
+    return cases
+
+
+def _by_node(nodeids: Iterable[str], prefix: str | None) -> dict[Address, list[str]]:
+    wanted: dict[Address, list[str]] = {}
+    for node in dict.fromkeys(nodeids):
+        for address in junit_addresses(node, prefix):
+            wanted.setdefault(address, []).append(node)
+    return wanted
+
+
+def passed_nodeids(path: Path, nodeids: Iterable[str], prefix: str | None = None) -> set[str] | None:
+    """The node ids that ran and passed (every case of theirs, subtests too), from a JUnit
+    XML file; None if it is unreadable."""
+    cases = read_cases(path)
+    if cases is None:
+        return None
+    wanted = _by_node(nodeids, prefix)
+    ok: dict[str, bool] = {}
+    for case in cases:
+        for node in wanted.get(case.address, ()):
+            ok[node] = ok.get(node, True) and case.passed
+    return {node for node, passed in ok.items() if passed}
+
+
+def seconds_by_nodeid(path: Path, nodeids: Iterable[str], prefix: str | None = None) -> dict[str, float]:
+    """Seconds per node id (its cases summed) from a JUnit XML file; {} if it is unreadable."""
+    wanted = _by_node(nodeids, prefix)
+    times: dict[str, float] = {}
+    for case in read_cases(path) or ():
+        for node in wanted.get(case.address, ()):
+            times[node] = times.get(node, 0.0) + case.seconds
+    return times
 
 
 def mark_repaired(xml_path: Path, nodeids: Sequence[str], properties: Sequence[tuple[str, str]], *,
@@ -32,15 +135,12 @@ def mark_repaired(xml_path: Path, nodeids: Sequence[str], properties: Sequence[t
         tree = ET.parse(xml_path)
     except (OSError, ET.ParseError):
         return 0
-    wanted = {junit_address(n) for n in nodeids}
+    wanted = _by_node(nodeids, prefix)
     found = 0
     for suite in tree.getroot().iter("testsuite"):
         changed_failures = 0
         for case in suite.iter("testcase"):
-            classname = case.get("classname", "")
-            if prefix and classname.startswith(prefix + "."):
-                classname = classname[len(prefix) + 1:]
-            if (classname, case.get("name", "")) not in wanted:
+            if (case.get("classname", ""), case.get("name", "")) not in wanted:
                 continue
             found += 1
             props = case.find("properties")

@@ -608,7 +608,7 @@ def cross_check_tine(run: dict[str, Any]) -> str | None:
             path = beside
         else:
             return f"its .tine {named} is missing"
-    from pytest_loops.artifacts.provenance import load_tine_summary, verify_tine
+    from pytest_loops.artifacts.tineread import load_tine_summary, verify_tine
 
     ok, message = verify_tine(path)
     if not ok:

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_loops.artifacts.provenance import load_tine_summary, looks_like_tine, verify_tine
 from pytest_loops.artifacts.runlog import assess, check_shape, load_runlog, trust_note
+from pytest_loops.artifacts.tineread import load_tine_summary, looks_like_tine, verify_tine
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.limits import open_regular
 from pytest_loops.redact import strip_control

@@ -13,24 +13,22 @@ before a revise repairs it, the reason names it.
 from __future__ import annotations
 
 import json
-import re
 import shlex
-import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pluggy
 
+from pytest_loops.artifacts.junit import passed_nodeids, seconds_by_nodeid
 from pytest_loops.core.checks import CHILD_ENV, digest_file, pytest_command
 from pytest_loops.core.engine import LoopContext
 from pytest_loops.core.revise import name_list
+from pytest_loops.pytest_plugin.options import SUSPECTS_CHOICES, choice_value, fixloop_settings
+from pytest_loops.pytest_plugin.state import SESSION_LOOP_NAME, SessionState
 from pytest_loops.pytest_plugin.terminal import shown
 from pytest_loops.redact import redact, scrub_file, strip_control
 from pytest_loops.results import CheckResult, CommandResult, LoopResult
 from pytest_loops.spec import Check, CheckKind
-
-if TYPE_CHECKING:
-    from pytest_loops.pytest_plugin.session import LoopSession
 
 hookimpl = pluggy.HookimplMarker("pytest")
 
@@ -51,32 +49,6 @@ def passed_ids(output_file: str | None, tail: str) -> set[str]:
         if line.startswith("PASSED "):
             passed.add(line[len("PASSED "):])
     return passed
-
-
-def junit_address(node_id: str) -> tuple[str, str]:
-    """The (classname, name) pytest's JUnit XML gives a node id (as junitxml does)."""
-    path, bracket, params = node_id.partition("[")
-    names = path.split("::")
-    names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))
-    names[-1] += bracket + params
-    return ".".join(names[:-1]), names[-1]
-
-
-def junit_passed(path: Path, node_ids: list[str]) -> set[str] | None:
-    """The node ids that ran and passed, from a JUnit XML file; None if it is unreadable.
-
-    Preferred to the text summary, which user options (`--no-summary`, `-r`) can change.
-    """
-    try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError):
-        return None
-    ok: dict[tuple[str, str], bool] = {}
-    for case in root.iter("testcase"):
-        key = (case.get("classname", ""), case.get("name", ""))
-        clean = not any(child.tag in ("failure", "error", "skipped") for child in case)
-        ok[key] = ok.get(key, True) and clean
-    return {node for node in node_ids if ok.get(junit_address(node)) is True}
 
 
 class SessionFixCheck:
@@ -138,8 +110,8 @@ class SessionFixCheck:
             args = ["-p", PLUGIN, *args]
         command = pytest_command(targets, str(junit), args)
         result = context.run_command(command, label=label, extra_env=extra_env)
-        passed = junit_passed(junit, ids)
-        self._times = junit_times(junit)
+        passed = passed_nodeids(junit, ids)  # preferred to the text summary, which options can change
+        self._times = seconds_by_nodeid(junit, ids)
         if context.scrub is not None:  # read: now mask what the child wrote (failure messages)
             for path in (junit, args_file):
                 scrub_file(path, context.scrub)
@@ -357,37 +329,13 @@ class SessionFixCheck:
         return text
 
 
-def junit_times(path: Path) -> dict[str, float]:
-    """(classname, name) -> seconds per testcase of a JUnit XML file, keyed by node id form."""
-    try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError):
-        return {}
-    times: dict[str, float] = {}
-    for case in root.iter("testcase"):
-        try:
-            seconds = float(case.get("time") or 0.0)
-        except ValueError:
-            seconds = 0.0
-        times[f"{case.get('classname', '')}\0{case.get('name', '')}"] = seconds
-    return _ByNode(times)
-
-
-class _ByNode(dict):
-    """JUnit times looked up by node id."""
-
-    def get(self, node_id: str, default: float = 0.0) -> float:  # type: ignore[override]
-        classname, name = junit_address(node_id)
-        return dict.get(self, f"{classname}\0{name}", default)
-
-
-def run_session_loop(session: LoopSession) -> LoopResult:
+def run_session_loop(session: SessionState) -> LoopResult:
     """Run the session fix-loop over the tests that failed."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     first_output = _failure_texts(reporter, session.failed_nodeids)
     values = session.settings
     check = Check(CheckKind.HOOK, CHECK_NAME, options={"session_fix": True})
-    spec = session.spec_for("failing tests", "make the failing tests pass: " + name_list(session.failed_nodeids),
+    spec = session.spec_for(SESSION_LOOP_NAME, "make the failing tests pass: " + name_list(session.failed_nodeids),
                             (check,), values)
     fixer = SessionFixCheck(session.failed_nodeids, session.passed_nodeids, first_output, session.child_args(),
                             **fixloop_options(session))
@@ -404,10 +352,8 @@ def run_session_loop(session: LoopSession) -> LoopResult:
         pm.unregister(fixer)
 
 
-def fixloop_options(session: LoopSession) -> dict[str, Any]:
+def fixloop_options(session: SessionState) -> dict[str, Any]:
     """The session's cost model and the settings of its fix-loop."""
-    from pytest_loops.pytest_plugin.plugin import SUSPECTS_CHOICES, _choice, fixloop_settings
-
     cap, confirm = fixloop_settings(session.settings)
     config = session.config
     workers = None
@@ -415,7 +361,7 @@ def fixloop_options(session: LoopSession) -> dict[str, Any]:
         workers = config.option.numprocesses
     return {"rootdir": session.rootdir, "durations": session.durations, "report_s": session.report_s, "plain_run_s": session.plain_run_s,
             "startup_s": session.startup_s, "collect_s": session.collect_s, "test_files": session.test_files, "cap": cap, "confirm": confirm, "workers": workers,
-            "localize": _choice(config, "suspects", SUSPECTS_CHOICES) == "on"}
+            "localize": choice_value(config, "suspects", SUSPECTS_CHOICES) == "on"}
 
 
 def _failure_texts(reporter: Any, nodeids: list[str]) -> str:

@@ -13,21 +13,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
 from pytest_loops.errors import LoopUsageError
+from pytest_loops.pytest_plugin.state import SESSION_KEY, SessionState
 from pytest_loops.pytest_plugin.terminal import failure_text, loop_properties
 from pytest_loops.redact import make_redactor, name_slug, redact, redact_obj
 from pytest_loops.results import CheckResult, IterationRecord, LoopResult
 from pytest_loops.spec import Check, Guards, LoopSpec, Pipeline
 from pytest_loops.verdict import Verdict
-
-if TYPE_CHECKING:
-    from pytest_loops.pytest_plugin.session import LoopSession
-
-SESSION_KEY = pytest.StashKey["LoopSession"]()
 
 
 class LoopFileError(Exception):
@@ -53,17 +49,17 @@ class LoopFileCollector(pytest.File):
             loop_file = load_any(self.path)
         except LoopUsageError as exc:
             raise LoopFileError(str(exc)) from None
-        session: LoopSession = self.config.stash[SESSION_KEY]
-        session.not_acted_on(loop_file)
+        session: SessionState = self.config.stash[SESSION_KEY]
+        not_acted_on(loop_file, session.ignored_lines)
         message = revise_cannot_start(loop_file, session.rootdir, self.path)
         if message:  # a usage error, raised once collection is done (as a bad marker's)
             session.collect_usage_errors.append(message)
             return
         for spec in loop_file.loops:
             # node names are in node ids, the terminal, JUnit XML and stored results: masked
-            yield LoopCollector.from_parent(self, name=redact(spec.name), spec=session.loop_file_spec(spec))
+            yield LoopCollector.from_parent(self, name=redact(spec.name), spec=file_spec(spec, session.settings))
         for pipeline in loop_file.pipelines:
-            stages = tuple(session.loop_file_spec(stage) for stage in pipeline.stages)
+            stages = tuple(file_spec(stage, session.settings) for stage in pipeline.stages)
             yield PipelineCollector.from_parent(self, name=redact(pipeline.name),
                                                 pipeline=Pipeline(pipeline.name, stages, pipeline.source))
 
@@ -71,6 +67,23 @@ class LoopFileCollector(pytest.File):
         if excinfo.errisinstance(LoopFileError):
             return str(excinfo.value)
         return super().repr_failure(excinfo, style=style)
+
+
+def not_acted_on(loop_file: Any, found: dict[str, list[Any]]) -> None:
+    """Remember a loop file's lines this project keeps but does not act on (shown with -v)."""
+    lines = [*loop_file.config, *loop_file.ignored]
+    for spec in loop_file.all_loops():
+        lines += spec.ignored
+    if lines:
+        found[loop_file.path] = sorted(lines, key=lambda i: i.line)
+
+
+def file_spec(spec: LoopSpec, settings: Any) -> LoopSpec:
+    """A loop from a file with the session's settings filling its gaps."""
+    spec = merge_file_spec(spec, settings)
+    if not spec.state_paths:
+        spec = spec.replace(state_paths=(".",))
+    return spec
 
 
 def revise_cannot_start(loop_file: Any, rootdir: Path, path: Path) -> str | None:
@@ -122,8 +135,10 @@ class LoopCollector(pytest.Collector):
                 if not before.succeeded:
                     pytest.skip(f"pipeline stopped: stage {self.after.spec.name!r} ended "
                                 f"{before.verdict.value}: {before.reason}")
-            session: LoopSession = self.config.stash[SESSION_KEY]
-            self._result = session.shared_result(self.nodeid, self.spec, loop_file=str(self.path))
+            session: SessionState = self.config.stash[SESSION_KEY]
+            self._result = shared_result(session.artifacts_dir / "sessions" / session.testrunuid, self.nodeid,
+                                         self.spec, session.run_loop, key=session.session_key,
+                                         loop_file=str(self.path))
         return self._result
 
 

@@ -9,35 +9,37 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 
 from pytest_loops.errors import LoopUsageError
+from pytest_loops.pytest_plugin.options import (
+    AUDIT_CHOICES,
+    CHILD_ENV,
+    EXITCODE_CHOICES,
+    SUSPECTS_CHOICES,
+    TINE_CHOICES,
+    artifact_options,
+    choice_value,
+    ini_value,
+    option_value,
+    usage_error,
+)
 from pytest_loops.settings import (
-    BY_NAME,
     MARKER_KEYS,
     PYTEST_DEFAULTS,
     env_layer,
     option_rows,
     resolve,
 )
-from pytest_loops.settings import marker_layer as _marker_settings
 from pytest_loops.sources.config import ENV_NAMES, Resolved, read_runner_config
-from pytest_loops.verdict import EXIT_USAGE
-
-# checks.CHILD_ENV, named here so a run without loops never imports the checks
-CHILD_ENV = "PYTEST_LOOPS_CHILD"
 
 MARKER = (
     "loop(" + ", ".join(f"{key}=None" for key in MARKER_KEYS) + "): under --loop, when this test fails, run "
     "the revise command and re-run the test in a fresh pytest process until it passes "
     "or a guard stops the loop (MAX_ITER, TIMEOUT, NO_PROGRESS, ESCALATE)."
 )
-EXITCODE_CHOICES = BY_NAME["exitcode"].choices
-TINE_CHOICES = BY_NAME["tine"].choices
-SUSPECTS_CHOICES = BY_NAME["suspects"].choices
-AUDIT_CHOICES = BY_NAME["audit"].choices
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -66,11 +68,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   "when no paths are given on the command line", type="paths", default=[])
 
 
-def _ini(config: pytest.Config, key: str) -> Any:
-    value = config.getini(f"loop_{key}")
-    return value if value not in (None, "", []) else None
-
-
 def _layer(read, where) -> dict[str, Any]:
     """One layer (ini or command line) of every setting with a pytest option, validated."""
     layer: dict[str, Any] = {}
@@ -85,7 +82,7 @@ def build_settings(config: pytest.Config, environ: Mapping[str, str] | None = No
     """The one place precedence is applied for pytest:
     defaults < config file < ini < environment < command line (< marker, per test)."""
     layers: list[tuple[str, dict[str, Any]]] = []
-    config_file = config.getoption("loop_config") or _ini(config, "config")
+    config_file = config.getoption("loop_config") or ini_value(config, "config")
     if config_file:
         path = Path(config_file)
         if not path.is_absolute():
@@ -99,69 +96,10 @@ def build_settings(config: pytest.Config, environ: Mapping[str, str] | None = No
         file_layer.pop("verify", None)
         file_layer.pop("log_path", None)
         layers.append((str(path), file_layer))
-    layers.append(("ini", _layer(lambda row: _ini(config, row.dest[len("loop_"):]), lambda row: f"ini {row.ini}")))
+    layers.append(("ini", _layer(lambda row: ini_value(config, row.dest[len("loop_"):]), lambda row: f"ini {row.ini}")))
     layers.append(("environment", env_layer(environ)))
     layers.append(("command line", _layer(lambda row: config.getoption(row.dest), lambda row: row.option)))
     return resolve(layers, defaults=PYTEST_DEFAULTS)
-
-
-def marker_layer(marker: pytest.Mark, nodeid: str) -> dict[str, Any]:
-    """Validate a `@pytest.mark.loop(...)` and turn it into the top settings layer."""
-    if marker.args:
-        raise LoopUsageError(f"@pytest.mark.loop takes keyword arguments only, got {marker.args!r}",
-                             location=nodeid, fix=f"valid keywords: {', '.join(MARKER_KEYS)}")
-    unknown = sorted(set(marker.kwargs) - set(MARKER_KEYS))
-    if unknown:
-        raise LoopUsageError(f"@pytest.mark.loop got unknown keyword(s) {', '.join(unknown)}",
-                             location=nodeid, fix=f"valid keywords: {', '.join(MARKER_KEYS)}")
-    return _marker_settings(marker.kwargs, f"{nodeid}: @pytest.mark.loop")
-
-
-def _option(config: pytest.Config, key: str) -> Any:
-    return config.getoption(f"loop_{key}") or _ini(config, key)
-
-
-def _choice(config: pytest.Config, key: str, choices: tuple[str, ...]) -> str:
-    """A choice setting's value as text ("on"/"off" for a switch), validated by its row."""
-    row = BY_NAME[key]
-    given = config.getoption(row.dest)
-    value = given or _ini(config, key)
-    if value is None:
-        return choices[0]
-    parsed = row.parse(value, str(row.option) if given else f"ini {row.ini}")
-    return ("on" if parsed else "off") if row.kind == "switch" else parsed
-
-
-def fixloop_settings(settings: Resolved) -> tuple[tuple[str, float], str]:
-    """(suspects_cap, confirm) of the session fix-loop, from the session's settings.
-
-    The cap is ``("fraction", f)``, ``("seconds", s)`` or ``("off", 0)`` (see localize.parse_cap)."""
-    from pytest_loops.localization.localize import parse_cap
-
-    cap = settings.values.get("suspects_cap") or BY_NAME["suspects_cap"].default
-    return parse_cap(cap), settings.values.get("confirm") or BY_NAME["confirm"].default
-
-
-def artifact_options(config: pytest.Config):
-    """The .tine / hand-off options of this session (the signing key is checked here)."""
-    from pytest_loops.artifacts.finishers import ArtifactOptions
-
-    options = ArtifactOptions(
-        tine=_choice(config, "tine", TINE_CHOICES) == "on",
-        hmac_key_env=_option(config, "sign_key_env"),
-        ed25519_key=_option(config, "sign_key_file"),
-        flags=("--loop-sign-key-env", "--loop-sign-key-file"),
-    )
-    options.signing_key()
-    return options
-
-
-class _VerdictModeUsageError(pytest.exit.Exception):  # type: ignore[name-defined]
-    """An exit pytest prints as ``<class name>: <message>``: named so the line reads
-    ``ERROR: ...`` exactly like pytest's own usage errors."""
-
-
-_VerdictModeUsageError.__name__ = _VerdictModeUsageError.__qualname__ = "ERROR"
 
 
 def check_outputs(config: pytest.Config, settings: Resolved) -> None:
@@ -180,29 +118,8 @@ def check_outputs(config: pytest.Config, settings: Resolved) -> None:
     if settings["reflexion"]:
         check_output_path(settings["memory_page"], where("memory_page", "memory"), base=root)
     report = config.getoption("loop_report")
-    check_output_path(report or _ini(config, "report"), "--loop-report" if report else "ini loop_report",
+    check_output_path(report or ini_value(config, "report"), "--loop-report" if report else "ini loop_report",
                       base=config.invocation_params.dir)
-
-
-def usage_error(config: pytest.Config, message: str) -> NoReturn:
-    """pytest's usage error (exit 4, an `ERROR:` line). Under --loop-exitcode=verdict,
-    where 4 means NO_PROGRESS, the same line exits 64 instead: there, 2-5 are verdicts only."""
-    if (config.getoption("loop_exitcode") or _ini(config, "exitcode")) == "verdict":
-        raise _VerdictModeUsageError(message, returncode=EXIT_USAGE)
-    raise pytest.UsageError(message)
-
-
-def usage_exit(config: pytest.Config, message: str) -> NoReturn:
-    """A usage error found once the session runs (at collection, in a running test):
-    the session stops and its one ``ERROR:`` line goes to stderr at the end (the loop
-    session prints it, in place of pytest's ``!`` banner); exit 64 under
-    --loop-exitcode=verdict, else pytest's usage error 4."""
-    verdict = (config.getoption("loop_exitcode") or _ini(config, "exitcode")) == "verdict"
-    raise _VerdictModeUsageError(message, returncode=EXIT_USAGE if verdict else int(pytest.ExitCode.USAGE_ERROR))
-
-
-def is_usage_exit(exc: BaseException) -> bool:
-    return isinstance(exc, _VerdictModeUsageError)
 
 
 VALUE_FLAGS = tuple(row.option for row in option_rows() if row.option)
@@ -271,9 +188,9 @@ def pytest_configure(config: pytest.Config) -> None:
         usage_error(config, moved)
     try:
         settings = build_settings(config)
-        exitcode = _choice(config, "exitcode", EXITCODE_CHOICES)
-        _choice(config, "tine", TINE_CHOICES)
-        if _option(config, "sign_key_env") or _option(config, "sign_key_file"):
+        exitcode = choice_value(config, "exitcode", EXITCODE_CHOICES)
+        choice_value(config, "tine", TINE_CHOICES)
+        if option_value(config, "sign_key_env") or option_value(config, "sign_key_file"):
             artifact_options(config)  # validates the signing key now, before any test runs
         check_outputs(config, settings)
         if settings["revise"]:
@@ -283,13 +200,13 @@ def pytest_configure(config: pytest.Config) -> None:
             check_revise(settings["revise"], config.rootpath, {
                 "command line": "--loop-revise", "ini": "ini loop_revise",
                 "environment": "PYTEST_LOOPS_REVISE"}.get(origin, f"{origin}: revise.cmd"))
-        _choice(config, "suspects", SUSPECTS_CHOICES)
-        _choice(config, "audit", AUDIT_CHOICES)
+        choice_value(config, "suspects", SUSPECTS_CHOICES)
+        choice_value(config, "audit", AUDIT_CHOICES)
         from pytest_loops.redact import export_masks
 
         # masked values go to this process's environment for the session only
         config.add_cleanup(export_masks(config.getoption("loop_mask") or (), where="--loop-mask"))
-        config.add_cleanup(export_masks(_ini(config, "mask") or (), where="ini loop_mask"))
+        config.add_cleanup(export_masks(ini_value(config, "mask") or (), where="ini loop_mask"))
     except LoopUsageError as exc:
         usage_error(config, str(exc))
     from pytest_loops.pytest_plugin.session import LoopSession

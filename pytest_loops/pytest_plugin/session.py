@@ -5,22 +5,21 @@ Registered by :mod:`pytest_loops.pytest_plugin.plugin` only when ``--loop`` is g
 
 from __future__ import annotations
 
-import shlex
-import signal
 import sys
 import time
-import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
 from pytest_loops.errors import LoopUsageError
-from pytest_loops.pytest_plugin.items import (
-    SESSION_KEY,
-    LoopFileCollector,
-    merge_file_spec,
-    shared_result,
+from pytest_loops.pytest_plugin.items import LoopFileCollector
+from pytest_loops.pytest_plugin.options import (
+    is_usage_exit,
+    marker_layer,
+    option_value,
+    usage_error,
+    usage_exit,
 )
 from pytest_loops.pytest_plugin.session_hooks import (
     MARKER_LOOPS,
@@ -28,6 +27,7 @@ from pytest_loops.pytest_plugin.session_hooks import (
     MarkerLoops,
     ReportTimer,
 )
+from pytest_loops.pytest_plugin.state import SESSION_LOOP_NAME, SessionState
 from pytest_loops.pytest_plugin.terminal import (
     SETTINGS_PROPERTY,
     failure_text,
@@ -35,29 +35,18 @@ from pytest_loops.pytest_plugin.terminal import (
     iteration_line,
     live_write,
     loop_properties,
-    settings_line,
     shown,
     summary_rows,
 )
-from pytest_loops.results import CheckResult, LoopResult
-from pytest_loops.settings import GUARD_KEYS, Resolved, spec_origin
-from pytest_loops.spec import Check, CheckKind, Guards, LoopSpec
+from pytest_loops.results import CheckResult
+from pytest_loops.settings import GUARD_KEYS
+from pytest_loops.spec import Check, CheckKind, LoopSpec
 from pytest_loops.verdict import EXIT_INTERNAL, EXIT_USAGE, Verdict
 
-if TYPE_CHECKING:
-    from pytest_loops.core.engine import Engine
-
-# engine.ARTIFACTS_DIRNAME, named here so a session with nothing to loop never imports the engine
-ARTIFACTS_DIRNAME = ".pytest-loops"
 # what a loop file's name ends with (sources.files.is_loop_file decides; this only spares
 # every other collected file the import of the loop readers)
 LOOP_FILE_ENDINGS = (".loop", ".loop.yaml", ".loop.yml")
 
-# Never part of a test tree's state: virtualenvs and build output change on
-# their own and would fake progress (caches are excluded by the fingerprint).
-TREE_EXCLUDES = (".venv", "venv", ".tox", ".nox", "node_modules", "build", "dist", "*.egg-info")
-
-SESSION_LOOP_NAME = "failing tests"
 # workeroutput key: a usage error an xdist worker found, raised by the controller
 USAGE_ERROR_KEY = "loop_usage_error"
 
@@ -82,214 +71,8 @@ def _process_age() -> float:
         return time.process_time()
 
 
-class LoopSession:
-    """The plugin object of one `--loop` session."""
-
-    def __init__(self, config: pytest.Config, settings: Resolved, exitcode: str) -> None:
-        self.config = config
-        self.settings = settings
-        self.exitcode = exitcode
-        self.rootdir = Path(config.rootpath)
-        artifacts = settings["artifacts"]
-        self.artifacts_dir = Path(artifacts) if artifacts else self.rootdir / ARTIFACTS_DIRNAME
-        if not self.artifacts_dir.is_absolute():
-            self.artifacts_dir = self.rootdir / self.artifacts_dir
-        self.rows: list[dict[str, Any]] = []  # one per finished loop (also from xdist workers)
-        self.failed_nodeids: list[str] = []  # failing tests outside any marker loop
-        self.passed_nodeids: list[str] = []  # tests every part of which passed (subtests too)
-        self._failed_set: set[str] = set()  # the two lists above as sets, for membership
-        self._passed_set: set[str] = set()
-        self.usage_message = ""  # a usage error that stopped the running session
-        self.collect_usage_errors: list[str] = []  # found while collecting loop files
-        self.announced: set[tuple[Any, Any]] = set()  # loops whose settings line the controller printed
-        # failed reports per test as pytest counted them in session.testsfailed: one test
-        # with subtests can fail several times (each subtest, and maybe the test itself)
-        self.failed_reports: dict[str, int] = {}
-        self.ignored_lines: dict[str, list[Any]] = {}  # loop file -> lines not acted on
-        self.collection_errors = 0  # collectors that failed (a bad loop file, an import error)
-        self.loop_failures = 0  # marker-loop tests that failed (counted in session.testsfailed)
-        self.session_result: LoopResult | None = None
-        # the session fix-loop's cost model: each test's time, pytest's start-up (CPU
-        # seconds before the session started) and the plain run's wall time
-        self.durations: dict[str, float] = {}
-        self.report_s: dict[str, float] = {}  # per failing test: making its failure reports
-        self.startup_s = 0.0
-        self.session_t0: float | None = None
-        self.plain_run_s = 0.0
-        self.collect_s = 0.0  # collecting every test file
-        self.test_files = 0
-        self.artifact_errors: list[str] = []  # artifacts the loops could not write (one line at the end)
-        workerinput = getattr(config, "workerinput", None)
-        self.testrunuid = workerinput["testrunuid"] if workerinput else uuid.uuid4().hex
-        # authenticates the results the check items of a loop share: made on the
-        # controller when first needed, in memory only (never the environment or a file),
-        # and handed to xdist workers through workerinput (pytest_configure_node). A
-        # worker given none uses a key of its own: its stored results are then trusted
-        # by it alone.
-        self._session_key: bytes | None = None
-        if workerinput:
-            try:
-                given = bytes.fromhex(workerinput["loop_session_key"])
-            except (KeyError, TypeError, ValueError):
-                given = b""
-            if len(given) >= 16:
-                self._session_key = given
-        self._finishers: Any = None
-        config.stash[SESSION_KEY] = self
-
-    @property
-    def session_key(self) -> bytes:
-        if self._session_key is None:
-            from pytest_loops.runtime.trust import new_session_key
-
-            self._session_key = new_session_key()
-        return self._session_key
-
-    @session_key.setter
-    def session_key(self, value: bytes) -> None:
-        self._session_key = value
-
-    @property
-    def finishers(self) -> Any:
-        """What a finished loop writes besides its run log (built for the first loop)."""
-        if self._finishers is None:
-            from dataclasses import replace
-
-            from pytest_loops.artifacts.finishers import make_finishers
-            from pytest_loops.pytest_plugin.plugin import artifact_options
-
-            self._finishers = make_finishers(replace(artifact_options(self.config),
-                                                     resume_command=self.resume_command))
-        return self._finishers
-
-    # -- settings ---------------------------------------------------------------------
-
-    @property
-    def is_worker(self) -> bool:
-        return hasattr(self.config, "workerinput")
-
-    def child_args(self) -> list[str]:
-        """Arguments that make a child pytest see the same rootdir and config."""
-        args = [f"--rootdir={self.rootdir}"]
-        if self.config.inipath:
-            args += ["-c", str(self.config.inipath)]
-        return args
-
-    def make_engine(self) -> Engine:
-        def exclude_trees(root, patterns, exclude=()):
-            from pytest_loops.progress.fingerprint import StateFingerprint
-
-            return StateFingerprint(root, patterns, exclude=[*exclude, *TREE_EXCLUDES])
-
-        from pytest_loops.core.engine import Engine
-        from pytest_loops.pytest_plugin.plugin import (
-            AUDIT_CHOICES,
-            SUSPECTS_CHOICES,
-            _choice,
-            _option,
-        )
-        from pytest_loops.runtime.process import ProcessRunner
-
-        return Engine(runner=ProcessRunner(output_cap=self.settings["output_cap"]),
-                      plugin_manager=self.config.pluginmanager, artifacts_dir=self.artifacts_dir,
-                      fingerprint_factory=exclude_trees, finishers=self.finishers,
-                      localize=_choice(self.config, "suspects", SUSPECTS_CHOICES) == "on",
-                      audit=_choice(self.config, "audit", AUDIT_CHOICES),
-                      hide_env=[_option(self.config, "sign_key_env") or ""])
-
-    def resume_command(self, result: LoopResult) -> str:
-        return self.reproduce_command() + " --loop-resume"
-
-    def spec_for(self, name: str, goal: str, checks: tuple[Check, ...], values: Resolved) -> LoopSpec:
-        return LoopSpec(
-            name=name, goal=goal, checks=checks, revise=values["revise"],
-            guards=Guards(**{k: values[k] for k in GUARD_KEYS}),  # the settings table's guard rows
-            state_paths=tuple(values["state_paths"] or ["."]),
-            memory_page=values["memory_page"], cwd=str(self.rootdir), origin=spec_origin(values),
-            no_progress_signal=values["no_progress_signal"], reflexion=bool(values["reflexion"]),
-            source=name,
-        )
-
-    def run_loop(self, spec: LoopSpec, **kwargs: Any) -> LoopResult:
-        """Run one loop holding the working tree's lock: loops that revise the same
-        tree never interleave, also across xdist workers."""
-        from pytest_loops.core.pluginmanager import register_builtins
-
-        register_builtins(self.config.pluginmanager)  # the checks and revise steps loops run
-        self.announce(spec)
-        revises = spec.revise or len(self.config.pluginmanager.hook.pytest_loop_revise.get_hookimpls()) > 1
-        if not revises:  # a loop that changes nothing needs no lock
-            return self._run(spec, **kwargs)
-        from pytest_loops.runtime.treelock import TreeLock, terminal_say
-
-        # the wait is spoken and counts against the loop's budget (TIMEOUT naming the holder)
-        lock = TreeLock(self.rootdir / ARTIFACTS_DIRNAME / "tree.lock", say=terminal_say(self.config))
-        try:
-            return self._run(spec, before_start=lock.acquire, **kwargs)
-        finally:
-            lock.release()
-
-    def announce(self, spec: LoopSpec) -> None:
-        """The loop's own settings, one line as it starts. An xdist worker's loops are
-        announced by the controller when their first report arrives (a worker has no
-        terminal of its own)."""
-        if self.is_worker:
-            return
-        line = settings_line(spec)
-        live_write(self.config, lambda reporter: reporter.write_line(line))
-
-    def _run(self, spec: LoopSpec, **kwargs: Any) -> LoopResult:
-        """Ctrl-C or SIGTERM of pytest first ends the loop's running command, whole tree."""
-        from pytest_loops.runtime.process import TerminationGuard
-
-        engine = self.make_engine()
-        with TerminationGuard(engine.runner):  # type: ignore[arg-type]  # a ProcessRunner here
-            try:
-                result = engine.run(spec, resume_from=self.resume_point(spec), **kwargs)
-                self.artifact_errors += engine.artifact_errors
-                return result
-            except SystemExit as exc:
-                # the guard turns SIGTERM into SystemExit(143), which pytest would
-                # report as an INTERNALERROR with a traceback and exit 3
-                if exc.code != 128 + signal.SIGTERM:
-                    raise
-                pytest.exit(f"terminated by SIGTERM while the loop {spec.name!r} ran; its running command "
-                            "and every descendant were stopped", returncode=exc.code)
-
-    def resume_point(self, spec: LoopSpec) -> dict[str, Any] | None:
-        """With --loop-resume: the latest run log of this loop that did not finish or was
-        stopped by its budget; None when there is nothing to continue.
-
-        That log must be trusted before anything is taken over: its MACs hold, its
-        spec digest is its spec's, its spec is this loop's (limits and revise step
-        aside) and its loop file is unchanged. Otherwise the session stops with a
-        usage error (one line naming the log and the fix)."""
-        if not self.config.getoption("loop_resume"):
-            return None
-        from pytest_loops.artifacts.runlog import check_resumable, check_trusted, load_runlog
-
-        logs = sorted((self.artifacts_dir / "runs").glob(f"{spec.slug}-*.json"),
-                      key=lambda p: p.stat().st_mtime)
-        for path in reversed(logs):
-            try:
-                data = load_runlog(path)
-            except LoopUsageError:
-                continue  # not a run log
-            if data.get("loop") != spec.name:
-                continue
-            if data.get("verdict") not in (None, "TIMEOUT"):
-                return None
-            try:
-                check_trusted(data, f"--loop-resume {path}", spec=spec)
-                check_resumable(data, f"--loop-resume {path}")
-            except LoopUsageError as exc:
-                # a usage error (64 under --loop-exitcode=verdict, else pytest's 4),
-                # from inside a running test too
-                from pytest_loops.pytest_plugin.plugin import usage_exit
-
-                usage_exit(self.config, str(exc))
-            return data
-        return None
+class LoopSession(SessionState):
+    """The plugin object of one `--loop` session: its hooks."""
 
     # -- loop files -------------------------------------------------------------------------
 
@@ -301,25 +84,6 @@ class LoopSession:
         if is_loop_file(file_path):
             return LoopFileCollector.from_parent(parent, path=file_path)
         return None
-
-    def not_acted_on(self, loop_file: Any) -> None:
-        """Remember a loop file's lines this project keeps but does not act on (shown with -v)."""
-        lines = [*loop_file.config, *loop_file.ignored]
-        for spec in loop_file.all_loops():
-            lines += spec.ignored
-        if lines:
-            self.ignored_lines[loop_file.path] = sorted(lines, key=lambda i: i.line)
-
-    def loop_file_spec(self, spec: LoopSpec) -> LoopSpec:
-        """A loop from a file with the session's settings filling its gaps."""
-        spec = merge_file_spec(spec, self.settings)
-        if not spec.state_paths:
-            spec = spec.replace(state_paths=(".",))
-        return spec
-
-    def shared_result(self, nodeid: str, spec: LoopSpec, loop_file: str | None = None) -> LoopResult:
-        return shared_result(self.artifacts_dir / "sessions" / self.testrunuid, nodeid, spec,
-                             self.run_loop, key=self.session_key, loop_file=loop_file)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -343,27 +107,6 @@ class LoopSession:
         ]
         return [shown(line) for line in lines]
 
-    def reproduce_command(self) -> str:
-        """This session's command line, every ``--loop-*`` value in the ``=`` form (pytest reads
-        a value after a space as a test path too while it settles the rootdir). The flags and
-        which values are written come from the settings table (``settings.reproduce_pairs``)."""
-        from pytest_loops.settings import own_options, reproduce_pairs
-
-        args = ["pytest", "--loop", *(f"{flag}={value}" for flag, value in reproduce_pairs(self.settings))]
-        own = own_options()
-        rest: list[str] = []
-        skip = False
-        for arg in self.config.invocation_params.args:
-            if skip:
-                skip = False
-                continue
-            name = arg.split("=", 1)[0]
-            if name in own:
-                skip = "=" not in arg and name != "--loop"
-                continue
-            rest.append(arg)
-        return " ".join(shlex.quote(a) for a in args + rest)
-
     @pytest.hookimpl
     def pytest_loop_iteration_finished(self, spec: LoopSpec, record: Any) -> None:
         if self.is_worker:
@@ -379,8 +122,6 @@ class LoopSession:
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         """Reject a bad `@pytest.mark.loop(...)` (or a loop file's revise step that cannot
         start) before anything runs."""
-        from pytest_loops.pytest_plugin.plugin import marker_layer
-
         if self.collect_usage_errors:
             self._usage_at_collection(self.collect_usage_errors[0], items)
             return
@@ -406,8 +147,6 @@ class LoopSession:
             pm.register(ReportTimer(self), REPORT_TIMER)  # the session fix-loop's cost model
 
     def _usage_at_collection(self, message: str, items: list[pytest.Item]) -> None:
-        from pytest_loops.pytest_plugin.plugin import usage_error, usage_exit
-
         if self.is_worker:
             # A UsageError raised on an xdist worker crashes it and the controller
             # reports an INTERNALERROR: run nothing here and let the controller
@@ -424,8 +163,6 @@ class LoopSession:
         """On the xdist controller: a worker found a bad marker; fail as a usage error."""
         message = (getattr(node, "workeroutput", None) or {}).get(USAGE_ERROR_KEY)
         if message:
-            from pytest_loops.pytest_plugin.plugin import usage_error, usage_exit
-
             if self.exitcode == "verdict":
                 usage_exit(self.config, message)
             usage_error(self.config, message)
@@ -437,8 +174,6 @@ class LoopSession:
         marker = item.get_closest_marker("loop")
         if marker is None:
             return report
-        from pytest_loops.pytest_plugin.plugin import marker_layer
-
         values = self.settings.with_layer("marker", marker_layer(marker, item.nodeid))
         check = Check.test_passes(item.nodeid, options={"pytest_args": self.child_args()})
         spec = self.spec_for(item.nodeid, f"make {item.nodeid} pass", (check,), values)
@@ -567,8 +302,6 @@ class LoopSession:
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         """A usage error that stopped the running session: its line is printed at the
         end as one ``ERROR:`` line on stderr, not in pytest's ``!`` banner."""
-        from pytest_loops.pytest_plugin.plugin import is_usage_exit
-
         if not is_usage_exit(excinfo.value):
             return
         self.usage_message = str(getattr(excinfo.value, "msg", excinfo.value))
@@ -684,18 +417,14 @@ class LoopSession:
         try:
             report = self.write_report()  # also with no loop: a CI upload step expects the file
         except OSError as exc:
-            from pytest_loops.pytest_plugin.plugin import _option
-
-            self._artifact_failed(_option(self.config, "report"), exc)
+            self._artifact_failed(option_value(self.config, "report"), exc)
             report = None
         if report:
             terminalreporter.write_line(f"loops: HTML report: {report}")
 
     def write_report(self) -> str | None:
         """--loop-report FILE: this session's loops in one HTML file."""
-        from pytest_loops.pytest_plugin.plugin import _option
-
-        target = _option(self.config, "report")
+        target = option_value(self.config, "report")
         if not target or self.is_worker:
             return None
         from pytest_loops.artifacts.report import write_html_report

@@ -13,31 +13,21 @@ import difflib
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
-from pytest_loops.errors import LoopFileError, LoopUsageError
+from pytest_loops.errors import LoopFileError
 from pytest_loops.sources import phrases
+from pytest_loops.sources.loopdraft import (
+    RIGOR_MAX_ITER,
+    Body,
+    FileDraft,
+    Line,
+    PipelineDraft,
+    Setting,
+)
 from pytest_loops.sources.model import Flow, LoopFile
 from pytest_loops.sources.phrases import Predicate, Problem
 from pytest_loops.sources.reading import read_text
-from pytest_loops.spec import (
-    DEFAULT_BUDGET_SECONDS,
-    DEFAULT_ESCALATE_AFTER,
-    DEFAULT_MAX_ITER,
-    DEFAULT_NO_PROGRESS_K,
-    NO_PROGRESS_SIGNALS,
-    Check,
-    CheckKind,
-    Guards,
-    IgnoredLine,
-    LoopSpec,
-    Pipeline,
-    slugify,
-)
-
-RIGOR_MAX_ITER = 8  # LoopFlow's thrash guard under `rigor: structured ai-assisted | agentic engineering`
-RIGOR_MESSAGE = "thrashing"
+from pytest_loops.spec import NO_PROGRESS_SIGNALS, CheckKind, IgnoredLine, slugify
 
 # Why a line is kept but not acted on. Shown by `pytest-loops show`.
 WHY_CONFIG = "config tier: kept as written, not acted on"
@@ -69,19 +59,6 @@ _WHY = {
 }
 
 
-# -- lines ----------------------------------------------------------------------------
-
-@dataclass(slots=True)
-class _Line:
-    no: int  # 1-based line number
-    indent: int  # leading whitespace characters (a tab counts as one, as in LoopFlow)
-    text: str  # the line without comment and surrounding whitespace
-
-    def col(self, offset: int = 0) -> int:
-        """1-based column of ``offset`` into ``text``."""
-        return self.indent + offset + 1
-
-
 def _strip_comment(raw: str) -> str:
     hash_at = raw.find("#")
     if hash_at < 0 or '"' not in raw[:hash_at]:
@@ -95,57 +72,18 @@ def _strip_comment(raw: str) -> str:
     return raw
 
 
-def _tokenize(text: str) -> list[_Line]:
+def _tokenize(text: str) -> list[Line]:
     lines = []
     for no, raw in enumerate(text.split("\n"), 1):
         code = _strip_comment(raw[:-1] if raw.endswith("\r") else raw)
         stripped = code.strip()
         if stripped:
-            lines.append(_Line(no, len(code) - len(code.lstrip()), stripped))
+            lines.append(Line(no, len(code) - len(code.lstrip()), stripped))
     return lines
 
 
 def _re(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern, re.I)
-
-
-# -- drafts: what a definition says, before defaults are applied --------------------
-
-@dataclass
-class _Setting:
-    value: Any
-    where: str  # "file:line", or "file:line (note)"
-
-
-@dataclass
-class _Body:
-    """One loop or stage body as read; turned into a LoopSpec once the file is read."""
-
-    header: _Line
-    name: str | None
-    name_col: int
-    is_stage: bool = False
-    goal: str | None = None
-    checks: list[tuple[Predicate, str, _Line]] = field(default_factory=list)
-    gates: list[tuple[str, _Line]] = field(default_factory=list)
-    look: list[str] = field(default_factory=list)
-    look_line: _Line | None = None
-    hints: list[str] = field(default_factory=list)  # examples:, knowledge:
-    settings: dict[str, _Setting] = field(default_factory=dict)
-    protect: list[str] = field(default_factory=list)
-    protect_where: list[str] = field(default_factory=list)
-    ignored: list[IgnoredLine] = field(default_factory=list)
-    human_review: bool = False
-    has_fail: bool = False
-    has_after: bool = False
-
-
-@dataclass
-class _PipelineDraft:
-    header: _Line
-    name: str | None
-    name_col: int
-    stages: list[_Body] = field(default_factory=list)
 
 
 # -- the parser -------------------------------------------------------------------------
@@ -217,48 +155,24 @@ _TYPO_STARTS = ["done when", "remember in", "revise with", "escalate after", "st
 
 def _ignore(why: str) -> Callable[..., None]:
     """A handler that keeps the line, not acted on, with the reason ``_WHY[why]``."""
-    def handler(parser: _Parser, body: _Body, line: _Line, m: re.Match[str]) -> None:
+    def handler(parser: _Parser, body: Body, line: Line, m: re.Match[str]) -> None:
         body.ignored.append(IgnoredLine(line.no, line.text, _WHY[why]))
     return handler
 
 
-class _Parser:
-    def __init__(self, text: str, path: str):
-        self.path = path
+class _Parser(FileDraft):
+    """Reads the lines of a ``.loop`` file into its drafts."""
+
+    def __init__(self, text: str, path: str) -> None:
+        super().__init__(path)
         self.lines = _tokenize(text)
-        self.filedir = os.path.dirname(os.path.abspath(path))
-        self.cwd = self.filedir
-        self.cwd_where: str | None = None
-        base = os.path.basename(path)
-        self.stem = (base[: -len(".loop")] if base.lower().endswith(".loop") else base).strip()
-        if not self.stem or self.stem.startswith("<"):
-            self.stem = "loop"
-        self.config: list[IgnoredLine] = []
-        self.ignored: list[IgnoredLine] = []
-        self.defaults = _Body(header=_Line(0, 0, ""), name=None, name_col=1)
-        self.rigor: str | None = None
-        self.loops: list[_Body] = []
-        self.pipelines: list[_PipelineDraft] = []
-        self.flows: list[Flow] = []
-        self.names: dict[str, int] = {}  # top-level definition name -> line
-        self.slugs: dict[str, int] = {}  # its file-name form -> line
 
     # -- errors and bookkeeping ---------------------------------------------------------
 
-    def error(self, message: str, line: _Line | None, column: int | None = None,
-              fix: str | None = None) -> LoopFileError:
-        if line is None:
-            return LoopFileError(message, self.path, fix=fix)
-        return LoopFileError(message, self.path, line.no, column if column is not None else line.col(),
-                             fix=fix)
-
-    def problem(self, exc: Problem, line: _Line, start: int) -> LoopFileError:
+    def problem(self, exc: Problem, line: Line, start: int) -> LoopFileError:
         return self.error(exc.message, line, line.col(start + exc.offset), exc.fix)
 
-    def where(self, line: _Line, note: str | None = None) -> str:
-        return f"{self.path}:{line.no}" + (f" ({note})" if note else "")
-
-    def children(self, start: int, indent: int, lines: list[_Line] | None = None) -> int:
+    def children(self, start: int, indent: int, lines: list[Line] | None = None) -> int:
         """Index just past the lines after ``start`` indented deeper than ``indent``."""
         lines = self.lines if lines is None else lines
         end = start + 1
@@ -266,7 +180,7 @@ class _Parser:
             end += 1
         return end
 
-    def header_name(self, line: _Line, rest_start: int) -> tuple[str | None, int]:
+    def header_name(self, line: Line, rest_start: int) -> tuple[str | None, int]:
         """The quoted (or bare) name of a loop/pipeline/flow/stage header, and its column."""
         try:
             phrases.check_quotes(line.text)
@@ -282,7 +196,7 @@ class _Parser:
             bare = bare[:-1].strip()
         return (bare or None), line.col(rest_start)
 
-    def claim(self, name: str, line: _Line, column: int, what: str = "loop") -> None:
+    def claim(self, name: str, line: Line, column: int, what: str = "loop") -> None:
         """Record a top-level definition name; a second use is an error."""
         slug = slugify(name)
         for same, table, key in (("name", self.names, name), ("file-name form", self.slugs, slug)):
@@ -369,7 +283,7 @@ class _Parser:
         end = self.children(i, header.indent)
         if name is not None:
             self.claim(name, header, col)
-        body = _Body(header=header, name=name, name_col=col)
+        body = Body(header=header, name=name, name_col=col)
         self.parse_body(body, self.lines[i + 1:end])
         self.loops.append(body)
         return end
@@ -379,7 +293,7 @@ class _Parser:
         name, col = self.header_name(header, rest)
         if name is not None:
             self.claim(name, header, col, "pipeline")
-        draft = _PipelineDraft(header, name, col)
+        draft = PipelineDraft(header, name, col)
         end = self.children(i, header.indent)
         body = self.lines[i + 1:end]
         label = f"pipeline {name!r}" if name else "the pipeline"
@@ -401,7 +315,7 @@ class _Parser:
         self.pipelines.append(draft)
         return end
 
-    def parse_stage(self, draft: _PipelineDraft, body: list[_Line], j: int, label: str, limit: int) -> int:
+    def parse_stage(self, draft: PipelineDraft, body: list[Line], j: int, label: str, limit: int) -> int:
         line = body[j]
         if not _STAGE.match(line.text):
             raise self.error(f"expected a `stage` line inside {label}, got {line.text!r}", line,
@@ -424,7 +338,7 @@ class _Parser:
         if end == j + 1:
             raise self.error(f"stage {name!r} has no body", line, fix=(
                 "indent the stage's lines (goal:, done when ...) deeper than the `stage` line"))
-        stage = _Body(header=line, name=name, name_col=col, is_stage=True)
+        stage = Body(header=line, name=name, name_col=col, is_stage=True)
         self.parse_body(stage, body[j + 1:end])
         draft.stages.append(stage)
         return end
@@ -454,7 +368,7 @@ class _Parser:
 
     # -- a loop or stage body -------------------------------------------------------------
 
-    def parse_body(self, body: _Body, lines: list[_Line]) -> None:
+    def parse_body(self, body: Body, lines: list[Line]) -> None:
         what = ("stage" if body.is_stage else "loop") + (f" {body.name!r}" if body.name else "")
         if not lines:
             raise self.error(f"{what} has no body", body.header, fix=(
@@ -489,13 +403,13 @@ class _Parser:
             raise self.error(f"{what} has no goal", body.header,
                              fix="add a `goal: <what done means>` line to its body")
 
-    def predicate(self, line: _Line, text: str, start: int) -> Predicate:
+    def predicate(self, line: Line, text: str, start: int) -> Predicate:
         try:
             return phrases.parse_predicate(text)
         except Problem as exc:
             raise self.problem(exc, line, start) from None
 
-    def body_line(self, body: _Body, line: _Line) -> None:
+    def body_line(self, body: Body, line: Line) -> None:
         text = line.text
         head = _HEAD.match(text)
         for pattern, handler in _DISPATCH.get(head.group(0).lower() if head else "", ()):
@@ -510,18 +424,18 @@ class _Parser:
             raise self.error(f"unknown line {text!r}", line, fix=f"did you mean `{hint}`?")
         body.ignored.append(IgnoredLine(line.no, text, WHY_UNKNOWN))
 
-    def on_goal(self, body: _Body, line: _Line, m: re.Match[str]) -> None:
+    def on_goal(self, body: Body, line: Line, m: re.Match[str]) -> None:
         goal = m.group(1).strip()
         if not goal:
             raise self.error("`goal:` has no text", line, fix="say what done means, e.g. `goal: the cart total includes tax`")
         body.goal = goal
 
-    def on_look(self, body: _Body, line: _Line, m: re.Match[str]) -> None:
+    def on_look(self, body: Body, line: Line, m: re.Match[str]) -> None:
         # LoopFlow keeps only the last `look at:` line; as hints and state paths, several add up
         body.look.extend(it for it in phrases.split_items(m.group(1)) if it.lower() != "the last failure")
         body.look_line = body.look_line or line
 
-    def on_check(self, body: _Body, line: _Line, m: re.Match[str]) -> None:
+    def on_check(self, body: Body, line: Line, m: re.Match[str]) -> None:
         key, value = m.group(1).lower(), m.group(2)
         if not value.strip():
             raise self.error(f"`{key}:` has no command", line, line.col(m.start(2)),
@@ -532,10 +446,10 @@ class _Parser:
             raise self.problem(exc, line, m.start(2)) from None
         body.checks.append((pred, f"{key}: {value.strip()}", line))
 
-    def on_hints(self, body: _Body, line: _Line, m: re.Match[str]) -> None:
+    def on_hints(self, body: Body, line: Line, m: re.Match[str]) -> None:
         body.hints.extend(phrases.split_items(m.group(1)))
 
-    def on_knowledge(self, body: _Body, line: _Line, m: re.Match[str]) -> None:
+    def on_knowledge(self, body: Body, line: Line, m: re.Match[str]) -> None:
         items = phrases.split_items(m.group(1))
         body.hints.extend(items)
         paths = [it for it in items if phrases.is_path(it)]
@@ -543,26 +457,26 @@ class _Parser:
             body.protect.extend(paths)
             body.protect_where.append(self.where(line, "knowledge"))
 
-    def on_memory(self, body: _Body, line: _Line, m: re.Match[str]) -> None:
+    def on_memory(self, body: Body, line: Line, m: re.Match[str]) -> None:
         raw = m.group(1)
         value = self.quoted_or_bare(line, raw, m.start(1))
         if not value:
             raise self.error("`remember in` names no file", line,
                              fix='write `remember in "lessons.md"`')
-        body.settings["memory_page"] = _Setting(os.path.normpath(os.path.join(self.filedir, value)),
+        body.settings["memory_page"] = Setting(os.path.normpath(os.path.join(self.filedir, value)),
                                                 self.where(line))
 
-    def on_human_review(self, body: _Body, line: _Line, m: re.Match[str]) -> None:
+    def on_human_review(self, body: Body, line: Line, m: re.Match[str]) -> None:
         body.human_review = True
         body.ignored.append(IgnoredLine(line.no, line.text, _WHY["human_review"]))
 
-    def on_gate(self, body: _Body, line: _Line, m: re.Match[str]) -> None:
+    def on_gate(self, body: Body, line: Line, m: re.Match[str]) -> None:
         if body.is_stage:
             body.gates.append((f"approve before {m.group(1).strip()}", line))
         else:
             body.ignored.append(IgnoredLine(line.no, line.text, _WHY["gate_loop"]))
 
-    def on_when(self, body: _Body, line: _Line, m: re.Match[str]) -> None:
+    def on_when(self, body: Body, line: Line, m: re.Match[str]) -> None:
         cond = " ".join(m.group(1).split())
         actions = m.group(2)
         try:
@@ -576,14 +490,14 @@ class _Parser:
             why = "when_fail"
         elif _BLOCKED_COND.match(cond):
             if _ASK_HUMAN.search(actions):
-                body.settings["escalate_when_blocked"] = _Setting(True, self.where(line))
+                body.settings["escalate_when_blocked"] = Setting(True, self.where(line))
                 return
             why = "when_blocked"
         else:
             why = "when_other"
         body.ignored.append(IgnoredLine(line.no, line.text, _WHY[why]))
 
-    def on_after(self, body: _Body, line: _Line, m: re.Match[str]) -> None:
+    def on_after(self, body: Body, line: Line, m: re.Match[str]) -> None:
         n = self.count(line, m.group(1), m.start(1), "after 6 tries: stop")
         actions = m.group(2)
         body.has_after = True
@@ -596,14 +510,14 @@ class _Parser:
             raise self.problem(exc, line, m.start(2)) from None
         stop, ask = _STOP.search(actions), _ASK_HUMAN.search(actions)
         if stop:
-            body.settings["max_iter"] = _Setting(n, self.where(line))
+            body.settings["max_iter"] = Setting(n, self.where(line))
             warn = _WARN.search(actions)
             if warn:
                 message = (warn.group(1) if warn.group(1) is not None else warn.group(2)).strip()
                 if message:
-                    body.settings["stop_message"] = _Setting(message, self.where(line))
+                    body.settings["stop_message"] = Setting(message, self.where(line))
         if ask:
-            body.settings["escalate_after"] = _Setting(n, self.where(line))
+            body.settings["escalate_after"] = Setting(n, self.where(line))
         if not stop and not ask:
             body.ignored.append(IgnoredLine(line.no, line.text, _WHY["after_other"]))
 
@@ -630,13 +544,13 @@ class _Parser:
 
     # -- our own lines (loop bodies and file defaults) --------------------------------
 
-    def count(self, line: _Line, raw: str, start: int, example: str) -> int:
+    def count(self, line: Line, raw: str, start: int, example: str) -> int:
         try:
             return phrases.positive_int(raw, 0, example)
         except Problem as exc:
             raise self.problem(exc, line, start) from None
 
-    def quoted_or_bare(self, line: _Line, raw: str, start: int) -> str:
+    def quoted_or_bare(self, line: Line, raw: str, start: int) -> str:
         """A value written bare or in double quotes; inside quotes, `\\"` is a quote.
 
         Text after the closing quote is an error, never silently dropped.
@@ -668,7 +582,7 @@ class _Parser:
             i += 1
         raise self.problem(Problem("unterminated quote", 0, 'close it with a matching `"`'), line, offset)
 
-    def own_line(self, body: _Body, line: _Line) -> bool:
+    def own_line(self, body: Body, line: Line) -> bool:
         """budget / stop when nothing changes / escalate after / revise with / protect / scope / watch."""
         text = line.text
         m = _BUDGET.match(text)
@@ -677,7 +591,7 @@ class _Parser:
                 seconds = phrases.duration_seconds(m.group(1))
             except Problem as exc:
                 raise self.problem(exc, line, m.start(1) + len(m.group(1)) - len(m.group(1).lstrip())) from None
-            body.settings["budget_seconds"] = _Setting(seconds, self.where(line))
+            body.settings["budget_seconds"] = Setting(seconds, self.where(line))
             return True
         m = _SIGNAL.match(text)
         if m:
@@ -685,7 +599,7 @@ class _Parser:
             if value not in NO_PROGRESS_SIGNALS:
                 raise self.error(f"{value!r} is not a no progress signal", line, line.col(m.start(1)),
                                  fix=f"write one of: {', '.join(NO_PROGRESS_SIGNALS)}")
-            body.settings["no_progress_signal"] = _Setting(value, self.where(line))
+            body.settings["no_progress_signal"] = Setting(value, self.where(line))
             return True
         for pattern, key, example in ((_NO_PROGRESS, "no_progress_k", "stop when nothing changes for 2 tries"),
                                       (_SAME_FAILURE, "no_progress_k",
@@ -697,13 +611,13 @@ class _Parser:
                 if not tail:
                     raise self.error(f"could not read {text!r}", line, fix=f"write `{example}`")
                 n = self.count(line, tail.group(1), m.start(1) + tail.start(1), example)
-                body.settings[key] = _Setting(n, self.where(line))
+                body.settings[key] = Setting(n, self.where(line))
                 if key == "no_progress_k":  # which signal: the state, the failure, or both lines
                     signal = "failure" if pattern is _SAME_FAILURE else "state"
                     old = body.settings.get("no_progress_signal")
                     if old is not None and old.value != signal:
                         signal = "both"
-                    body.settings["no_progress_signal"] = _Setting(signal, self.where(line))
+                    body.settings["no_progress_signal"] = Setting(signal, self.where(line))
                 return True
         m = _REVISE.match(text)
         if m:
@@ -711,7 +625,7 @@ class _Parser:
             if not command:
                 raise self.error("`revise with` has no command", line,
                                  fix='write `revise with "python fix.py"`')
-            body.settings["revise"] = _Setting(command, self.where(line))
+            body.settings["revise"] = Setting(command, self.where(line))
             return True
         m = _LISTS.match(text)
         if m:
@@ -728,119 +642,9 @@ class _Parser:
                 old = body.settings.get(name)
                 merged = (list(old.value) if old else []) + items
                 where = self.where(line) if not old else f"{old.where}, {self.where(line)}"
-                body.settings[name] = _Setting(merged, where)
+                body.settings[name] = Setting(merged, where)
             return True
         return False
-
-    # -- from drafts to LoopSpecs -------------------------------------------------------
-
-    def finish(self) -> LoopFile:
-        taken = set(self.names)
-        loops = [self.build(body, self.unnamed(body, taken)) for body in self.loops]
-        pipelines = []
-        for draft in self.pipelines:
-            pname = self.unnamed(draft, taken)
-            stages = [self.build(stage, f"{pname} / {stage.name}") for stage in draft.stages]
-            pipelines.append(Pipeline(pname, tuple(stages), self.where(draft.header)))
-        seen: dict[str, str] = {}
-        for spec in loops + [s for p in pipelines for s in p.stages]:
-            if spec.name in seen:  # e.g. a loop named "p / s" next to pipeline "p", stage "s"
-                raise LoopFileError(f"duplicate loop name {spec.name!r} (also at {seen[spec.name]})",
-                                    self.path, int((spec.source or "0").rsplit(":", 1)[-1]), 1,
-                                    fix="give each loop and stage its own name")
-            seen[spec.name] = spec.source or ""
-        return LoopFile(self.path, tuple(loops), tuple(pipelines), tuple(self.flows),
-                        tuple(self.config), tuple(self.ignored))
-
-    def unnamed(self, draft: _Body | _PipelineDraft, taken: set[str]) -> str:
-        if draft.name is not None:
-            return draft.name
-        name, n = self.stem, 1
-        while name in taken:
-            n += 1
-            name = f"{self.stem} {n}"
-        taken.add(name)
-        return name
-
-    def build(self, body: _Body, name: str) -> LoopSpec:
-        origin: dict[str, str] = {}
-        defaults = self.defaults.settings
-
-        def pick(key: str, default: Any, origin_key: str | None = None) -> Any:
-            setting = body.settings.get(key) or defaults.get(key)
-            origin[origin_key or key] = setting.where if setting else "default"
-            return setting.value if setting else default
-
-        max_iter = pick("max_iter", DEFAULT_MAX_ITER, "guards.max_iter")
-        stop_message = pick("stop_message", None)
-        if "max_iter" not in body.settings and not body.has_after and self.rigor and (
-                body.checks or body.has_fail):
-            max_iter, origin["guards.max_iter"] = RIGOR_MAX_ITER, self.rigor
-            stop_message, origin["stop_message"] = RIGOR_MESSAGE, self.rigor
-        guard_values = {
-            "max_iter": max_iter,
-            "budget_seconds": pick("budget_seconds", DEFAULT_BUDGET_SECONDS, "guards.budget_seconds"),
-            "no_progress_k": pick("no_progress_k", DEFAULT_NO_PROGRESS_K, "guards.no_progress_k"),
-            "escalate_after": pick("escalate_after", DEFAULT_ESCALATE_AFTER, "guards.escalate_after"),
-        }
-        revise = pick("revise", None)
-        memory_page = pick("memory_page", None)
-        escalate_when_blocked = pick("escalate_when_blocked", False)
-        scope = pick("scope", [])
-        no_progress_signal = pick("no_progress_signal", "state")
-
-        look_items, look_line = body.look, body.look_line
-        watch = body.settings.get("state_paths") or defaults.get("state_paths")
-        if watch:
-            state_paths, origin["state_paths"] = watch.value, watch.where
-        elif look_line is not None and any(phrases.is_path(it) for it in look_items):
-            state_paths = [it for it in look_items if phrases.is_path(it)]
-            origin["state_paths"] = self.where(look_line, "look at")
-        else:
-            state_paths, origin["state_paths"] = [], "default"
-        look_at = list(dict.fromkeys(look_items + body.hints))
-        if look_at:
-            origin["look_at"] = self.where(look_line) if look_line else self.where(body.header)
-        protect = list(dict.fromkeys(self.defaults.protect + body.protect))
-        if protect:
-            origin["protect"] = ", ".join(self.defaults.protect_where + body.protect_where)
-        if self.cwd_where:
-            origin["cwd"] = self.cwd_where
-
-        checks = self.checks(body, name)
-        try:
-            return LoopSpec(
-                name=name, checks=tuple(checks), goal=body.goal or "", revise=revise,
-                guards=Guards(**guard_values), state_paths=tuple(state_paths),
-                memory_page=memory_page, cwd=self.cwd, stop_message=stop_message,
-                escalate_when_blocked=bool(escalate_when_blocked), look_at=tuple(look_at),
-                protect=tuple(protect), scope=tuple(scope), ignored=tuple(body.ignored),
-                no_progress_signal=no_progress_signal,
-                origin=origin, source=self.where(body.header),
-            )
-        except LoopUsageError as exc:  # values are validated above; this is a last line of defence
-            raise LoopFileError(exc.message, self.path, body.header.no, 1, exc.fix) from None
-
-    def checks(self, body: _Body, name: str) -> list[Check]:
-        entries: list[tuple[Predicate, str, _Line]] = [
-            (Predicate(CheckKind.HUMAN, text=text), f"a human approves {text[len('approve '):]}", line)
-            for text, line in body.gates
-        ]
-        entries += body.checks
-        if not entries:
-            # LoopFlow accepts a loop without `done when`: it never passes by machine.
-            goal = body.goal or name
-            entries = [(Predicate(CheckKind.HUMAN, text=f"no done when: a human must confirm the goal: {goal}"),
-                        "no done when: a human confirms the goal", body.header)]
-        names = phrases.unique_names([phrases.check_name(phrase) for _, phrase, _ in entries])
-        out = []
-        for (pred, _, line), check_name in zip(entries, names, strict=True):
-            try:
-                out.append(pred.to_check(check_name, self.where(line)))
-            except LoopUsageError as exc:
-                raise LoopFileError(exc.message, self.path, line.no, line.col(), exc.fix) from None
-        return out
-
 
 _HEAD = re.compile(r"[A-Za-z]+")
 _FIRST_WORDS = {

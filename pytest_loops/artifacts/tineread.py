@@ -1,0 +1,254 @@
+"""Reading a `.tine` file back: verifying its integrity digest and signature,
+summarizing its steps as a run log would, and telling a `.tine` file from others.
+
+Written by :mod:`pytest_loops.artifacts.provenance`. opentine is imported inside
+the functions that need it, never when this module is imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pytest_loops.artifacts.provenance import (
+    CHECK_TOOL,
+    MIN_HMAC_KEY_BYTES,
+    REVISE_TOOL,
+    SCHEMA,
+    one_line,
+)
+from pytest_loops.limits import MAX_RUN_BYTES, MiB
+
+# --------------------------------------------------------------------------- verifying
+
+
+def verify_tine(
+    path: str | os.PathLike,
+    *,
+    hmac_key: bytes | None = None,
+    pubkey_path: str | None = None,
+) -> tuple[bool, str]:
+    """Check a `.tine` file's integrity digest and, given a key, its signature.
+
+    Returns ``(ok, message)`` with a one-line message. Never raises: a missing,
+    empty, truncated or foreign file is ``(False, why)``. With no key, a signed
+    file whose digest holds is ok, and the message says the signature was not
+    checked.
+    """
+    where = str(path)
+    if isinstance(hmac_key, str):
+        hmac_key = hmac_key.encode()
+    try:
+        return _verify(Path(path), hmac_key, pubkey_path)
+    except Exception as exc:  # noqa: BLE001 - the contract is "never raises"
+        return False, f"{where}: cannot verify: {one_line(exc)}"
+
+
+def _verify(path: Path, hmac_key: bytes | None, pubkey_path: str | None) -> tuple[bool, str]:
+    where = str(path)
+    if hmac_key is not None and pubkey_path is not None:
+        return False, "pass an HMAC key or a public key, not both"
+    if not path.exists():
+        return False, f"{where}: no such file"
+    if path.is_dir():
+        return False, f"{where}: is a directory, not a .tine file"
+    if path.stat().st_size == 0:
+        return False, f"{where}: empty file, not a .tine file"
+    if path.stat().st_size > MAX_RUN_BYTES:
+        return False, f"{where}: larger than {MAX_RUN_BYTES // MiB} MB, not a pytest-loops .tine file"
+    if hmac_key is not None and len(hmac_key) < MIN_HMAC_KEY_BYTES:
+        return False, f"HMAC key is {len(hmac_key)} bytes; it must be at least {MIN_HMAC_KEY_BYTES}"
+    from opentine import Run
+
+    integrity = Run.verify_integrity(path)
+    if not integrity.ok:
+        return False, f"{where}: integrity check failed: {one_line(integrity.reason)}"
+    run = Run.load(path)
+    done = [s for s in run.steps if _kind(s) == "done"]
+    if not done:
+        return False, f"{where}: not a pytest-loops run file (no verdict step)"
+    verdict = (done[-1].outputs or {}).get("verdict", "?")
+    steps = len(run.steps)
+    public_key = None
+    if pubkey_path is not None:
+        from opentine.signing import SignatureError, ed25519_public_from_file
+
+        try:
+            public_key = ed25519_public_from_file(pubkey_path)
+        except FileNotFoundError:
+            return False, f"{pubkey_path}: no such public key file"
+        except (OSError, SignatureError, ValueError) as exc:
+            return False, f"{pubkey_path}: not an Ed25519 public key ({one_line(exc)})"
+    signature = Run.verify_signature(path, hmac_key=hmac_key, public_key=public_key)
+    summary = f"{where}: integrity ok ({steps} steps, verdict {verdict})"
+    if hmac_key is None and public_key is None:
+        if signature.state == "unsigned":
+            return True, summary + "; not signed"
+        return True, summary + f"; signed ({signature.algorithm}), signature not checked: no key given"
+    if signature.ok:
+        return True, summary + f"; signature verified ({signature.algorithm})"
+    if signature.state == "unsigned":
+        return False, f"{where}: not signed, but a key was given to check a signature"
+    if signature.state == "mismatch":
+        return False, f"{where}: signature mismatch: tampered, or signed with another key"
+    if signature.state == "no-key":
+        return False, (f"{where}: signed with {signature.algorithm}; "
+                       "the key given is for another algorithm")
+    return False, f"{where}: signature {signature.state}: {one_line(signature.reason)}"
+
+
+def _kind(step: Any) -> str:
+    kind = step.kind
+    return getattr(kind, "value", str(kind))
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def load_tine_summary(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a `.tine` written by ``write_tine`` into the run log's dict shape.
+
+    Keys the file cannot supply are present with empty values (``lessons_read``
+    is always []). Raises ValueError (one line) when the file is not a readable
+    pytest-loops `.tine`.
+    """
+    from opentine import Run
+
+    with contextlib.suppress(OSError):
+        if os.stat(path).st_size > MAX_RUN_BYTES:
+            raise ValueError(f"larger than {MAX_RUN_BYTES // MiB} MB: too big for a pytest-loops .tine file")
+    try:
+        run = Run.load(Path(path))
+    except FileNotFoundError:
+        raise ValueError("no such file") from None
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is one line
+        raise ValueError(f"not a readable .tine file ({one_line(exc)})") from None
+    steps = run.steps
+    integrity = Run.verify_integrity(Path(path))
+    try:
+        return _summary_from_steps(steps, dict(run.metadata), integrity_ok=bool(integrity.ok))
+    except (TypeError, AttributeError, KeyError, ValueError) as exc:
+        # opentine loads a file whose steps were edited (only verify tells): values
+        # of the wrong type are this file's problem, one line, not a crash
+        raise ValueError(f"not a pytest-loops run file ({one_line(exc)})") from None
+
+
+def _summary_from_steps(steps: list[Any], metadata: Mapping[str, Any], *,
+                       integrity_ok: bool) -> dict[str, Any]:
+    start: dict[str, Any] = {}
+    done: dict[str, Any] | None = None
+    iterations: dict[int, dict[str, Any]] = {}
+
+    def iteration(number: int) -> dict[str, Any]:
+        return iterations.setdefault(number, _empty_iteration(number))
+
+    for step in steps:
+        kind = _kind(step)
+        inputs, outputs = step.inputs or {}, step.outputs or {}
+        if kind == "think" and "spec" in outputs and not start:
+            start = outputs
+        elif kind == "think" and "iteration" in outputs:
+            record = iteration(int(outputs["iteration"]))
+            record.update({k: v for k, v in outputs.items() if k != "iteration"})
+        elif kind == "tool" and (step.tool_info or {}).get("name") == CHECK_TOOL:
+            arguments = inputs.get("arguments") or {}
+            record = iteration(int(arguments.get("iteration", 0)))
+            record["checks"].append(_check_from_step(inputs, arguments, outputs))
+        elif kind == "tool" and (step.tool_info or {}).get("name") == REVISE_TOOL:
+            arguments = inputs.get("arguments") or {}
+            record = iteration(int(arguments.get("iteration", 0)))
+            record.update(revise_exit=outputs.get("exit_code"),
+                          revise_duration_s=outputs.get("duration_s"),
+                          revise_output_file=outputs.get("output_file"),
+                          revise_tail=outputs.get("tail", ""))
+        elif kind == "done":
+            done = outputs
+    if done is None or not start:
+        raise ValueError("not a pytest-loops run file (no start or verdict step)")
+    spec = start.get("spec") or {}
+    records = [iterations[k] for k in sorted(iterations)]
+    for record in records:
+        if record.get("verify_exit") is None and record["checks"]:
+            record["verify_exit"] = 0 if all(c["passed"] for c in record["checks"]) else 1
+        record["output_tail"] = "\n".join(c["output_tail"] for c in record["checks"]
+                                          if not c["passed"] and c["output_tail"])
+    return {
+        "schema": SCHEMA,
+        "format": "tine",
+        "integrity_ok": integrity_ok,
+        "loop": spec.get("name", metadata.get("loop")),
+        "goal": spec.get("goal", metadata.get("goal", "")),
+        "source": spec.get("source"),
+        "verdict": done.get("verdict"),
+        "exit_code": done.get("exit_code"),
+        "reason": done.get("reason", ""),
+        "iterations_run": done.get("iterations_run", len(records)),
+        "guards": spec.get("guards") or {},
+        "state_paths": spec.get("state_paths") or [],
+        "started_at": done.get("started_at") or start.get("started_at"),
+        "ended_at": done.get("ended_at"),
+        "elapsed_s": done.get("elapsed_s", 0.0),
+        "cwd": spec.get("cwd"),
+        "revise": spec.get("revise"),
+        "spec": spec,
+        "spec_digest": start.get("spec_digest"),
+        "memory_page": start.get("memory_page") or spec.get("memory_page"),
+        "lessons_read": [],
+        "lessons": list(done.get("lessons") or []),
+        "run_dir": start.get("run_dir"),
+        "artifacts": dict(start.get("artifacts") or {}),
+        "iterations": records,
+        "pytest_loops_version": start.get("pytest_loops_version",
+                                          metadata.get("pytest_loops_version")),
+    }
+
+
+def _empty_iteration(number: int) -> dict[str, Any]:
+    return {
+        "iter": number, "started_at": None, "checks": [], "verify_exit": None, "passed": False,
+        "duration_s": 0.0, "verify_duration_s": 0.0, "output_tail": "", "state_hash": None,
+        "state_changed": None, "unchanged_streak": 0, "lesson": None, "revise_exit": None,
+        "revise_duration_s": None, "revise_output_file": None, "revise_tail": "",
+        "guard": None, "guards_seen": {}, "elapsed_s": 0.0,
+    }
+
+
+def _check_from_step(inputs: Mapping[str, Any], arguments: Mapping[str, Any],
+                     outputs: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "name": inputs.get("name", "?"),
+        "kind": arguments.get("kind", "command"),
+        "passed": bool(outputs.get("passed")),
+        "exit_code": outputs.get("exit_code"),
+        "duration_s": outputs.get("duration_s", 0.0),
+        "output_tail": outputs.get("tail", ""),
+        "output_file": outputs.get("output_file"),
+        "reason": outputs.get("reason", ""),
+        "runs": outputs.get("runs", 1),
+        "timed_out": bool(outputs.get("timed_out")),
+        "needs_human": bool(outputs.get("needs_human")),
+        "output_digest": outputs.get("output_digest"),
+        "command": arguments.get("command"),
+    }
+
+
+_TINE_MAGIC = b"TINEZ1\0"
+
+
+def looks_like_tine(path: str | os.PathLike) -> bool:
+    """Whether a file is a `.tine` artifact, by suffix or by its first bytes."""
+    p = Path(path)
+    if p.suffix == ".tine":
+        return True
+    try:
+        with open(p, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    if head.startswith(_TINE_MAGIC):
+        return True
+    return bool(re.search(rb'"format_version"\s*:', head)) and b'"graph"' in head

@@ -1,0 +1,266 @@
+"""The state of one ``--loop`` session, and how it runs one loop.
+
+What the session's hooks (session.py), its loop-file items (items.py) and its fix-loop
+(fixloop.py) share: the session's settings and directories, the tests' outcomes and
+cost model, the session key, and running a loop under the working tree's lock with
+this session's engine. It imports none of them.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_loops.errors import LoopUsageError
+from pytest_loops.pytest_plugin.options import (
+    AUDIT_CHOICES,
+    SUSPECTS_CHOICES,
+    artifact_options,
+    choice_value,
+    option_value,
+    usage_exit,
+)
+from pytest_loops.pytest_plugin.terminal import live_write, settings_line
+from pytest_loops.results import LoopResult
+from pytest_loops.settings import GUARD_KEYS, Resolved, spec_origin
+from pytest_loops.spec import Check, Guards, LoopSpec
+
+if TYPE_CHECKING:
+    from pytest_loops.core.engine import Engine
+
+# engine.ARTIFACTS_DIRNAME, named here so a session with nothing to loop never imports the engine
+ARTIFACTS_DIRNAME = ".pytest-loops"
+
+# Never part of a test tree's state: virtualenvs and build output change on
+# their own and would fake progress (caches are excluded by the fingerprint).
+TREE_EXCLUDES = (".venv", "venv", ".tox", ".nox", "node_modules", "build", "dist", "*.egg-info")
+
+SESSION_LOOP_NAME = "failing tests"  # the session fix-loop's name
+SESSION_KEY = pytest.StashKey["SessionState"]()
+
+
+class SessionState:
+    """What one `--loop` session knows, and how it runs a loop (the hooks: session.LoopSession)."""
+
+    def __init__(self, config: pytest.Config, settings: Resolved, exitcode: str) -> None:
+        self.config = config
+        self.settings = settings
+        self.exitcode = exitcode
+        self.rootdir = Path(config.rootpath)
+        artifacts = settings["artifacts"]
+        self.artifacts_dir = Path(artifacts) if artifacts else self.rootdir / ARTIFACTS_DIRNAME
+        if not self.artifacts_dir.is_absolute():
+            self.artifacts_dir = self.rootdir / self.artifacts_dir
+        self.rows: list[dict[str, Any]] = []  # one per finished loop (also from xdist workers)
+        self.failed_nodeids: list[str] = []  # failing tests outside any marker loop
+        self.passed_nodeids: list[str] = []  # tests every part of which passed (subtests too)
+        self._failed_set: set[str] = set()  # the two lists above as sets, for membership
+        self._passed_set: set[str] = set()
+        self.usage_message = ""  # a usage error that stopped the running session
+        self.collect_usage_errors: list[str] = []  # found while collecting loop files
+        self.announced: set[tuple[Any, Any]] = set()  # loops whose settings line the controller printed
+        # failed reports per test as pytest counted them in session.testsfailed: one test
+        # with subtests can fail several times (each subtest, and maybe the test itself)
+        self.failed_reports: dict[str, int] = {}
+        self.ignored_lines: dict[str, list[Any]] = {}  # loop file -> lines not acted on
+        self.collection_errors = 0  # collectors that failed (a bad loop file, an import error)
+        self.loop_failures = 0  # marker-loop tests that failed (counted in session.testsfailed)
+        self.session_result: LoopResult | None = None
+        # the session fix-loop's cost model: each test's time, pytest's start-up (CPU
+        # seconds before the session started) and the plain run's wall time
+        self.durations: dict[str, float] = {}
+        self.report_s: dict[str, float] = {}  # per failing test: making its failure reports
+        self.startup_s = 0.0
+        self.session_t0: float | None = None
+        self.plain_run_s = 0.0
+        self.collect_s = 0.0  # collecting every test file
+        self.test_files = 0
+        self.artifact_errors: list[str] = []  # artifacts the loops could not write (one line at the end)
+        workerinput = getattr(config, "workerinput", None)
+        self.testrunuid = workerinput["testrunuid"] if workerinput else uuid.uuid4().hex
+        # authenticates the results the check items of a loop share: made on the
+        # controller when first needed, in memory only (never the environment or a file),
+        # and handed to xdist workers through workerinput (pytest_configure_node). A
+        # worker given none uses a key of its own: its stored results are then trusted
+        # by it alone.
+        self._session_key: bytes | None = None
+        if workerinput:
+            try:
+                given = bytes.fromhex(workerinput["loop_session_key"])
+            except (KeyError, TypeError, ValueError):
+                given = b""
+            if len(given) >= 16:
+                self._session_key = given
+        self._finishers: Any = None
+        config.stash[SESSION_KEY] = self
+
+    @property
+    def session_key(self) -> bytes:
+        if self._session_key is None:
+            from pytest_loops.runtime.trust import new_session_key
+
+            self._session_key = new_session_key()
+        return self._session_key
+
+    @session_key.setter
+    def session_key(self, value: bytes) -> None:
+        self._session_key = value
+
+    @property
+    def finishers(self) -> Any:
+        """What a finished loop writes besides its run log (built for the first loop)."""
+        if self._finishers is None:
+            from dataclasses import replace
+
+            from pytest_loops.artifacts.finishers import make_finishers
+
+            self._finishers = make_finishers(replace(artifact_options(self.config),
+                                                     resume_command=self.resume_command))
+        return self._finishers
+
+    # -- settings ---------------------------------------------------------------------
+
+    @property
+    def is_worker(self) -> bool:
+        return hasattr(self.config, "workerinput")
+
+    def child_args(self) -> list[str]:
+        """Arguments that make a child pytest see the same rootdir and config."""
+        args = [f"--rootdir={self.rootdir}"]
+        if self.config.inipath:
+            args += ["-c", str(self.config.inipath)]
+        return args
+
+    def make_engine(self) -> Engine:
+        def exclude_trees(root, patterns, exclude=()):
+            from pytest_loops.progress.fingerprint import StateFingerprint
+
+            return StateFingerprint(root, patterns, exclude=[*exclude, *TREE_EXCLUDES])
+
+        from pytest_loops.core.engine import Engine
+        from pytest_loops.runtime.process import ProcessRunner
+
+        return Engine(runner=ProcessRunner(output_cap=self.settings["output_cap"]),
+                      plugin_manager=self.config.pluginmanager, artifacts_dir=self.artifacts_dir,
+                      fingerprint_factory=exclude_trees, finishers=self.finishers,
+                      localize=choice_value(self.config, "suspects", SUSPECTS_CHOICES) == "on",
+                      audit=choice_value(self.config, "audit", AUDIT_CHOICES),
+                      hide_env=[option_value(self.config, "sign_key_env") or ""])
+
+    def resume_command(self, result: LoopResult) -> str:
+        return self.reproduce_command() + " --loop-resume"
+
+    def spec_for(self, name: str, goal: str, checks: tuple[Check, ...], values: Resolved) -> LoopSpec:
+        return LoopSpec(
+            name=name, goal=goal, checks=checks, revise=values["revise"],
+            guards=Guards(**{k: values[k] for k in GUARD_KEYS}),  # the settings table's guard rows
+            state_paths=tuple(values["state_paths"] or ["."]),
+            memory_page=values["memory_page"], cwd=str(self.rootdir), origin=spec_origin(values),
+            no_progress_signal=values["no_progress_signal"], reflexion=bool(values["reflexion"]),
+            source=name,
+        )
+
+    def run_loop(self, spec: LoopSpec, **kwargs: Any) -> LoopResult:
+        """Run one loop holding the working tree's lock: loops that revise the same
+        tree never interleave, also across xdist workers."""
+        from pytest_loops.core.pluginmanager import register_builtins
+
+        register_builtins(self.config.pluginmanager)  # the checks and revise steps loops run
+        self.announce(spec)
+        revises = spec.revise or len(self.config.pluginmanager.hook.pytest_loop_revise.get_hookimpls()) > 1
+        if not revises:  # a loop that changes nothing needs no lock
+            return self._run(spec, **kwargs)
+        from pytest_loops.runtime.treelock import TreeLock, terminal_say
+
+        # the wait is spoken and counts against the loop's budget (TIMEOUT naming the holder)
+        lock = TreeLock(self.rootdir / ARTIFACTS_DIRNAME / "tree.lock", say=terminal_say(self.config))
+        try:
+            return self._run(spec, before_start=lock.acquire, **kwargs)
+        finally:
+            lock.release()
+
+    def announce(self, spec: LoopSpec) -> None:
+        """The loop's own settings, one line as it starts. An xdist worker's loops are
+        announced by the controller when their first report arrives (a worker has no
+        terminal of its own)."""
+        if self.is_worker:
+            return
+        line = settings_line(spec)
+        live_write(self.config, lambda reporter: reporter.write_line(line))
+
+    def _run(self, spec: LoopSpec, **kwargs: Any) -> LoopResult:
+        """Ctrl-C or SIGTERM of pytest first ends the loop's running command, whole tree."""
+        from pytest_loops.runtime.process import TerminationGuard
+
+        engine = self.make_engine()
+        with TerminationGuard(engine.runner):  # type: ignore[arg-type]  # a ProcessRunner here
+            try:
+                result = engine.run(spec, resume_from=self.resume_point(spec), **kwargs)
+                self.artifact_errors += engine.artifact_errors
+                return result
+            except SystemExit as exc:
+                # the guard turns SIGTERM into SystemExit(143), which pytest would
+                # report as an INTERNALERROR with a traceback and exit 3
+                if exc.code != 128 + signal.SIGTERM:
+                    raise
+                pytest.exit(f"terminated by SIGTERM while the loop {spec.name!r} ran; its running command "
+                            "and every descendant were stopped", returncode=exc.code)
+
+    def resume_point(self, spec: LoopSpec) -> dict[str, Any] | None:
+        """With --loop-resume: the latest run log of this loop that did not finish or was
+        stopped by its budget; None when there is nothing to continue.
+
+        That log must be trusted before anything is taken over: its MACs hold, its
+        spec digest is its spec's, its spec is this loop's (limits and revise step
+        aside) and its loop file is unchanged. Otherwise the session stops with a
+        usage error (one line naming the log and the fix)."""
+        if not self.config.getoption("loop_resume"):
+            return None
+        from pytest_loops.artifacts.runlog import check_resumable, check_trusted, load_runlog
+
+        logs = sorted((self.artifacts_dir / "runs").glob(f"{spec.slug}-*.json"),
+                      key=lambda p: p.stat().st_mtime)
+        for path in reversed(logs):
+            try:
+                data = load_runlog(path)
+            except LoopUsageError:
+                continue  # not a run log
+            if data.get("loop") != spec.name:
+                continue
+            if data.get("verdict") not in (None, "TIMEOUT"):
+                return None
+            try:
+                check_trusted(data, f"--loop-resume {path}", spec=spec)
+                check_resumable(data, f"--loop-resume {path}")
+            except LoopUsageError as exc:
+                # a usage error (64 under --loop-exitcode=verdict, else pytest's 4),
+                # from inside a running test too
+                usage_exit(self.config, str(exc))
+            return data
+        return None
+
+    def reproduce_command(self) -> str:
+        """This session's command line, every ``--loop-*`` value in the ``=`` form (pytest reads
+        a value after a space as a test path too while it settles the rootdir). The flags and
+        which values are written come from the settings table (``settings.reproduce_pairs``)."""
+        from pytest_loops.settings import own_options, reproduce_pairs
+
+        args = ["pytest", "--loop", *(f"{flag}={value}" for flag, value in reproduce_pairs(self.settings))]
+        own = own_options()
+        rest: list[str] = []
+        skip = False
+        for arg in self.config.invocation_params.args:
+            if skip:
+                skip = False
+                continue
+            name = arg.split("=", 1)[0]
+            if name in own:
+                skip = "=" not in arg and name != "--loop"
+                continue
+            rest.append(arg)
+        return " ".join(shlex.quote(a) for a in args + rest)
