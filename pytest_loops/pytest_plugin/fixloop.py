@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from pytest_loops.core.checks import CHILD_ENV, digest_file, pytest_command
-from pytest_loops.core.engine import LoopContext
+from pytest_loops.core.context import LoopContext
 from pytest_loops.core.revise import name_list
 from pytest_loops.pytest_plugin.terminal import shown
 from pytest_loops.redact import redact, scrub_file, strip_control

@@ -47,7 +47,7 @@ from pytest_loops.verdict import EXIT_INTERNAL, EXIT_USAGE, Verdict
 if TYPE_CHECKING:
     from pytest_loops.core.engine import Engine
 
-# engine.ARTIFACTS_DIRNAME, named here so a session with nothing to loop never imports the engine
+# context.ARTIFACTS_DIRNAME, named here so a session with nothing to loop never imports the engine
 ARTIFACTS_DIRNAME = ".pytest-loops"
 # what a loop file's name ends with (sources.files.is_loop_file decides; this only spares
 # every other collected file the import of the loop readers)
@@ -134,7 +134,6 @@ class LoopSession:
                 given = b""
             if len(given) >= 16:
                 self._session_key = given
-        self._finishers: Any = None
         config.stash[SESSION_KEY] = self
 
     @property
@@ -149,18 +148,13 @@ class LoopSession:
     def session_key(self, value: bytes) -> None:
         self._session_key = value
 
-    @property
-    def finishers(self) -> Any:
-        """What a finished loop writes besides its run log (built for the first loop)."""
-        if self._finishers is None:
-            from dataclasses import replace
+    def artifact_options(self) -> Any:
+        """How a finished loop's artifacts are written (the signing key is checked here)."""
+        from dataclasses import replace
 
-            from pytest_loops.artifacts.finishers import make_finishers
-            from pytest_loops.pytest_plugin.plugin import artifact_options
+        from pytest_loops.pytest_plugin.plugin import artifact_options
 
-            self._finishers = make_finishers(replace(artifact_options(self.config),
-                                                     resume_command=self.resume_command))
-        return self._finishers
+        return replace(artifact_options(self.config), resume_command=self.resume_command)
 
     # -- settings ---------------------------------------------------------------------
 
@@ -181,7 +175,7 @@ class LoopSession:
 
             return StateFingerprint(root, patterns, exclude=[*exclude, *TREE_EXCLUDES])
 
-        from pytest_loops.core.engine import Engine
+        from pytest_loops.artifacts.finishers import make_engine
         from pytest_loops.pytest_plugin.plugin import (
             AUDIT_CHOICES,
             SUSPECTS_CHOICES,
@@ -190,12 +184,12 @@ class LoopSession:
         )
         from pytest_loops.runtime.process import ProcessRunner
 
-        return Engine(runner=ProcessRunner(output_cap=self.settings["output_cap"]),
-                      plugin_manager=self.config.pluginmanager, artifacts_dir=self.artifacts_dir,
-                      fingerprint_factory=exclude_trees, finishers=self.finishers,
-                      localize=_choice(self.config, "suspects", SUSPECTS_CHOICES) == "on",
-                      audit=_choice(self.config, "audit", AUDIT_CHOICES),
-                      hide_env=[_option(self.config, "sign_key_env") or ""])
+        return make_engine(runner=ProcessRunner(output_cap=self.settings["output_cap"]),
+                           plugin_manager=self.config.pluginmanager, artifacts=self.artifact_options(),
+                           artifacts_dir=self.artifacts_dir, fingerprint_factory=exclude_trees,
+                           localize=_choice(self.config, "suspects", SUSPECTS_CHOICES) == "on",
+                           audit=_choice(self.config, "audit", AUDIT_CHOICES),
+                           hide_env=[_option(self.config, "sign_key_env") or ""])
 
     def resume_command(self, result: LoopResult) -> str:
         return self.reproduce_command() + " --loop-resume"
