@@ -204,6 +204,42 @@ def resolve_paths(spec: LoopSpec, *, artifacts_dir: str | os.PathLike | None = N
     return RunPaths(log=log, run_dir=log.with_suffix(""), artifacts_dir=base, memory_page=page)
 
 
+def hold_run_log(log: Path, on_error: Callable[[str, OSError], None], *,
+                 what: str = "another run is writing this run log",
+                 fix: str = "give each run its own --log") -> Any:
+    """The run log's lock, held for the run (None when the lock file cannot be made:
+    an artifact error, not a lost verdict)."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(log) + ".lock", timeout=0)
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+    except Timeout:
+        from pytest_loops.errors import LoopUsageError
+
+        raise LoopUsageError(f"{what} ({_log_holder(log)})", location=str(log), fix=fix) from None
+    except OSError as exc:
+        on_error(str(log) + ".lock", exc)
+        return None
+    return lock
+
+
+def _log_holder(log: Path) -> str:
+    """"held by pid N since T" from the start line of the run log being written."""
+    import json
+
+    try:
+        with open(log, encoding="utf-8") as f:
+            start = json.loads(f.readline())
+        pid, since = start.get("pid"), start.get("started_at")
+    except (OSError, ValueError, AttributeError):
+        pid = since = None
+    if pid is None:
+        return "held by a run that has not written its start line yet"
+    return f"held by pid {pid} since {since}"
+
+
 @dataclass
 class LoopRun:
     """One running loop as its writers see it: handed to the ``pytest_loop_*`` hooks

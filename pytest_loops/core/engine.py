@@ -36,6 +36,7 @@ from pytest_loops.core.context import (
     LoopContext,
     LoopRun,
     RunPaths,
+    hold_run_log,
     resolve_paths,
     with_python_on_path,
 )
@@ -210,34 +211,15 @@ class Engine:
             # it, would count its iterations twice
             old = (resume_from or {}).get("log_path")
             if old and Path(old).resolve() != paths.log.resolve():
-                locks.append(self._hold_log(Path(old), what="the run log to resume is still being written",
+                locks.append(hold_run_log(Path(old), self._artifact_failed, what="the run log to resume is still being written",
                                             fix="wait for that run to end, or stop it"))
-            locks.append(self._hold_log(paths.log))
+            locks.append(hold_run_log(paths.log, self._artifact_failed))
             loop = self._start(spec, paths, wall0, first_results, resume_from)
             return self._drive(loop, wall0, before_start)
         finally:
             for lock in reversed(locks):
                 if lock is not None:
                     lock.release()
-
-    def _hold_log(self, log: Path, *, what: str = "another run is writing this run log",
-                  fix: str = "give each run its own --log") -> Any:
-        """The run log's lock, held for the run (None when the lock file cannot be made:
-        an artifact error, not a lost verdict)."""
-        from filelock import FileLock, Timeout
-
-        lock = FileLock(str(log) + ".lock", timeout=0)
-        try:
-            log.parent.mkdir(parents=True, exist_ok=True)
-            lock.acquire()
-        except Timeout:
-            from pytest_loops.errors import LoopUsageError
-
-            raise LoopUsageError(f"{what} ({_log_holder(log)})", location=str(log), fix=fix) from None
-        except OSError as exc:
-            self._artifact_failed(str(log) + ".lock", exc)
-            return None
-        return lock
 
     def _start(self, spec: LoopSpec, paths: RunPaths, wall0: float,
                first_results: Mapping[str, CheckResult] | None,
@@ -399,7 +381,7 @@ class Engine:
             state.measure(record, self._measure(loop) if measured else None, measured)
             # only checks a machine can never pass are left: a human is needed
             machine_ok = all(c.needs_human for c in state.failed)
-            ruling = self._guards(spec, record, state.failed, state.iteration, state.streak, measurable=measured,
+            ruling = guards.rule(spec, record, state.failed, state.iteration, state.streak, measurable=measured,
                                   machine_ok=machine_ok, history=state.history)
             state.to(Step.REFLECT)
             if not machine_ok:
@@ -456,7 +438,7 @@ class Engine:
 
     def _end_iteration(self, loop: _Loop, record: IterationRecord, ctx: LoopContext, it0: float) -> None:
         state = loop.state
-        record.guards_seen = self._guards_seen(loop.spec, record, state.iteration, loop.t0,
+        record.guards_seen = guards.seen(loop.spec, record, state.iteration, self.clock() - loop.t0,
                                                loop.fingerprint is not None)
         record.duration_s = self.clock() - it0
         record.elapsed_s = self.clock() - loop.t0
@@ -559,44 +541,6 @@ class Engine:
                                           f"judged in the clean room: {', '.join(changed[:5])}")
         return None, ""
 
-    def _guards(self, spec: LoopSpec, record: IterationRecord, failed: list[CheckResult],
-                iteration: int, streak: int, *, measurable: bool,
-                machine_ok: bool, history: Mapping[str, list[bool]]) -> tuple[Verdict | None, str]:
-        g = spec.guards
-        why = ""
-        signal = spec.no_progress_signal
-        if signal in ("state", "both") and guards.no_progress(streak, g.no_progress_k, measurable):
-            why = (f"state unchanged for {streak} iteration(s) in a row "
-                   f"(no_progress_k={g.no_progress_k}; watched: {', '.join(spec.state_paths)})")
-        elif signal in ("failure", "both") and guards.no_progress(record.same_failure_streak,
-                                                                 g.no_progress_k, True):
-            why = (f"the same failure {record.same_failure_streak + 1} iterations in a row "
-                   f"(no_progress_k={g.no_progress_k}, signal={signal}): {_failed_names(failed)}")
-        else:
-            flappers = [name for name, seen in history.items() if guards.flapping(seen, g.no_progress_k)]
-            if flappers:
-                why = (f"flapping: {', '.join(flappers[:3])} alternated pass/fail for the last "
-                       f"{max(4, 2 * g.no_progress_k)} iterations; the revise step undoes its own fixes")
-        if why:
-            record.guard = "no_progress"
-            if spec.escalate_when_blocked:
-                return Verdict.ESCALATE, f"blocked, asking a human: {why}"
-            return Verdict.NO_PROGRESS, why
-        if machine_ok:
-            record.guard = "human"
-            return Verdict.ESCALATE, "; ".join(c.reason for c in failed)
-        if guards.should_escalate(iteration, g.escalate_after):
-            record.guard = "escalate"
-            return Verdict.ESCALATE, (f"escalate_after={g.escalate_after} reached: still failing after "
-                                      f"{iteration} iteration(s) ({_failed_names(failed)})")
-        if guards.cap_reached(iteration, g.max_iter):
-            record.guard = "max_iter"
-            if spec.stop_message:
-                return Verdict.MAX_ITER, spec.stop_message
-            return Verdict.MAX_ITER, (f"max_iter={g.max_iter} reached without passing "
-                                      f"({_failed_names(failed)})")
-        return None, ""
-
     def _revise(self, loop: _Loop, ctx: LoopContext, record: IterationRecord,
                 failed: list[CheckResult]) -> tuple[Verdict | None, str]:
         spec, watch = loop.spec, loop.watch
@@ -690,19 +634,6 @@ class Engine:
         shown = "; ".join(lines[:3]) + (f" and {len(lines) - 3} more" if len(lines) > 3 else "")
         return Verdict.ESCALATE, f"the diff audit flagged the revise step's changes: {shown}"
 
-    def _guards_seen(self, spec: LoopSpec, record: IterationRecord, iteration: int, t0: float,
-                     measurable: bool) -> dict[str, Any]:
-        g = spec.guards
-        elapsed = self.clock() - t0
-        seen: dict[str, Any] = {"iteration": f"{iteration}/{g.max_iter}", "elapsed_s": round(elapsed, 3)}
-        if g.budget_seconds > 0:
-            seen["budget_left_s"] = round(max(0.0, g.budget_seconds - elapsed), 3)
-        if measurable and g.no_progress_k > 0:
-            seen["unchanged"] = f"{record.unchanged_streak}/{g.no_progress_k}"
-        if g.escalate_after > 0:
-            seen["escalate_after"] = f"{iteration}/{g.escalate_after}"
-        return seen
-
     # -- several loops ------------------------------------------------------------
 
     def run_pipeline(self, pipeline: Pipeline, **kwargs: Any) -> list[LoopResult]:
@@ -720,21 +651,6 @@ def _exit_of(outcome: Any) -> int | None:
     if isinstance(outcome, CommandResult):
         return outcome.exit_code
     return outcome if isinstance(outcome, int) and not isinstance(outcome, bool) else None
-
-
-def _log_holder(log: Path) -> str:
-    """"held by pid N since T" from the start line of the run log being written."""
-    import json
-
-    try:
-        with open(log, encoding="utf-8") as f:
-            start = json.loads(f.readline())
-        pid, since = start.get("pid"), start.get("started_at")
-    except (OSError, ValueError, AttributeError):
-        pid = since = None
-    if pid is None:
-        return "held by a run that has not written its start line yet"
-    return f"held by pid {pid} since {since}"
 
 
 def _shown_spec(spec: LoopSpec) -> dict[str, Any]:
@@ -764,9 +680,3 @@ def _relative(path: Path, root: Path) -> str | None:
         return path.resolve().relative_to(root).as_posix()
     except ValueError:
         return None
-
-
-def _failed_names(failed: list[CheckResult]) -> str:
-    names = ", ".join(f"{c.name}: {c.reason}" if c.reason else c.name for c in failed[:3])
-    more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
-    return f"failing: {names}{more}" if names else "no check passed"
