@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pytest_loops.core.engine import Engine  # noqa: E402
+from pytest_loops.artifacts.finishers import make_engine  # noqa: E402
 from pytest_loops.runtime.process import ProcessRunner  # noqa: E402
 from pytest_loops.spec import Check, Guards, LoopSpec  # noqa: E402
 from pytest_loops.testing import canned_result  # noqa: E402
@@ -84,7 +84,7 @@ def engine(n: int, work: Path, out: Path, round_no: int, runner=None, tag: str =
     spec = LoopSpec(name="bench", goal="measure the harness", checks=(Check.command_passes(VERIFY),),
                     revise=REVISE, cwd=str(work),
                     guards=Guards(max_iter=n, budget_seconds=900, no_progress_k=0))
-    eng = Engine(runner=runner or ProcessRunner(), write_index=False)
+    eng = make_engine(runner=runner or ProcessRunner(), write_index=False)
     start = time.perf_counter()
     result = eng.run(spec, log_path=out / f"{tag}-{round_no}.json", memory_page=out / f"{tag}-{round_no}.md")
     took = time.perf_counter() - start

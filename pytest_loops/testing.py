@@ -21,7 +21,8 @@ from typing import Any
 
 import pluggy
 
-from pytest_loops.core.engine import Engine, LoopContext
+from pytest_loops.artifacts.finishers import make_engine
+from pytest_loops.core.context import LoopContext
 from pytest_loops.core.pluginmanager import make_plugin_manager
 from pytest_loops.pytest_plugin.terminal import format_iterations
 from pytest_loops.results import CheckResult, CommandResult, IterationRecord, LoopResult
@@ -243,5 +244,5 @@ class LoopHarness:
 
         last_label = None if scripted else f"check-{len(checks)}"
         runner = _AdvancingRunner(ProcessRunner(), clock, seconds_per_iteration, last_label)
-        engine = Engine(runner=runner, clock=clock, plugin_manager=pm, write_index=False)
+        engine = make_engine(runner=runner, clock=clock, plugin_manager=pm, write_index=False)
         return HarnessResult(engine.run(spec), workspace)

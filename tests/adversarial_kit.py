@@ -177,7 +177,7 @@ loop "fix calc":
 # `pytest-loops run` takes its checks from --verify or a config file; a named-test
 # check comes only from a loop file. This runs a loop file's loop through the very
 # code path of `pytest-loops run` (cli.main -> cmd_run: runner, termination guard,
-# engine, finishers), with only the spec taken from the file.
+# engine, artifact writers), with only the spec taken from the file.
 RUN_LOOP_FILE = """\
 import sys
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_loops.core.engine import Engine
+from pytest_loops.artifacts.finishers import make_engine
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.runtime.cleanroom import CleanRoom, JudgeChannel, clean_environment
 from pytest_loops.spec import Check, Guards, LoopSpec
@@ -34,7 +34,7 @@ def project(root: Path) -> Path:
 def run(root: Path, revise: str, *checks: Check, **kw) -> object:
     spec = LoopSpec(name="room", checks=checks or (Check.test_passes("tests/test_calc.py::test_add"),),
                     revise=revise, cwd=str(root), guards=Guards(max_iter=3, budget_seconds=120, no_progress_k=0))
-    return Engine(write_index=False, localize=False, **kw).run(spec)
+    return make_engine(write_index=False, localize=False, **kw).run(spec)
 
 
 def test_a_fix_that_reads_the_harness_environment_fails_in_the_clean_room(tmp_path: Path) -> None:
@@ -211,6 +211,6 @@ def test_finds_nothing_judges_the_whole_output_not_its_tail(tmp_path: Path) -> N
     (tmp_path / "lint.py").write_text("print('calc.py:1: E999 found')\nprint(' ' * 3000)\n")
     spec = LoopSpec(name="lint", checks=(Check.finds_nothing("python lint.py"),), cwd=str(tmp_path),
                     guards=Guards(max_iter=1, no_progress_k=0))
-    result = Engine(write_index=False).run(spec)
+    result = make_engine(write_index=False).run(spec)
     assert result.verdict is Verdict.MAX_ITER
     assert result.iterations[0].checks[0].reason == "found something (1 line(s) of output)"

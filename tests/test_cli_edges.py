@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_loops.artifacts.finishers import make_engine
 from pytest_loops.artifacts.runlog import load_runlog
-from pytest_loops.core.engine import Engine
 from pytest_loops.spec import Check, Guards, LoopSpec
 from pytest_loops.verdict import Verdict
 
@@ -23,9 +23,9 @@ def cli(*args: str, cwd: Path, **kw) -> subprocess.CompletedProcess[str]:
 def test_resuming_a_run_that_hit_the_cap_stops_before_any_work(tmp_path: Path) -> None:
     spec = LoopSpec(name="capped", checks=(Check.command_passes("echo run >> runs.txt; false"),),
                     cwd=str(tmp_path), guards=Guards(max_iter=2, no_progress_k=0))
-    first = Engine(write_index=False).run(spec)
+    first = make_engine(write_index=False).run(spec)
     assert first.verdict is Verdict.MAX_ITER and first.iterations_run == 2
-    again = Engine(write_index=False).run(spec, resume_from=load_runlog(first.log_path))
+    again = make_engine(write_index=False).run(spec, resume_from=load_runlog(first.log_path))
     assert again.verdict is Verdict.MAX_ITER and again.iterations_run == 2
     assert "raise the cap (--max-iter) to continue" in again.reason
     assert (tmp_path / "runs.txt").read_text().count("run") == 2  # the check never ran again

@@ -17,8 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_loops import Check, CheckKind, Guards, LoopSpec, LoopUsageError, Verdict
+from pytest_loops.artifacts.finishers import make_engine
 from pytest_loops.artifacts.runlog import load_runlog
-from pytest_loops.core.engine import Engine, resolve_paths
+from pytest_loops.core.context import resolve_paths
+from pytest_loops.core.engine import Engine
 from pytest_loops.core.pluginmanager import make_plugin_manager
 from pytest_loops.results import CheckResult
 from pytest_loops.runtime.process import ProcessRunner, pid_alive
@@ -103,7 +105,7 @@ def hook_check(name: str) -> Check:
 
 def engine_with(*plugins, clock=None, runner=None) -> Engine:
     kwargs = {"clock": clock} if clock is not None else {}
-    return Engine(runner=runner or FakeRunner(), plugin_manager=make_plugin_manager(plugins, entry_points=False),
+    return make_engine(runner=runner or FakeRunner(), plugin_manager=make_plugin_manager(plugins, entry_points=False),
                   write_index=False, **kwargs)
 
 
@@ -454,7 +456,7 @@ def test_revise_in_a_missing_directory_escalates(tmp_path):
     gone = tmp_path / "gone"
     spec = LoopSpec(name="gone", checks=(hook_check("a"),), revise="true", cwd=str(gone),
                     reflexion=False, guards=Guards(no_progress_k=0))
-    engine = Engine(runner=ProcessRunner(), write_index=False,
+    engine = make_engine(runner=ProcessRunner(), write_index=False,
                     plugin_manager=make_plugin_manager([ScriptedChecks({"a": [1]})], entry_points=False))
     result = engine.run(spec, log_path=tmp_path / "logs" / "run.json")
     assert result.verdict is Verdict.ESCALATE and result.iterations_run == 1
@@ -522,7 +524,7 @@ def test_a_revise_hook_returning_a_bool_is_an_error(tmp_path):
 
 
 def _run_timed(spec: LoopSpec, tmp_path: Path):
-    engine = Engine(runner=ProcessRunner(), write_index=False)
+    engine = make_engine(runner=ProcessRunner(), write_index=False)
     start = time.monotonic()
     result = engine.run(spec, log_path=tmp_path / "run.json")
     return result, time.monotonic() - start
@@ -591,7 +593,7 @@ def test_run_paths_put_the_run_dir_beside_the_log(tmp_path):
 def test_passes_n_times_needs_every_run_to_pass(tmp_path):
     flaky = 'n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n; [ "$n" -ne 2 ]'
     spec = spec_for(tmp_path, [Check.command_passes(flaky, times=3)], max_iter=3)
-    result = Engine(runner=ProcessRunner(), write_index=False).run(spec, log_path=tmp_path / "r.json")
+    result = make_engine(runner=ProcessRunner(), write_index=False).run(spec, log_path=tmp_path / "r.json")
     assert result.verdict is Verdict.SUCCESS and result.iterations_run == 2
     first = result.iterations[0].checks[0]
     assert not first.passed and first.runs == 2 and first.reason.startswith("run 2 of 3 failed")
@@ -604,11 +606,11 @@ def test_finds_nothing_needs_exit_0_and_no_output(tmp_path):
     work.mkdir()
     (work / "todo.txt").write_text("fix the parser\n")
     spec = spec_for(tmp_path, [Check.finds_nothing("cat todo.txt")], revise=": > todo.txt")
-    result = Engine(runner=ProcessRunner(), write_index=False).run(spec, log_path=tmp_path / "r.json")
+    result = make_engine(runner=ProcessRunner(), write_index=False).run(spec, log_path=tmp_path / "r.json")
     assert result.verdict is Verdict.SUCCESS and result.iterations_run == 2
     assert result.iterations[0].checks[0].reason.startswith("found something")
     missing = spec_for(tmp_path, [Check.finds_nothing("cat missing.txt")], max_iter=1)
-    result = Engine(runner=ProcessRunner(), write_index=False).run(missing, log_path=tmp_path / "m.json")
+    result = make_engine(runner=ProcessRunner(), write_index=False).run(missing, log_path=tmp_path / "m.json")
     assert result.verdict is Verdict.MAX_ITER  # no output, but exit 1: not "nothing found"
 
 
@@ -622,7 +624,7 @@ def test_a_test_check_passes_only_when_the_test_ran_and_passed(tmp_path):
     spec = spec_for(tmp_path, checks, max_iter=1)
     # the check's logic is under test, not third-party plugins: keep the child pytest lean
     env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    result = Engine(runner=ProcessRunner(), write_index=False, env=env).run(spec, log_path=tmp_path / "r.json")
+    result = make_engine(runner=ProcessRunner(), write_index=False, env=env).run(spec, log_path=tmp_path / "r.json")
     ok, skipped, missing = result.iterations[0].checks
     assert ok.passed, ok.reason
     assert not skipped.passed and "skipped" in skipped.reason

@@ -182,7 +182,7 @@ def test_resume_refuses_duplicate_iterations(tmp_path: Path) -> None:
 
 def test_resume_plan_keeps_a_decided_verdict_unless_its_limit_was_raised(tmp_path: Path) -> None:
     from pytest_loops import Check, Guards, LoopSpec
-    from pytest_loops.core.engine import resume_plan
+    from pytest_loops.core.state import resume_plan
     from pytest_loops.results import IterationRecord
 
     spec = LoopSpec(name="x", checks=(Check.command_passes("false"),), guards=Guards(max_iter=2),

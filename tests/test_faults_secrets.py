@@ -204,7 +204,7 @@ def test_one_way_to_strip_escape_sequences():
 
 def test_loop_names_that_slugify_alike_keep_their_own_files(tmp_path: Path, monkeypatch):
     from pytest_loops import Check, LoopSpec
-    from pytest_loops.core.engine import resolve_paths
+    from pytest_loops.core.context import resolve_paths
 
     monkeypatch.setenv("SERVICE_API_TOKEN", TOKEN)
     names = ["a/b", "a-b", "a b", "a_b", f"deploy {TOKEN}"]

@@ -23,6 +23,7 @@ import pytest
 from plugin_helpers import FIX_ADD, Project
 
 from pytest_loops import Check, CheckKind, Guards, LoopSpec, Verdict
+from pytest_loops.artifacts.finishers import make_engine
 from pytest_loops.core.engine import Engine
 from pytest_loops.core.pluginmanager import make_plugin_manager
 from pytest_loops.deadline import DeadlineReached
@@ -246,7 +247,7 @@ class NoRunner:
 
 
 def engine(clock, *plugins) -> Engine:
-    return Engine(runner=NoRunner(), clock=clock, write_index=False, localize=False,
+    return make_engine(runner=NoRunner(), clock=clock, write_index=False, localize=False,
                   plugin_manager=make_plugin_manager(plugins, entry_points=False))
 
 

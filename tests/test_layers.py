@@ -21,16 +21,7 @@ LAYERS = ["base", "progress", "runtime", "core", "localization", "artifacts", "s
 ENTRY = {"pytest_loops", "pytest_loops.__main__"}
 # imports that still point upward, to be removed (the test fails when one is gone, so
 # this list only ever shrinks)
-KNOWN_UPWARD: set[tuple[str, str]] = {
-    ("pytest_loops.core.checks", "pytest_loops.localization.localize"),
-    ("pytest_loops.core.checks", "pytest_loops.localization.narrow"),
-    ("pytest_loops.core.engine", "pytest_loops.artifacts.lessons"),
-    ("pytest_loops.core.engine", "pytest_loops.artifacts.reflexion"),
-    ("pytest_loops.core.engine", "pytest_loops.artifacts.runlog"),
-    ("pytest_loops.core.engine", "pytest_loops.localization.localize"),
-    ("pytest_loops.core.revise", "pytest_loops.localization.suspects"),
-    ("pytest_loops.core.revise", "pytest_loops.localization.localize"),
-}
+KNOWN_UPWARD: set[tuple[str, str]] = set()
 
 
 def layer_of(module: str) -> str | None:

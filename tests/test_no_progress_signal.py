@@ -9,8 +9,8 @@ import sys
 import pluggy
 import pytest
 
-from pytest_loops.core.engine import iteration_signature
 from pytest_loops.core.guards import flapping
+from pytest_loops.core.state import iteration_signature
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.results import CheckResult
 from pytest_loops.spec import Check, CheckKind, LoopSpec

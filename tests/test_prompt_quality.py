@@ -18,9 +18,10 @@ from plugin_helpers import Project
 
 from pytest_loops.artifacts.lessons import compose_lesson, describe_failure, error_of
 from pytest_loops.artifacts.reflexion import MAX_LESSON_CHARS
-from pytest_loops.core.engine import LoopContext
+from pytest_loops.core.context import LoopContext
 from pytest_loops.core.revise import PROMPT_TAIL_CHARS, build_prompt, name_list, output_tail
 from pytest_loops.localization import scopes
+from pytest_loops.localization.localize import Localizer
 from pytest_loops.localization.suspects import Suspect, format_suspects, group_suspects
 from pytest_loops.results import CheckResult, IterationRecord
 from pytest_loops.spec import Check, LoopSpec
@@ -287,7 +288,7 @@ def _context(tmp_path: Path, spec: LoopSpec, iteration: int = 1,
              previous: IterationRecord | None = None) -> LoopContext:
     return LoopContext(spec=spec, iteration=iteration, workdir=tmp_path, run_dir=tmp_path / "run",
                        runner=None, clock=lambda: 0.0, deadline=None, base_env={},  # type: ignore[arg-type]
-                       previous=previous)
+                       previous=previous, localizer=Localizer())
 
 
 def _spec(**kw: object) -> LoopSpec:

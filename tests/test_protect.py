@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_loops.core.engine import Engine
+from pytest_loops.artifacts.finishers import make_engine
 from pytest_loops.runtime.protect import TreeGuard, check_files, matches, named_test_files
 from pytest_loops.spec import Check, Guards, LoopSpec
 from pytest_loops.verdict import Verdict
@@ -36,7 +36,7 @@ def run(root: Path, revise: str, check: Check | None = None, **spec_kw) -> objec
     check = check or Check.test_passes("tests/test_calc.py::test_add")
     spec = LoopSpec(name="guarded", checks=(check,), revise=revise, cwd=str(root),
                     guards=Guards(max_iter=3, budget_seconds=120, no_progress_k=0), **spec_kw)
-    return Engine(write_index=False).run(spec)
+    return make_engine(write_index=False).run(spec)
 
 
 def tree(root: Path) -> dict[str, bytes]:

@@ -114,11 +114,11 @@ def test_a_secret_set_in_the_middle_of_the_session_is_still_masked(project: Proj
 
 
 def test_the_names_spared_the_readers_are_the_readers_own() -> None:
-    from pytest_loops.core import checks, engine
+    from pytest_loops.core import checks, context
     from pytest_loops.pytest_plugin import options
     from pytest_loops.sources import files
 
-    assert ARTIFACTS_DIRNAME == engine.ARTIFACTS_DIRNAME
+    assert ARTIFACTS_DIRNAME == context.ARTIFACTS_DIRNAME
     assert options.CHILD_ENV == checks.CHILD_ENV
     assert set(LOOP_FILE_ENDINGS) == {files.LOOP_SUFFIX, *files.YAML_LOOP_SUFFIXES}
     for name in ("a.loop", "A.LOOP", "x.loop.yaml", "x.Loop.yml", "loop", "x.yaml", "x.loops", "x.py"):

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from pytest_loops import Check, Guards, LoopSpec, Verdict
+from pytest_loops.artifacts.finishers import make_engine
 from pytest_loops.artifacts.reflexion import MAX_LESSON_CHARS, READ_LIMIT, MemoryPage, format_lesson
-from pytest_loops.core.engine import Engine
 from pytest_loops.redact import name_slug
 from pytest_loops.runtime.process import ProcessRunner
 
@@ -155,7 +155,7 @@ def test_no_page_when_reflexion_is_off(tmp_path):
     work.mkdir()
     spec = LoopSpec(name="off", checks=(Check.command_passes("exit 1"),), cwd=str(work),
                     reflexion=False, guards=Guards(max_iter=2))
-    result = Engine(runner=ProcessRunner(), write_index=False).run(spec)
+    result = make_engine(runner=ProcessRunner(), write_index=False).run(spec)
     assert result.verdict is Verdict.MAX_ITER
     assert result.memory_page is None and "memory" not in result.artifacts
     assert not (work / ".pytest-loops" / "lessons").exists()
@@ -169,7 +169,7 @@ def test_lessons_on_the_page_reach_the_next_runs_prompt(tmp_path):
     page = tmp_path / "memory" / "lessons.md"
     first = LoopSpec(name="calc", checks=(Check.command_passes("echo 'KeyError: total'; exit 1"),),
                      cwd=str(work), memory_page=str(page), guards=Guards(max_iter=1))
-    engine = Engine(runner=ProcessRunner(), write_index=False)
+    engine = make_engine(runner=ProcessRunner(), write_index=False)
     assert engine.run(first).verdict is Verdict.MAX_ITER
     earlier = MemoryPage(page, loop_name="calc").read_lessons()
     assert len(earlier) == 1 and "KeyError: total" in earlier[0]

@@ -15,6 +15,7 @@ import pytest
 
 from pytest_loops import Check, Guards, LoopSpec, LoopUsageError, Verdict
 from pytest_loops.artifacts import runlog
+from pytest_loops.artifacts.finishers import make_engine
 from pytest_loops.artifacts.runlog import (
     INDEX_SCHEMA,
     SCHEMA,
@@ -23,7 +24,6 @@ from pytest_loops.artifacts.runlog import (
     atomic_write_text,
     load_runlog,
 )
-from pytest_loops.core.engine import Engine
 from pytest_loops.core.pluginmanager import make_plugin_manager
 from pytest_loops.runtime.process import ProcessRunner
 
@@ -47,7 +47,7 @@ def fixing_loop(tmp_path: Path, **kw) -> LoopSpec:
 
 def run_engine(spec: LoopSpec, log: Path, *plugins, **engine_kw):
     pm = make_plugin_manager(plugins, entry_points=False)
-    engine = Engine(runner=ProcessRunner(), plugin_manager=pm, write_index=False, **engine_kw)
+    engine = make_engine(runner=ProcessRunner(), plugin_manager=pm, write_index=False, **engine_kw)
     return engine.run(spec, log_path=log)
 
 
@@ -246,7 +246,7 @@ def test_a_directory_is_not_a_run_log(tmp_path):
 def test_each_finished_run_adds_one_index_line(tmp_path):
     spec = fixing_loop(tmp_path)
     artifacts = tmp_path / "artifacts"
-    engine = Engine(runner=ProcessRunner(), artifacts_dir=artifacts)
+    engine = make_engine(runner=ProcessRunner(), artifacts_dir=artifacts)
     first = engine.run(spec)
     engine.run(spec)
     lines = (artifacts / "index.jsonl").read_text().splitlines()

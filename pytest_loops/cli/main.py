@@ -341,8 +341,7 @@ def artifact_options(args: argparse.Namespace, resume_base: list[str]):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from pytest_loops.artifacts.finishers import make_finishers
-    from pytest_loops.core.engine import Engine
+    from pytest_loops.artifacts.finishers import make_engine, writers
     from pytest_loops.core.pluginmanager import make_plugin_manager
     from pytest_loops.redact import export_masks
     from pytest_loops.runtime.process import ProcessRunner, TerminationGuard
@@ -361,7 +360,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         origin = spec.origin.get("revise", "")
         check_revise(spec.revise, spec.cwd, {"command line": "--revise", "environment": "PYTEST_LOOPS_REVISE"}.get(
             origin, f"{origin}: revise.cmd"))
-    finishers = make_finishers(artifact_options(args, ["--cwd", spec.cwd]))
+    options = artifact_options(args, ["--cwd", spec.cwd])
+    writers(options)  # a bad signing key is bad input before anything runs
     out = sys.stdout
     for key in extra["unknown_keys"]:
         print(f"{PROG}: warning: {extra['config']}: unknown key {key!r} ignored", file=sys.stderr)
@@ -374,8 +374,8 @@ def cmd_run(args: argparse.Namespace) -> int:
              f"escalate_after={g.escalate_after}; state: {', '.join(spec.state_paths) or '(none: no-progress off)'}",
              out)
     runner = ProcessRunner(output_cap=extra["output_cap"])
-    engine = Engine(runner=runner, plugin_manager=pm, artifacts_dir=extra.get("artifacts", args.artifacts),
-                    finishers=finishers, localize=args.suspects is not False, audit=args.audit or "error",
+    engine = make_engine(runner=runner, plugin_manager=pm, artifacts=options,
+                         artifacts_dir=extra.get("artifacts", args.artifacts), localize=args.suspects is not False, audit=args.audit or "error",
                     hide_env=[args.sign_key_env or ""])
     with TerminationGuard(runner):
         result = engine.run(spec, log_path=extra["log_path"], resume_from=resume_from)

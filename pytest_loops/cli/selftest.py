@@ -68,7 +68,7 @@ def _scenario_budget(h: LoopHarness, base: Path) -> str:
 
 
 def _scenario_hang(h: LoopHarness, base: Path, step: str = "verify") -> str:
-    from pytest_loops.core.engine import Engine
+    from pytest_loops.artifacts.finishers import make_engine
     from pytest_loops.runtime.process import ProcessRunner
 
     work = base / f"hang-{step}"
@@ -79,7 +79,7 @@ def _scenario_hang(h: LoopHarness, base: Path, step: str = "verify") -> str:
     spec = LoopSpec(name="hang", checks=(Check.command_passes(verify),), revise=revise, cwd=str(work),
                     guards=Guards(max_iter=3, budget_seconds=budget, no_progress_k=0))
     start = time.monotonic()
-    result = Engine(runner=ProcessRunner(), write_index=False).run(spec)
+    result = make_engine(runner=ProcessRunner(), write_index=False).run(spec)
     took = time.monotonic() - start
     if result.verdict is not Verdict.TIMEOUT:
         raise AssertionError(f"expected TIMEOUT, got {result.verdict}: {result.reason}")

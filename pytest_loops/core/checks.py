@@ -16,7 +16,7 @@ from pytest_loops.results import CheckResult, CommandResult
 from pytest_loops.spec import Check, CheckKind
 
 if TYPE_CHECKING:
-    from pytest_loops.core.engine import LoopContext
+    from pytest_loops.core.context import LoopContext
 
 hookimpl = pluggy.HookimplMarker("pytest")
 
@@ -122,19 +122,14 @@ def _narrowed_run(check: Check, context: LoopContext, label: str) -> CheckResult
             or "pytest" not in (check.command or ""):
         return None
     last = next((c for c in previous.checks if c.name == check.name), None)
-    if last is None or last.passed:
+    if last is None or last.passed or context.localizer is None:
         return None
-    from pytest_loops.localization.localize import affected_tests, failing_tests
-    from pytest_loops.localization.narrow import narrow_pytest_command
-
-    command = narrow_pytest_command(check.command or "")
-    failing = failing_tests([last])
-    if command is None or not failing:
+    narrowed = context.localizer.narrowed_command(check.command or "", last, context)
+    if narrowed is None:
         return None
-    subset = list(dict.fromkeys([*failing, *affected_tests(context)]))
-    cmd = context.run_command(shlex.join(command.with_targets(subset)), label=f"{label}-narrowed",
-                              timeout=check.timeout)
-    what = f"a narrowed run of {len(subset)} test(s): the failing ones and those whose code changed"
+    command, count = narrowed
+    cmd = context.run_command(command, label=f"{label}-narrowed", timeout=check.timeout)
+    what = f"a narrowed run of {count} test(s): the failing ones and those whose code changed"
     if cmd.exit_code != 0:
         return _result(check, cmd, False, f"{_failure_reason(cmd, check)} in {what}")
     return _result(check, cmd, True, what)

@@ -25,7 +25,7 @@ def pytest_loop_run_check(check, context):
     answers; it reports that they cannot pass.
 
     :param check: the :class:`pytest_loops.Check`.
-    :param context: the :class:`pytest_loops.core.engine.LoopContext` of this iteration.
+    :param context: the :class:`pytest_loops.core.context.LoopContext` of this iteration.
 
     .. versionadded:: 0.1
     """
@@ -41,7 +41,7 @@ def pytest_loop_revise(spec, iteration, context):
 
     :param spec: the :class:`pytest_loops.LoopSpec`.
     :param iteration: the number of the iteration that just failed (1-based).
-    :param context: the :class:`pytest_loops.core.engine.LoopContext`; its
+    :param context: the :class:`pytest_loops.core.context.LoopContext`; its
         ``prompt_file`` and ``failure_file`` are written before this is called.
 
     .. versionadded:: 0.1
@@ -49,18 +49,90 @@ def pytest_loop_revise(spec, iteration, context):
 
 
 @hookspec
-def pytest_loop_iteration_finished(spec, record, context):
-    """Called after every iteration with its :class:`pytest_loops.IterationRecord`.
+def pytest_loop_started(spec, run):
+    """Called once per loop before its first iteration (a writer opens its record here).
 
-    .. versionadded:: 0.1
+    :param spec: the :class:`pytest_loops.LoopSpec`.
+    :param run: the :class:`pytest_loops.core.context.LoopRun`: paths, the run log's
+        header, the iterations of a resumed run, ``artifact_failed(path, error)``.
+
+    .. versionadded:: 0.3
+    """
+
+
+@hookspec(firstresult=True)
+def pytest_loop_recall(spec, run):
+    """Return the lessons earlier runs left for this loop (a list of lines), or None.
+
+    Called once per loop before ``pytest_loop_started``; the lessons go into every
+    prompt and the run log's ``lessons_read``. The built-in lessons page answers
+    when the loop keeps one (``remember in``, ``--memory-page``).
+
+    .. versionadded:: 0.3
+    """
+
+
+@hookspec(firstresult=True)
+def pytest_loop_reflect(spec, run, record, failed, state_changed):
+    """Record a lesson for a failed iteration; return its line, or None for none.
+
+    Called after the guards of every failed iteration that a machine can still fix.
+
+    :param record: the :class:`pytest_loops.IterationRecord` so far.
+    :param failed: its failed :class:`pytest_loops.CheckResult` objects.
+    :param state_changed: whether the watched state changed (None on the first
+        measurement, ``"untracked"`` when nothing is watched).
+
+    .. versionadded:: 0.3
     """
 
 
 @hookspec
-def pytest_loop_finished(spec, result):
-    """Called once per loop with its final :class:`pytest_loops.LoopResult`.
+def pytest_loop_revise_started(spec, run, record):
+    """Called just before the revise step, with the iteration so far (verify, guards).
+
+    .. versionadded:: 0.3
+    """
+
+
+@hookspec
+def pytest_loop_revise_finished(spec, run, record, exit_code):
+    """Called just after the revise step with its exit code (None: none).
+
+    .. versionadded:: 0.3
+    """
+
+
+@hookspec
+def pytest_loop_iteration_finished(spec, record, context, run, verdict, reason):
+    """Called after every iteration with its :class:`pytest_loops.IterationRecord`.
+
+    ``verdict`` (a :class:`pytest_loops.Verdict`) and ``reason`` are set when the
+    iteration ended the loop, else None and "".
 
     .. versionadded:: 0.1
+    .. versionchanged:: 0.3 ``run``, ``verdict`` and ``reason``
+    """
+
+
+@hookspec
+def pytest_loop_aborted(spec, run, error):
+    """Called when the loop stops on an exception (``error``: one line) before a verdict.
+
+    .. versionadded:: 0.3
+    """
+
+
+@hookspec
+def pytest_loop_finished(spec, result, run):
+    """Called once per loop with its final :class:`pytest_loops.LoopResult`.
+
+    The built-in writers are implementations too (``tryfirst``): the ``.tine`` and
+    the hand-off first, then the run log's summary, so an implementation without
+    ``tryfirst`` sees every artifact in ``result.artifacts``.
+
+    .. versionadded:: 0.1
+    .. versionchanged:: 0.3 ``run``
     """
 
 
@@ -77,7 +149,7 @@ def pytest_loop_audit(diff, context):
 
     :param diff: a sequence of :class:`pytest_loops.runtime.audit.FileChange` (path,
         text at loop start or None, text now or None).
-    :param context: the :class:`pytest_loops.core.engine.LoopContext`; its
+    :param context: the :class:`pytest_loops.core.context.LoopContext`; its
         ``audit_literals`` holds the literals of the failing assertions so far.
     :return: a list of :class:`pytest_loops.runtime.audit.Finding` (or objects with a
         ``describe()`` method), empty when nothing looks wrong.

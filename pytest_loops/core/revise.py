@@ -16,7 +16,7 @@ from pytest_loops.results import CheckResult, CommandResult
 from pytest_loops.spec import LoopSpec
 
 if TYPE_CHECKING:
-    from pytest_loops.core.engine import LoopContext
+    from pytest_loops.core.context import LoopContext
 
 hookimpl = pluggy.HookimplMarker("pytest")
 
@@ -30,18 +30,6 @@ MAX_CHANGED_TESTS = 20
 MAX_SUSPECT_SCOPES = 5
 _TAIL_WINDOW = 8  # read this many times the tail's size: room for the lines left out
 _PASSED_LINE = re.compile(r"^PASSED \S")
-
-
-def loop_env(spec: LoopSpec, context: LoopContext) -> dict[str, str]:
-    """LOOP_* variables every command of the loop gets (see docs: the env contract)."""
-    return {
-        "LOOP_NAME": spec.name,
-        "LOOP_GOAL": spec.goal,
-        "LOOP_ITERATION": str(context.iteration),
-        "LOOP_MAX_ITER": str(spec.guards.max_iter),
-        "LOOP_WORKDIR": str(context.workdir),
-        "LOOP_RUN_DIR": str(context.run_dir),
-    }
 
 
 def write_failure_file(path: Path, failed: list[CheckResult],
@@ -108,10 +96,9 @@ def output_tail(check: CheckResult, limit: int = PROMPT_TAIL_CHARS) -> tuple[str
     return text, cut
 
 
-def _failing_tests(check: CheckResult) -> list[str]:
-    from pytest_loops.localization.localize import failing_tests
-
-    return failing_tests([check])
+def _failing_tests(check: CheckResult, context: LoopContext) -> list[str]:
+    localizer = context.localizer  # without one: the tests the check named itself
+    return localizer.failing_tests([check]) if localizer is not None else list(check.failing_tests)
 
 
 def _suspect_data(context: LoopContext) -> list[dict]:
@@ -125,13 +112,9 @@ def _suspect_data(context: LoopContext) -> list[dict]:
             and isinstance(d.get("line"), int)] if isinstance(data, list) else []
 
 
-def _suspect_functions(suspects: list[dict]) -> list[str]:
-    from pytest_loops.localization.suspects import Suspect, group_suspects
-
-    ranked = [Suspect(file=d["file"], line=d["line"], score=float(d.get("score") or 0.0),
-                      source=str(d.get("source", "")), scope=str(d.get("scope") or ""))
-              for d in suspects]
-    return [group.describe(len(ranked)) for group in group_suspects(ranked)[:MAX_SUSPECT_SCOPES]]
+def _suspect_functions(suspects: list[dict], context: LoopContext) -> list[str]:
+    localizer = context.localizer
+    return localizer.suspect_functions(suspects, MAX_SUSPECT_SCOPES) if localizer is not None else []
 
 
 def _changes(context: LoopContext, failed: list[CheckResult]) -> list[str]:
@@ -148,11 +131,11 @@ def _changes(context: LoopContext, failed: list[CheckResult]) -> list[str]:
     for name, old in before.items():
         if old.passed or name not in now:
             continue
-        was, still = _failing_tests(old), set(_failing_tests(now[name]))
+        was, still = _failing_tests(old, context), set(_failing_tests(now[name], context))
         if not was or not still:
             continue
         gone = [t for t in was if t not in still]
-        new = [t for t in _failing_tests(now[name]) if t not in set(was)]
+        new = [t for t in _failing_tests(now[name], context) if t not in set(was)]
         if gone:
             lines.append(f"- No longer failing ({len(gone)}): {name_list(gone, MAX_CHANGED_TESTS)}")
         if new:
@@ -186,7 +169,7 @@ def build_prompt(spec: LoopSpec, context: LoopContext, failed: list[CheckResult]
         lines.append(f"### {check.name}: {check.reason}")
         if check.command:
             lines.append(f"Command: `{check.command}`")
-        tests = _failing_tests(check)
+        tests = _failing_tests(check, context)
         if tests:
             lines += ["", f"Failing tests ({len(tests)}):"]
             lines += [f"- {t}" for t in tests[:MAX_FAILING_TESTS]]
@@ -206,7 +189,7 @@ def build_prompt(spec: LoopSpec, context: LoopContext, failed: list[CheckResult]
         lines += [f"## Since iteration {context.previous.iter}", ""] + changes + [""]  # type: ignore[union-attr]
     suspects = _suspect_data(context)
     if suspects:
-        lines += ["## Suspicious functions", ""] + [f"- {f}" for f in _suspect_functions(suspects)] + [""]
+        lines += ["## Suspicious functions", ""] + [f"- {f}" for f in _suspect_functions(suspects, context)] + [""]
     if context.suspects:
         lines += ["## Suspicious lines", ""]
         lines += [f"- {s}" for s in context.suspects] + [""]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_loops.results import CheckResult
 
 if TYPE_CHECKING:
-    from pytest_loops.core.engine import LoopContext
+    from pytest_loops.core.context import LoopContext
 
 TOP = 10
 IMPACT_MAP = "impact.json"
@@ -133,6 +134,47 @@ def affected_tests(context: LoopContext) -> list[str]:
         return []
     selection = impact.affected(context.workdir, all_tests=list(impact.tests))
     return [] if selection.run_all else selection.tests
+
+
+def narrowed_command(command: str, last: CheckResult, context: LoopContext) -> tuple[str, int] | None:
+    """Affected reruns: ``command`` (a plain `pytest ...` check that failed last iteration
+    as ``last``) cut down to its failing tests and the tests whose executed code changed,
+    as a shell command and the number of tests; None when it cannot be narrowed."""
+    from pytest_loops.localization.narrow import narrow_pytest_command
+
+    narrowed = narrow_pytest_command(command)
+    failing = failing_tests([last])
+    if narrowed is None or not failing:
+        return None
+    subset = list(dict.fromkeys([*failing, *affected_tests(context)]))
+    return shlex.join(narrowed.with_targets(subset)), len(subset)
+
+
+def suspect_functions(suspects: list[dict], limit: int) -> list[str]:
+    """The functions (scopes) of ranked suspects (``suspects.json`` entries), best first."""
+    from pytest_loops.localization.suspects import Suspect, group_suspects
+
+    ranked = [Suspect(file=d["file"], line=d["line"], score=float(d.get("score") or 0.0),
+                      source=str(d.get("source", "")), scope=str(d.get("scope") or ""))
+              for d in suspects]
+    return [group.describe(len(ranked)) for group in group_suspects(ranked)[:limit]]
+
+
+class Localizer:
+    """This module as the object the loop's checks and revise step use
+    (:class:`pytest_loops.core.context.Localizer`); the layer above hands it to the engine."""
+
+    def failing_tests(self, failed: list[CheckResult]) -> list[str]:
+        return failing_tests(failed)
+
+    def narrowed_command(self, command: str, last: CheckResult, context: LoopContext) -> tuple[str, int] | None:
+        return narrowed_command(command, last, context)
+
+    def localize(self, context: LoopContext, failed: list[CheckResult]) -> Path | None:
+        return localize(context, failed)
+
+    def suspect_functions(self, suspects: list[dict], limit: int) -> list[str]:
+        return suspect_functions(suspects, limit)
 
 
 def localize(context: LoopContext, failed: list[CheckResult]) -> Path | None:

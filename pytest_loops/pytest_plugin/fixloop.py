@@ -21,7 +21,7 @@ import pluggy
 
 from pytest_loops.artifacts.junit import passed_nodeids, seconds_by_nodeid
 from pytest_loops.core.checks import CHILD_ENV, digest_file, pytest_command
-from pytest_loops.core.engine import LoopContext
+from pytest_loops.core.context import LoopContext
 from pytest_loops.core.revise import name_list
 from pytest_loops.pytest_plugin.options import SUSPECTS_CHOICES, choice_value, fixloop_settings
 from pytest_loops.pytest_plugin.state import SESSION_LOOP_NAME, SessionState

@@ -33,7 +33,7 @@ from pytest_loops.spec import Check, Guards, LoopSpec
 if TYPE_CHECKING:
     from pytest_loops.core.engine import Engine
 
-# engine.ARTIFACTS_DIRNAME, named here so a session with nothing to loop never imports the engine
+# context.ARTIFACTS_DIRNAME, named here so a session with nothing to loop never imports the engine
 ARTIFACTS_DIRNAME = ".pytest-loops"
 
 # Never part of a test tree's state: virtualenvs and build output change on
@@ -96,7 +96,6 @@ class SessionState:
                 given = b""
             if len(given) >= 16:
                 self._session_key = given
-        self._finishers: Any = None
         config.stash[SESSION_KEY] = self
 
     @property
@@ -111,17 +110,11 @@ class SessionState:
     def session_key(self, value: bytes) -> None:
         self._session_key = value
 
-    @property
-    def finishers(self) -> Any:
-        """What a finished loop writes besides its run log (built for the first loop)."""
-        if self._finishers is None:
-            from dataclasses import replace
+    def artifact_options(self) -> Any:
+        """How a finished loop's artifacts are written (the signing key is checked here)."""
+        from dataclasses import replace
 
-            from pytest_loops.artifacts.finishers import make_finishers
-
-            self._finishers = make_finishers(replace(artifact_options(self.config),
-                                                     resume_command=self.resume_command))
-        return self._finishers
+        return replace(artifact_options(self.config), resume_command=self.resume_command)
 
     # -- settings ---------------------------------------------------------------------
 
@@ -142,15 +135,15 @@ class SessionState:
 
             return StateFingerprint(root, patterns, exclude=[*exclude, *TREE_EXCLUDES])
 
-        from pytest_loops.core.engine import Engine
+        from pytest_loops.artifacts.finishers import make_engine
         from pytest_loops.runtime.process import ProcessRunner
 
-        return Engine(runner=ProcessRunner(output_cap=self.settings["output_cap"]),
-                      plugin_manager=self.config.pluginmanager, artifacts_dir=self.artifacts_dir,
-                      fingerprint_factory=exclude_trees, finishers=self.finishers,
-                      localize=choice_value(self.config, "suspects", SUSPECTS_CHOICES) == "on",
-                      audit=choice_value(self.config, "audit", AUDIT_CHOICES),
-                      hide_env=[option_value(self.config, "sign_key_env") or ""])
+        return make_engine(runner=ProcessRunner(output_cap=self.settings["output_cap"]),
+                           plugin_manager=self.config.pluginmanager, artifacts=self.artifact_options(),
+                           artifacts_dir=self.artifacts_dir, fingerprint_factory=exclude_trees,
+                           localize=choice_value(self.config, "suspects", SUSPECTS_CHOICES) == "on",
+                           audit=choice_value(self.config, "audit", AUDIT_CHOICES),
+                           hide_env=[option_value(self.config, "sign_key_env") or ""])
 
     def resume_command(self, result: LoopResult) -> str:
         return self.reproduce_command() + " --loop-resume"
