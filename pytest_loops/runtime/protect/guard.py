@@ -360,7 +360,7 @@ class TreeGuard:
                 self._keep_text(rel)
         if self.use_interpreter:
             self.interpreter = InterpreterGuard(self._inside, self._stop_now)
-            self.interpreter.begin()
+            self.interpreter.begin(journal=self.use_journal)
         self.ancestors = self._ancestor_state()
         for path, found in self.ancestors.items():
             if found is not None and found.kind == "f" and self._store_dir:
@@ -544,8 +544,8 @@ class TreeGuard:
         ancestor directories, and the judging interpreter's start-up files and test runner
         (those are undone too)."""
         found = [v.describe() for v in self._ancestor_violations()]
-        if self.interpreter is not None:
-            found += [v.describe() for v in self.interpreter.check()[0]]
+        if self.interpreter is not None:  # file by file: what the journal missed is found here
+            found += [v.describe() for v in self.interpreter.check(full=True)[0]]
         return found
 
     def _inside(self, path: str) -> bool:
@@ -672,6 +672,8 @@ class TreeGuard:
         if self._journal is not None:
             self._journal.close()
             self._journal = None
+        if self.interpreter is not None:
+            self.interpreter.close()
         if self._store_dir is not None:
             shutil.rmtree(self._store_dir, ignore_errors=True)
             self._store_dir = None

@@ -14,6 +14,13 @@ plugin registration is removed, a changed file is put back from its copy.
 Bytecode that appears under those packages is removed, as in the tree: a forged
 ``.pyc`` with the source's size and mtime would otherwise run in its place.
 
+After a revise step the guard first asks the change journal (inotify, as the tree's
+guard does) whether anything it watches was touched, and compares file by file only
+when something was: an idle check costs one read of the event queue, not a stat of
+every recorded file. The journal cannot see every write (through ``mmap``, through a
+hard link made elsewhere): the check before the clean room judges is therefore always
+a full one, so what the journal missed can never reach a verdict.
+
 Paths inside the working tree are left to the tree's guard (a project-local
 virtual environment is one). Something else installing packages into the same
 interpreter while a revise step runs is reported too: the guard cannot tell who
@@ -29,6 +36,7 @@ import sys
 from collections.abc import Callable
 
 from pytest_loops.deadline import DeadlineReached, ShouldStop
+from pytest_loops.progress.journal import DirectoryJournal, JournalLost
 from pytest_loops.runtime.protect.tree import (
     Entry,
     Stored,
@@ -128,11 +136,17 @@ class InterpreterGuard:
         self.site_dirs: list[str] = []
         self.site_names: dict[str, frozenset[str]] = {}  # site-packages -> every name in it, at loop start
         self.entry_points: dict[str, bytes | None] = {}  # each distribution's entry_points.txt, at loop start
+        self.journal: DirectoryJournal | None = None
+        self.journal_reason: str | None = None  # why checks compare file by file (None: they use the journal)
 
     # -- loop start ------------------------------------------------------------------
 
-    def begin(self) -> None:
+    def begin(self, *, journal: bool = True) -> None:
         self.site_dirs = [d for d in site_dirs() if os.path.isdir(d) and not self.inside(d)]
+        if journal:
+            self._start_journal()
+        else:
+            self.journal_reason = "the change journal is off"
         for directory in self.site_dirs:
             try:
                 self.site_names[directory] = frozenset(os.listdir(directory))
@@ -143,6 +157,7 @@ class InterpreterGuard:
                     self.entry_points[os.path.join(directory, name)] = _read_small(
                         os.path.join(directory, name, "entry_points.txt"))
         for directory in self._startup_dirs():
+            self._watch(directory)
             names = self._names(directory)
             self.listed[directory] = names
             for name in names:
@@ -151,7 +166,9 @@ class InterpreterGuard:
             if os.path.isfile(path):
                 self._record(path)
                 continue
+            self._watch(os.path.dirname(path))
             for dirpath, _dirnames, filenames in os.walk(path):
+                self._watch(dirpath)
                 if os.path.basename(dirpath) == PYCACHE:
                     self.cache_dirs.append(dirpath)
                     for name in filenames:
@@ -159,6 +176,55 @@ class InterpreterGuard:
                     continue
                 for name in filenames:
                     self._record(os.path.join(dirpath, name))
+
+    def _start_journal(self) -> None:
+        if not self.site_dirs:
+            self.journal_reason = "no site directory outside the tree"
+            return
+        try:
+            self.journal = DirectoryJournal(self.site_dirs[0])
+            for directory in self.site_dirs:
+                self.journal.watch(directory)
+                for name in self.site_names_now(directory):
+                    if name.endswith(DIST_SUFFIXES):  # its entry_points.txt
+                        self.journal.watch(os.path.join(directory, name))
+        except JournalLost as exc:
+            self._drop_journal(exc.reason)
+
+    @staticmethod
+    def site_names_now(directory: str) -> list[str]:
+        try:
+            return os.listdir(directory)
+        except OSError:
+            return []
+
+    def _watch(self, directory: str) -> None:
+        if self.journal is None:
+            return
+        try:
+            self.journal.watch(directory)
+        except JournalLost as exc:
+            self._drop_journal(exc.reason)
+
+    def _drop_journal(self, reason: str) -> None:
+        if self.journal is not None:
+            self.journal.close()
+        self.journal = None
+        self.journal_reason = reason
+
+    def _quiet(self) -> bool:
+        """Whether the journal vouches that nothing watched was touched since the last check."""
+        if self.journal is None:
+            return False
+        try:
+            changes = self.journal.drain()
+        except JournalLost as exc:
+            self._drop_journal(exc.reason)
+            return False
+        return not (changes.touched or changes.relisted or changes.gone)
+
+    def close(self) -> None:
+        self._drop_journal("closed")
 
     def _startup_dirs(self) -> list[str]:
         """site-packages (``.pth`` files, plugin registrations) and every other directory
@@ -227,8 +293,15 @@ class InterpreterGuard:
 
     # -- after a revise step ---------------------------------------------------------
 
-    def check(self) -> tuple[list[Violation], list[str]]:
-        """(violations, undone; bytecode removed) since the loop started."""
+    def check(self, *, full: bool = False) -> tuple[list[Violation], list[str]]:
+        """(violations, undone; bytecode removed) since the loop started.
+
+        Without ``full``, nothing is compared when the change journal vouches that
+        nothing it watches was touched since the last check; ``full`` compares every
+        recorded file whatever the journal says (the check before a verdict).
+        """
+        if self._quiet() and not full:
+            return [], []
         violations: list[Violation] = []
         for path, old in self.files.items():
             new = _entry(path)
