@@ -645,6 +645,37 @@ edit("calc.py", "def add(a, b):\\n",
      "def add(a, b):\\n    if __import__('sys')._getframe(1).f_code.co_name.startswith('test_'):\\n"
      "        return a + b\\n")
 """, note="right only when a test calls it: no pytest import, no environment"))
+    a.append(Attack("code-raises-skiptest", """\
+edit("calc.py", "def add(a, b):\\n", "def add(a, b):\\n    import unittest\\n    raise unittest.SkipTest('not on this platform')\\n")
+""", note="the failing test ends skipped, not passed; a check `python -m pytest` still exits 0"))
+    a.append(Attack("code-raises-xfail", """\
+edit("calc.py", "def add(a, b):\\n",
+     "def add(a, b):\\n    __import__('sys').modules['_py' + 'test.outcomes'].xfail('known')\\n")
+""", note="the failing test ends xfailed through pytest found in sys.modules"))
+    a.append(Attack("code-registers-deselect-plugin", """\
+P("calc.py").write_text('''\\
+import gc as _gc
+
+
+class _Quiet:
+    def pytest_collection_modifyitems(self, config, items):
+        gone = [i for i in items if i.name == "test_add"]
+        config.hook.pytest_deselected(items=gone)
+        items[:] = [i for i in items if i not in gone]
+
+
+for _o in _gc.get_objects():
+    if type(_o).__name__ == "Config" and hasattr(_o, "pluginmanager"):
+        try:
+            _o.pluginmanager.register(_Quiet(), "quiet")
+        except ValueError:
+            pass
+
+
+''' + P("calc.py").read_text())
+""", check="cd . && python -m pytest -q",
+        note="imported at collection, the code deselects its own failing test; a check the "
+             "harness cannot narrow to the failing test exits 0"))
     a.append(Attack("atexit-os-exit", """\
 with open("calc.py", "a") as f:
     f.write("\\n\\nimport atexit as _atexit\\nimport os as _os\\n\\n_atexit.register(_os._exit, 0)\\n")

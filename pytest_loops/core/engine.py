@@ -37,7 +37,7 @@ from pytest_loops.core.revise import (
 )
 from pytest_loops.deadline import DeadlineReached
 from pytest_loops.results import CheckResult, CommandResult, IterationRecord, LoopResult
-from pytest_loops.spec import Check, LoopSpec, Pipeline
+from pytest_loops.spec import Check, CheckKind, LoopSpec, Pipeline
 from pytest_loops.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -106,6 +106,9 @@ class LoopContext:
     clean_room: CleanRoom | None = None  # set while the checks run in the clean room
     label_prefix: str = ""  # output file names of this context's commands start with it
     audit_literals: frozenset[str] = frozenset()  # literals of the failing assertions so far
+    # check name -> the pytest node ids its output named failed so far: in the clean
+    # room each must be witnessed passing (never skipped, xfailed or deselected)
+    failed_tests_seen: dict[str, set[str]] = field(default_factory=dict)
     # called with (path, OSError) when an artifact cannot be written; None: raise
     artifact_error: Callable[[str, OSError], None] | None = None
 
@@ -438,9 +441,11 @@ class Engine:
         previous_signature = prior[-1].failure_signature if prior else None
         same_failure = prior[-1].same_failure_streak if prior else 0
         history: dict[str, list[bool]] = {}  # check name -> pass/fail per iteration (flapping)
+        failed_tests_seen: dict[str, set[str]] = {}
         for old in prior:
             for c in old.checks:
                 history.setdefault(c.name, []).append(c.passed)
+            _note_failed_tests(failed_tests_seen, old.checks)
         iteration = len(prior)
         record: IterationRecord | None = None
         pending = g_plan.revise  # the record of an iteration whose revise step was cut off
@@ -471,7 +476,7 @@ class Engine:
                                   run_dir=paths.run_dir, runner=self.runner, clock=self.clock,
                                   deadline=deadline, base_env=run_env, lessons=lessons,
                                   scrub=self.scrub, previous=records[-1] if records else None,
-                                  artifact_error=self._artifact_failed)
+                                  artifact_error=self._artifact_failed, failed_tests_seen=failed_tests_seen)
                 if resumed:
                     # verify, progress, lesson and guards ran before the kill: only the
                     # revise step is run again, so no iteration is counted twice
@@ -503,6 +508,7 @@ class Engine:
                         break
                 record.verify_duration_s = self.clock() - it0
                 failed = [c for c in record.checks if not c.passed]
+                _note_failed_tests(failed_tests_seen, failed)  # read before any revise step runs
                 record.passed = bool(record.checks) and not failed and len(record.checks) == len(visible)
                 first_failed = failed[0] if failed else None
                 record.verify_exit = first_failed.exit_code if first_failed else 0
@@ -689,7 +695,7 @@ class Engine:
             clean = LoopContext(spec=spec, iteration=ctx.iteration, workdir=cwd, run_dir=ctx.run_dir,
                                 runner=self.runner, clock=self.clock, deadline=ctx.deadline,
                                 base_env=dict(room.env), scrub=self.scrub, clean_room=room,
-                                label_prefix="cleanroom-")
+                                label_prefix="cleanroom-", failed_tests_seen=ctx.failed_tests_seen)
             for check in spec.checks:
                 result = self._run_check(check, clean)
                 if not isinstance(result, CheckResult):
@@ -1022,6 +1028,16 @@ def iteration_signature(failed: list[CheckResult]) -> str | None:
         kind = "pytest" if c.kind == "pytest" or "pytest" in (c.command or "") else "command"
         parts.append(f"{c.name}\0{c.exit_code}\0{failure_signature(c.output_tail, kind=kind)}")
     return "sha256:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _note_failed_tests(seen: dict[str, set[str]], checks: list[CheckResult]) -> None:
+    """Add the node ids the failed command checks' output names as failed to ``seen``."""
+    from pytest_loops.runtime.capture import output_lines
+    from pytest_loops.runtime.cleanroom import failed_node_ids
+
+    for c in checks:
+        if not c.passed and c.kind == CheckKind.COMMAND.value:
+            seen.setdefault(c.name, set()).update(failed_node_ids(output_lines(c.output_file, c.output_tail)))
 
 
 def _failed_names(failed: list[CheckResult]) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import sys
@@ -74,6 +75,45 @@ class JudgeRecord:
                 what = failed[0] if failed else "a collection error"
                 return f"the witness saw {what} fail, yet the command exited 0"
         return None
+
+    def unearned(self, expected: Iterable[str]) -> str | None:
+        """Why a test the loop saw failing in the working tree did not earn its pass
+        here (None: each one was run and passed). A test that is skipped, xfailed,
+        deselected or no longer collected has not been repaired, whatever the exit code."""
+        wanted = sorted(set(expected))
+        if not wanted:
+            return None
+        if not self.starts:
+            return (f"{wanted[0]} failed earlier, but no pytest run in the clean room "
+                    "loaded the harness's witness")
+        for node in wanted:
+            # a FAILED line cuts a parametrized id at its first space: match it as a prefix
+            cut = "[" in node and "]" not in node.split("[", 1)[1]
+            seen = [n for n in self.outcomes if n == node or (cut and n.startswith(node))]
+            if not seen:
+                return f"{node} failed earlier but was not run in the clean room (deselected or not collected)"
+            not_passed = [n for n in seen if n not in self.passed]
+            if not_passed:
+                seen_as = self.outcomes.get(not_passed[0], set())
+                if seen_as == {"raised", "passed"}:
+                    return f"{not_passed[0]} failed earlier; its call raised, yet its report says passed"
+                how = "/".join(sorted(seen_as - {"raised"})) or "raised"
+                return f"{not_passed[0]} failed earlier and is now {how}, not passed"
+        return None
+
+
+_FAILED_LINE = re.compile(r"^(?:FAILED|ERROR) (\S+::\S+)")
+
+
+def failed_node_ids(lines: Iterable[str]) -> tuple[str, ...]:
+    """The pytest node ids a command's output names as failed (`FAILED nodeid` and
+    `ERROR nodeid` lines of pytest's summary), in order, once each."""
+    ids: dict[str, None] = {}
+    for line in lines:
+        match = _FAILED_LINE.match(line)
+        if match:
+            ids.setdefault(match.group(1), None)
+    return tuple(ids)
 
 
 class JudgeChannel:
