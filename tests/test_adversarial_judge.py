@@ -52,6 +52,14 @@ def test_a_parametrized_id_cut_at_a_space_matches_its_whole_id() -> None:
     assert "t::a[x z]" in (rec.unearned(["t::a[x"]) or "")
 
 
+def test_a_name_relative_to_where_pytest_started_matches_the_rootdir_id() -> None:
+    rec = record(**{"tests/test_x.py__t": {"passed"}})
+    assert rec.unearned(["test_x.py::t"]) is None  # cd tests && pytest
+    assert rec.unearned(["../tests/test_x.py::t"]) is None  # started in a sibling directory
+    assert rec.unearned(["proj/tests/test_x.py::t"]) is None  # started above the rootdir
+    assert rec.unearned(["other_x.py::t"]) is not None
+
+
 def test_the_witness_channel_reads_back_what_it_recorded(tmp_path: Path) -> None:
     channel = JudgeChannel(str(tmp_path))
     lines = [{"event": "start"}, {"event": "test", "nodeid": "t::a", "when": "call", "outcome": "skipped"},

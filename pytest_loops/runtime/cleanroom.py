@@ -87,9 +87,7 @@ class JudgeRecord:
             return (f"{wanted[0]} failed earlier, but no pytest run in the clean room "
                     "loaded the harness's witness")
         for node in wanted:
-            # a FAILED line cuts a parametrized id at its first space: match it as a prefix
-            cut = "[" in node and "]" not in node.split("[", 1)[1]
-            seen = [n for n in self.outcomes if n == node or (cut and n.startswith(node))]
+            seen = [n for n in self.outcomes if same_test(n, node)]
             if not seen:
                 return f"{node} failed earlier but was not run in the clean room (deselected or not collected)"
             not_passed = [n for n in seen if n not in self.passed]
@@ -100,6 +98,18 @@ class JudgeRecord:
                 how = "/".join(sorted(seen_as - {"raised"})) or "raised"
                 return f"{not_passed[0]} failed earlier and is now {how}, not passed"
         return None
+
+
+def same_test(nodeid: str, named: str) -> bool:
+    """Whether the witness's ``nodeid`` (relative to pytest's rootdir) is the test a
+    summary line ``named`` (relative to where pytest was started: ``cd tests && pytest``
+    prints ``test_x.py::t`` for ``tests/test_x.py::t``). A summary line cuts a
+    parametrized id at its first space, so such a name matches as a prefix."""
+    while named.startswith(("./", "../")):
+        named = named.split("/", 1)[1]
+    if "[" in named and "]" not in named.split("[", 1)[1]:
+        return nodeid.startswith(named) or f"/{named}" in nodeid
+    return nodeid == named or nodeid.endswith(f"/{named}") or named.endswith(f"/{nodeid}")
 
 
 _FAILED_LINE = re.compile(r"^(?:FAILED|ERROR) (\S+::\S+)")
