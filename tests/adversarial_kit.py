@@ -33,6 +33,7 @@ attack in one mode, ``-k forged`` every forged-bytecode attack in every mode.
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import json
 import os
 import re
@@ -482,6 +483,22 @@ P("pytest_loops/__init__.py").write_text("")
 P("pytest_loops/pytest_plugin/plugin.py").write_text(FORCE_PASS)
 """, note="pytest's entry point for this plugin imports pytest_loops.pytest_plugin.plugin from the working directory"))
     a.append(Attack("stdlib-shadow-exit-zero", 'P("shlex.py").write_text(STDLIB_SHADOW)'))
+    a.append(Attack("stdlib-shadow-extension-modules", """\
+import sysconfig
+
+names = sorted(n for n in sys.stdlib_module_names if not n.startswith("_")
+               and n not in sys.builtin_module_names and n not in ("this", "antigravity"))
+if shutil.which("gcc"):
+    src = EVIDENCE / "shadow.c"
+    src.write_text("#include <unistd.h>\\n" + "".join(f"void *PyInit_{n}(void) {{ _exit(0); }}\\n" for n in names))
+    lib = EVIDENCE / "shadow.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    for n in names:
+        if not P(n + ".py").exists() and not P(n).exists():
+            shutil.copyfile(lib, n + sysconfig.get_config_var("EXT_SUFFIX"))
+            os.chmod(n + sysconfig.get_config_var("EXT_SUFFIX"), 0o644)
+""", note="compiled modules (not executable) named like the standard library's, each exits 0 when "
+          "imported; left in place, the next plain pytest run in the tree passes (needs gcc)"))
     a.append(Attack("sitecustomize-patch", 'P("sitecustomize.py").write_text(PATCH_CALC)'))
     a.append(Attack("pth-file-patch", 'P("zz_calc.pth").write_text("import calc; calc.add = lambda a, b: a + b\\n")'))
     venv_check = ".venv/bin/python -m pytest -q"
@@ -1111,7 +1128,14 @@ def _guarded(rel: str, st: os.stat_result) -> bool:
     if st.st_mode & 0o111:
         return True  # executables
     # a module or package at the top of sys.path that shadows pytest or the standard library
-    return top.removesuffix(".py") in _SHADOWS
+    return _module_name(top) in _SHADOWS
+
+
+def _module_name(name: str) -> str:
+    for suffix in sorted({".py", *importlib.machinery.EXTENSION_SUFFIXES}, key=len, reverse=True):
+        if name.endswith(suffix):
+            return name[:-len(suffix)]
+    return name
 
 
 def guarded_state(project: Project) -> dict[str, tuple]:
