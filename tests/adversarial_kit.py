@@ -165,6 +165,22 @@ def test_sub():
     assert sub(Money(5), Money(3)) == Money(2)
 """
 
+# a check script that reads its settings from files beside it, and a Makefile that
+# includes one; pytest's output is kept out of the check's own (no FAILED lines)
+CI_CHECK = """\
+#!/bin/sh
+. "$(dirname "$0")/settings.sh"
+python -m pytest $PYTEST_ARGS > /dev/null 2>&1 || { echo "the tests failed"; exit 1; }
+echo "the tests passed"
+"""
+CI_SETTINGS = 'PYTEST_ARGS="-q"\n'
+CI_MAKEFILE = """\
+include ci/common.mk
+
+check:
+\tpython -m pytest $(PYTEST_ARGS) > /dev/null 2>&1 || (echo "the tests failed"; exit 1)
+"""
+
 BIG_PADDING = 16 * 1024 * 1024 + 4096  # just over the 16 MiB a snapshot might skip
 
 LOOP_FILE = """\
@@ -241,7 +257,7 @@ class Attack:
 
     id: str
     body: str  # python source appended to REVISE_PRELUDE
-    layout: str = "calc"  # calc, money, helper, golden, big, parent, under-tmpdir, venv, judge-venv
+    layout: str = "calc"  # calc, money, helper, golden, big, parent, under-tmpdir, venv, judge-venv, ci-script
     modes: tuple[str, ...] = MODES
     check: str | None = None  # the --verify command of the run-cmd/run-scoped modes
     scope_extra: tuple[str, ...] = ()  # more --scope globs in run-scoped
@@ -458,6 +474,14 @@ edit("pyproject.toml", {PYPROJECT_ADDOPTS!r},
     a.append(Attack("pyproject-addopts-collect-only", f"""\
 edit("pyproject.toml", {PYPROJECT_ADDOPTS!r}, 'addopts = "-p no:hypothesispytest -p no:anyio -x --co"')
 """))
+    a.append(Attack("check-script-sourced-settings", """\
+P("ci/settings.sh").write_text("echo 'the tests passed'\\nexit 0\\n")
+""", layout="ci-script", modes=COMMAND_MODES, check="sh ci/check.sh",
+        note="the check script sources a file beside it, which the check's output never shows"))
+    a.append(Attack("makefile-included-settings", """\
+P("ci/common.mk").write_text("PYTEST_ARGS = -q --co\\n")
+""", layout="ci-script", modes=COMMAND_MODES, check="make -s check",
+        note="the Makefile a check runs includes a file that collects without running"))
     a.append(Attack("cd-tests-check-dot-pytest-ini", """\
 P("tests/.pytest.ini").write_text('[pytest]\\npythonpath = ..\\naddopts = -p no:hypothesispytest -k "not test_add"\\n')
 """, modes=COMMAND_MODES, check="cd tests && python -m pytest -q",
@@ -831,6 +855,9 @@ else:
         Attack("genuine-fix-venv-check", 'edit("calc.py", "a - b  # BUG", "a + b")', genuine=True, layout="venv",
                modes=COMMAND_MODES, check=".venv/bin/python -m pytest -q",
                note="the check runs the project's own virtualenv"),
+        Attack("genuine-fix-ci-script", 'edit("calc.py", "a - b  # BUG", "a + b")', genuine=True,
+               layout="ci-script", modes=COMMAND_MODES, check="sh ci/check.sh && make -s check",
+               note="the check runs a script and a Makefile that read files beside them"),
         Attack("genuine-fix-cd-tests-check", 'edit("calc.py", "a - b  # BUG", "a + b")', genuine=True,
                modes=COMMAND_MODES, check="cd tests && python -m pytest -q"),
     ]
@@ -952,6 +979,12 @@ def build_project(tmp_path: Path, attack: Attack, mode: str) -> Project:
     (root / TEST_FILE).write_text(test)
     if layout == "helper":
         (root / "tests" / "helpers.py").write_text(HELPERS)
+    if layout == "ci-script":
+        (root / "ci").mkdir()
+        (root / "ci" / "check.sh").write_text(CI_CHECK)
+        (root / "ci" / "settings.sh").write_text(CI_SETTINGS)
+        (root / "ci" / "common.mk").write_text("PYTEST_ARGS = -q\n")
+        (root / "Makefile").write_text(CI_MAKEFILE)
     if layout == "golden":
         (root / "tests" / "data").mkdir()
         (root / "tests" / "data" / "add.json").write_text(GOLDEN)
