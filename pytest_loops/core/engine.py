@@ -677,7 +677,19 @@ class Engine:
 
     def _confirm(self, spec: LoopSpec, ctx: LoopContext, record: IterationRecord,
                  watch: TreeGuard) -> tuple[Verdict | None, str]:
-        """Run every check again in a clean room; a verdict other than SUCCESS, or None."""
+        """Run every check again in a clean room; a verdict other than SUCCESS, or None.
+        A clean room that cannot be made or filled (the temp directory gone, a full
+        disk) confirms nothing: ESCALATE, never a lost verdict."""
+        try:
+            return self._confirm_in_room(spec, ctx, record, watch)
+        except OSError as exc:
+            record.guard = "clean_room"
+            where = f" ({exc.filename})" if exc.filename else ""
+            return Verdict.ESCALATE, (f"the clean room could not be built to confirm the pass: "
+                                      f"{exc.strerror or exc}{where}")
+
+    def _confirm_in_room(self, spec: LoopSpec, ctx: LoopContext, record: IterationRecord,
+                         watch: TreeGuard) -> tuple[Verdict | None, str]:
         from pytest_loops.runtime.cleanroom import CleanRoom
 
         with CleanRoom(str(ctx.workdir), self.env) as room:
