@@ -976,3 +976,21 @@ def test_failing_literals_never_raises(text: str) -> None:
     assert isinstance(literals, frozenset)
     assert len(literals) <= 500
     assert all(isinstance(item, str) for item in literals)
+
+
+def test_a_module_reached_through_an_import_call_is_that_module() -> None:
+    after = code("""
+        def add(a, b):
+            __import__("sys").modules["_py" + "test.outcomes"].xfail("known")
+            return a - b
+    """)
+    assert flagged(audit(ADD, after)) == [("pytest-in-library", 2)]
+    plain = code("""
+        import os
+
+
+        def add(a, b):
+            return a + b if os.environ.get("PYTEST_CURRENT_TEST") else a - b
+    """)
+    called = plain.replace("import os", "import importlib").replace("os.environ", 'importlib.import_module("os").environ')
+    assert flagged(audit(ADD, plain)) and flagged(audit(ADD, called)) == flagged(audit(ADD, plain))

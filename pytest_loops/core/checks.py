@@ -89,14 +89,20 @@ def run_repeated(check: Check, context: LoopContext,
 
 def _judged_command(check: Check, context: LoopContext, label: str) -> tuple[CommandResult, str | None]:
     """Run a check's command; in the clean room every pytest it starts carries the
-    harness's witness, and the second value says why the witness disagrees."""
+    harness's witness, and the second value says why the witness does not back a pass
+    (it disagrees with the exit code, or a test that failed earlier was not seen passing)."""
     room = context.clean_room
     if room is None:
         return context.run_command(check.command or "", label=label, timeout=check.timeout), None
     channel = room.channel()
     cmd = context.run_command(check.command or "", label=label, timeout=check.timeout,
                               extra_env=room.command_env(channel))
-    return cmd, channel.read().disagreement(cmd.exit_code)
+    record = channel.read()
+    disagreement = record.disagreement(cmd.exit_code)
+    if disagreement:
+        return cmd, f"the harness's witness disagrees with the exit code: {disagreement}"
+    unearned = record.unearned(context.failed_tests_seen.get(check.name, ()))
+    return cmd, f"the harness's witness did not see it repaired: {unearned}" if unearned else None
 
 
 def _command_once(check: Check, context: LoopContext, label: str) -> CheckResult:
@@ -105,7 +111,7 @@ def _command_once(check: Check, context: LoopContext, label: str) -> CheckResult
         return narrowed
     cmd, disagreement = _judged_command(check, context, label)
     if disagreement:
-        return _result(check, cmd, False, f"the harness's witness disagrees with the exit code: {disagreement}")
+        return _result(check, cmd, False, disagreement)
     if cmd.exit_code != 0:
         return _result(check, cmd, False, _failure_reason(cmd, check))
     if narrowed is not None:
@@ -138,7 +144,7 @@ def _narrowed_run(check: Check, context: LoopContext, label: str) -> CheckResult
 def _finds_nothing_once(check: Check, context: LoopContext, label: str) -> CheckResult:
     cmd, disagreement = _judged_command(check, context, label)
     if disagreement:
-        return _result(check, cmd, False, f"the harness's witness disagrees with the exit code: {disagreement}")
+        return _result(check, cmd, False, disagreement)
     if cmd.exit_code != 0:
         return _result(check, cmd, False, _failure_reason(cmd, check))
     found = _output_lines(cmd)

@@ -99,6 +99,9 @@ class LoopContext:
     clean_room: CleanRoom | None = None  # set while the checks run in the clean room
     label_prefix: str = ""  # output file names of this context's commands start with it
     audit_literals: frozenset[str] = frozenset()  # literals of the failing assertions so far
+    # check name -> the pytest node ids its output named failed so far: in the clean
+    # room each must be witnessed passing (never skipped, xfailed or deselected)
+    failed_tests_seen: dict[str, set[str]] = field(default_factory=dict)
     # called with (path, OSError) when an artifact cannot be written; None: raise
     artifact_error: Callable[[str, OSError], None] | None = None
     localizer: Localizer | None = None  # failing tests, narrowed reruns, suspects; None: none

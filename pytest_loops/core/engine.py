@@ -45,6 +45,7 @@ from pytest_loops.core.revise import CANNOT_START_EXIT_CODES, build_prompt, writ
 from pytest_loops.core.state import LoopState, ResumePlan, Step, resume_plan, stop_leftovers
 from pytest_loops.deadline import DeadlineReached
 from pytest_loops.results import CheckResult, CommandResult, IterationRecord, LoopResult
+from pytest_loops.runtime.cleanroom import note_failed_tests
 from pytest_loops.spec import Check, LoopSpec, Pipeline
 from pytest_loops.verdict import Verdict
 
@@ -56,12 +57,6 @@ AUDIT_CHOICES = ("error", "warn", "off")
 
 def _iso(wall: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(wall)) + f".{int(wall % 1 * 1000):03d}Z"
-
-
-def _version() -> str:
-    from pytest_loops import __version__
-
-    return __version__
 
 
 @dataclass
@@ -83,6 +78,8 @@ class _Loop:
     pending: IterationRecord | None  # the record of an iteration whose revise step was cut off
     lessons: list[str] = field(default_factory=list)
     literals: set[str] = field(default_factory=set)  # failing assertions' literals (the audit)
+    # check name -> the pytest node ids its output named failed so far (the clean room's rule)
+    failed_tests_seen: dict[str, set[str]] = field(default_factory=dict)
     ctx: LoopContext | None = None
 
 
@@ -258,6 +255,8 @@ class Engine:
         watch = TreeGuard(workdir, scope=spec.scope, protect=spec.protect, own=own_files,
                           readonly_files=check_files(spec, str(workdir)),
                           extra_ancestors=[tempfile.gettempdir()], should_stop=stop)
+        from pytest_loops import __version__
+
         run.header.update({
             "loop": spec.name, "goal": spec.goal, "source": spec.source,
             "guards": g.to_dict(), "state_paths": list(spec.state_paths),
@@ -265,7 +264,7 @@ class Engine:
             "spec": _shown_spec(spec), "spec_digest": spec.digest(),
             "memory_page": str(paths.memory_page) if paths.memory_page else None,
             "lessons_read": lessons_read, "run_dir": str(paths.run_dir),
-            "pytest_loops_version": _version(),
+            "pytest_loops_version": __version__,
         })
         if resume_from is not None:
             run.header["resumed_from"] = (resume_from.get("log_path")
@@ -276,13 +275,16 @@ class Engine:
             # process group: stop it, or it would finish beside the one run again
             stop_leftovers(resume_from.get("run_dir"))
         state = LoopState.resumed(prior)
+        failed_tests_seen: dict[str, set[str]] = {}
+        for old in prior:
+            note_failed_tests(failed_tests_seen, old.checks)
         if plan.decided is not None:
             state.decide(Verdict(plan.decided[0]), plan.decided[1])
         self.pm.hook.pytest_loop_started(spec=spec, run=run)
         return _Loop(spec=spec, paths=paths, run=run, state=state, plan=plan, t0=t0, deadline=deadline,
                      stop=stop, workdir=workdir, watch=watch, fingerprint=fingerprint,
                      first_results=first_results if not prior else None, pending=plan.revise,
-                     lessons=list(lessons_read))
+                     lessons=list(lessons_read), failed_tests_seen=failed_tests_seen)
 
     def _drive(self, loop: _Loop, wall0: float,
                before_start: Callable[[Callable[[], bool] | None], None] | None) -> LoopResult:
@@ -364,7 +366,8 @@ class Engine:
             spec=spec, iteration=state.iteration, workdir=loop.workdir, run_dir=loop.paths.run_dir,
             runner=self.runner, clock=self.clock, deadline=loop.deadline, base_env=dict(self.env),
             lessons=loop.lessons, scrub=self.scrub, previous=state.records[-1] if state.records else None,
-            artifact_error=self._artifact_failed, localizer=self.localizer)
+            artifact_error=self._artifact_failed, localizer=self.localizer,
+            failed_tests_seen=loop.failed_tests_seen)
         if resumed:
             # verify, progress, lesson and guards ran before the kill: only the revise
             # step is run again, so no iteration is counted twice
@@ -407,6 +410,7 @@ class Engine:
                 break
         record.verify_duration_s = self.clock() - it0
         failed = [c for c in record.checks if not c.passed]
+        note_failed_tests(loop.failed_tests_seen, failed)  # read before any revise step runs
         record.passed = bool(record.checks) and not failed and len(record.checks) == len(visible)
         first_failed = failed[0] if failed else None
         record.verify_exit = first_failed.exit_code if first_failed else 0
@@ -487,7 +491,19 @@ class Engine:
 
     def _confirm(self, spec: LoopSpec, ctx: LoopContext, record: IterationRecord,
                  watch: TreeGuard) -> tuple[Verdict | None, str]:
-        """Run every check again in a clean room; a verdict other than SUCCESS, or None."""
+        """Run every check again in a clean room; a verdict other than SUCCESS, or None.
+        A clean room that cannot be made or filled (the temp directory gone, a full
+        disk) confirms nothing: ESCALATE, never a lost verdict."""
+        try:
+            return self._confirm_in_room(spec, ctx, record, watch)
+        except OSError as exc:
+            record.guard = "clean_room"
+            where = f" ({exc.filename})" if exc.filename else ""
+            return Verdict.ESCALATE, (f"the clean room could not be built to confirm the pass: "
+                                      f"{exc.strerror or exc}{where}")
+
+    def _confirm_in_room(self, spec: LoopSpec, ctx: LoopContext, record: IterationRecord,
+                         watch: TreeGuard) -> tuple[Verdict | None, str]:
         from pytest_loops.runtime.cleanroom import CleanRoom
 
         with CleanRoom(str(ctx.workdir), self.env) as room:
@@ -505,7 +521,7 @@ class Engine:
             clean = LoopContext(spec=spec, iteration=ctx.iteration, workdir=cwd, run_dir=ctx.run_dir,
                                 runner=self.runner, clock=self.clock, deadline=ctx.deadline,
                                 base_env=dict(room.env), scrub=self.scrub, clean_room=room, localizer=self.localizer,
-                                label_prefix="cleanroom-")
+                                label_prefix="cleanroom-", failed_tests_seen=ctx.failed_tests_seen)
             for check in spec.checks:
                 result = self._run_check(check, clean)
                 if not isinstance(result, CheckResult):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import sys
@@ -30,6 +31,9 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from pytest_loops.results import CheckResult
+from pytest_loops.spec import CheckKind
 
 JUDGE_VARIABLE = "PYTEST_LOOPS_JUDGE"
 JUDGE_PLUGIN = "pytest_loops.runtime.judge"
@@ -74,6 +78,65 @@ class JudgeRecord:
                 what = failed[0] if failed else "a collection error"
                 return f"the witness saw {what} fail, yet the command exited 0"
         return None
+
+    def unearned(self, expected: Iterable[str]) -> str | None:
+        """Why a test the loop saw failing in the working tree did not earn its pass
+        here (None: each one was run and passed). A test that is skipped, xfailed,
+        deselected or no longer collected has not been repaired, whatever the exit code."""
+        wanted = sorted(set(expected))
+        if not wanted:
+            return None
+        if not self.starts:
+            return (f"{wanted[0]} failed earlier, but no pytest run in the clean room "
+                    "loaded the harness's witness")
+        for node in wanted:
+            seen = [n for n in self.outcomes if same_test(n, node)]
+            if not seen:
+                return f"{node} failed earlier but was not run in the clean room (deselected or not collected)"
+            not_passed = [n for n in seen if n not in self.passed]
+            if not_passed:
+                seen_as = self.outcomes.get(not_passed[0], set())
+                if seen_as == {"raised", "passed"}:
+                    return f"{not_passed[0]} failed earlier; its call raised, yet its report says passed"
+                how = "/".join(sorted(seen_as - {"raised"})) or "raised"
+                return f"{not_passed[0]} failed earlier and is now {how}, not passed"
+        return None
+
+
+def same_test(nodeid: str, named: str) -> bool:
+    """Whether the witness's ``nodeid`` (relative to pytest's rootdir) is the test a
+    summary line ``named`` (relative to where pytest was started: ``cd tests && pytest``
+    prints ``test_x.py::t`` for ``tests/test_x.py::t``). A summary line cuts a
+    parametrized id at its first space, so such a name matches as a prefix."""
+    while named.startswith(("./", "../")):
+        named = named.split("/", 1)[1]
+    if "[" in named and "]" not in named.split("[", 1)[1]:
+        return nodeid.startswith(named) or f"/{named}" in nodeid
+    return nodeid == named or nodeid.endswith(f"/{named}") or named.endswith(f"/{nodeid}")
+
+
+_FAILED_LINE = re.compile(r"^(?:FAILED|ERROR) (\S+::\S+)")
+
+
+def failed_node_ids(lines: Iterable[str]) -> tuple[str, ...]:
+    """The pytest node ids a command's output names as failed (`FAILED nodeid` and
+    `ERROR nodeid` lines of pytest's summary), in order, once each."""
+    ids: dict[str, None] = {}
+    for line in lines:
+        match = _FAILED_LINE.match(line)
+        if match:
+            ids.setdefault(match.group(1), None)
+    return tuple(ids)
+
+
+def note_failed_tests(seen: dict[str, set[str]], checks: Iterable[CheckResult]) -> None:
+    """Add the node ids the failed command checks' output names as failed to ``seen``
+    (check name -> ids): each must be witnessed passing in the clean room."""
+    from pytest_loops.runtime.capture import output_lines
+
+    for c in checks:
+        if not c.passed and c.kind == CheckKind.COMMAND.value:
+            seen.setdefault(c.name, set()).update(failed_node_ids(output_lines(c.output_file, c.output_tail)))
 
 
 class JudgeChannel:

@@ -53,6 +53,8 @@ def _root(name: str) -> str:
     return name.split(".", 1)[0]
 
 
+_IMPORT_CALLS = frozenset({"__import__", "builtins.__import__", "importlib.import_module"})
+
 class _Audit:
     """The findings of one changed Python file."""
 
@@ -87,6 +89,10 @@ class _Audit:
         while isinstance(node, ast.Attribute):
             parts.append(node.attr)
             node = node.value
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str) and self.qualname(node.func) in _IMPORT_CALLS:
+            parts.append(node.args[0].value)  # __import__("sys").modules is sys.modules
+            return ".".join(reversed(parts))
         if not isinstance(node, ast.Name):
             return None
         parts.append(self.aliases.get(node.id, node.id))

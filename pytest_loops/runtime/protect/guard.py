@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import os
 import shutil
 import stat
@@ -54,6 +55,20 @@ from pytest_loops.runtime.protect.tree import (
 
 if TYPE_CHECKING:
     from pytest_loops.progress.journal import DirectoryJournal
+
+
+MODULE_SUFFIXES = tuple(sorted({*importlib.machinery.SOURCE_SUFFIXES, *importlib.machinery.EXTENSION_SUFFIXES},
+                               key=len, reverse=True))
+
+
+def module_stem(name: str) -> str | None:
+    """The module a file of this name is imported as (``json.py``, and an extension
+    module such as ``json.cpython-311-x86_64-linux-gnu.so`` or ``json.abi3.so``, are
+    ``json``); None when it is no module file."""
+    for suffix in MODULE_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[:-len(suffix)]
+    return None
 
 
 class TreeGuard:
@@ -168,8 +183,8 @@ class TreeGuard:
         if new:
             for i, part in enumerate(parts):
                 last = i == len(parts) - 1
-                stem = part[:-3] if last and part.endswith(".py") else part
-                if stem not in SHADOW_MODULES or (last and not part.endswith(".py")):
+                stem = module_stem(part) if last else part
+                if stem is None or stem not in SHADOW_MODULES:
                     continue
                 parent = "/".join(parts[:i])
                 if os.path.exists(os.path.join(self.root, parent, "__init__.py")):
@@ -669,9 +684,7 @@ class TreeGuard:
         return self._journal_reason if self._journal is None else None
 
     def close(self) -> None:
-        if self._journal is not None:
-            self._journal.close()
-            self._journal = None
+        self._drop_journal("the guard is closed")
         if self.interpreter is not None:
             self.interpreter.close()
         if self._store_dir is not None:

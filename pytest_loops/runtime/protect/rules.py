@@ -152,7 +152,56 @@ def check_files(spec: LoopSpec, root: str) -> list[str]:
                 segment.append(word)
     if spec.source and os.path.isfile(spec.source):
         add(os.path.realpath(spec.source))
+    if any(_MAKE.match(os.path.basename(w)) for c in spec.checks for w in (c.command or "").split()):
+        for name in ("GNUmakefile", "makefile", "Makefile"):
+            add(name)
+    for rel in list(dict.fromkeys(found)):  # what they read in turn, a few levels deep
+        _read_by(root, rel, add, depth=3)
     return list(dict.fromkeys(found))
+
+
+_MAKE = re.compile(r"^g?make$")
+# `. file`, `source file` in a shell script; `include file` in a Makefile. The path may
+# start with the script's own directory: "$(dirname "$0")/x", ${0%/*}/x, $(CURDIR)/x.
+_SOURCED = re.compile(r"""^\s*(?:\.|source)\s+(.+)$""")
+_INCLUDED = re.compile(r"^\s*-?s?include\s+(.+)$")
+_SCRIPT_DIR = re.compile(r"""^["']?(?:\$\(dirname\s+["']?\$0["']?\)|\$\{0%/\*\}|\$\(CURDIR\)|\$\{?(?:SCRIPT_?DIR|HERE|DIR)\}?)["']?/""")
+READ_BY_MAX_BYTES = 1 << 20
+
+
+def _read_by(root: str, rel: str, add: Callable[[str], None], *, depth: int) -> None:
+    """Add the files a check script or Makefile ``rel`` sources or includes (literal
+    paths, from the root or from the script's own directory), and theirs in turn."""
+    path = os.path.join(root, rel)
+    name = os.path.basename(rel)
+    try:
+        if os.path.getsize(path) > READ_BY_MAX_BYTES:
+            return
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return
+    makefile = name in ("Makefile", "makefile", "GNUmakefile") or name.endswith(".mk")
+    if not makefile and not (name.endswith((".sh", ".bash")) or re.match(r"#!.*\b(ba|da|k|z)?sh\b", text)):
+        return
+    words: list[str] = []
+    for line in text.splitlines():
+        match = (_INCLUDED if makefile else _SOURCED).match(line)
+        if match:
+            rest = match.group(1).strip()
+            words += rest.split() if makefile else [rest]
+    here = os.path.dirname(rel)
+    for word in words:
+        local = _SCRIPT_DIR.sub("", word)
+        within = local != word
+        word = (local.split() or [""])[0].strip("\"';")
+        for candidate in ((os.path.join(here, word),) if within else (word, os.path.join(here, word))):
+            before = os.path.normpath(candidate)
+            if "$" in before or not os.path.isfile(os.path.join(root, before)):
+                continue
+            add(before)
+            if depth > 0:
+                _read_by(root, before.replace(os.sep, "/"), add, depth=depth - 1)
 
 
 def _segment_files(words: list[str], add: Callable[[str], None]) -> None:
