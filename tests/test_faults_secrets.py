@@ -246,11 +246,11 @@ def _within(seconds: float, fn):
 
 
 def test_a_lessons_page_that_is_a_fifo_is_neither_waited_on_nor_written(tmp_path: Path, capsys):
-    from pytest_loops.artifacts.reflexion import MemoryPage
+    from pytest_loops.artifacts.lessons_page import LessonsPage
 
     fifo = tmp_path / "lessons.md"
     os.mkfifo(fifo)
-    page = MemoryPage(fifo, loop_name="calc")
+    page = LessonsPage(fifo, loop_name="calc")
     assert _within(30, page.read_lessons) == []
     _within(30, lambda: page.append("- a lesson"))
     err = capsys.readouterr().err.splitlines()
@@ -258,19 +258,19 @@ def test_a_lessons_page_that_is_a_fifo_is_neither_waited_on_nor_written(tmp_path
 
 
 def test_a_lessons_page_pointing_at_a_device_reads_nothing(tmp_path: Path, capsys):
-    from pytest_loops.artifacts.reflexion import MemoryPage
+    from pytest_loops.artifacts.lessons_page import LessonsPage
 
     link = tmp_path / "lessons.md"
     link.symlink_to("/dev/zero")
-    assert _within(30, MemoryPage(link, loop_name="calc").read_lessons) == []
+    assert _within(30, LessonsPage(link, loop_name="calc").read_lessons) == []
     assert "is not a regular file" in capsys.readouterr().err
 
 
 def test_a_huge_lessons_page_is_read_back_from_its_end_only(tmp_path: Path, capsys):
-    from pytest_loops.artifacts.reflexion import READ_LIMIT, MemoryPage
+    from pytest_loops.artifacts.lessons_page import READ_LIMIT, LessonsPage
 
     path = tmp_path / "lessons.md"
-    page = MemoryPage(path, loop_name="calc")
+    page = LessonsPage(path, loop_name="calc")
     page.append("- first")
     with open(path, "a", encoding="utf-8") as f:
         for n in range(20_000):  # ~ 0.5 MB of lessons

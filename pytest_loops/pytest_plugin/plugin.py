@@ -55,12 +55,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for row in option_rows():  # generated from the settings table
         assert row.option is not None and row.ini is not None
         help_text = row.help + (" (repeatable)" if row.repeatable else "")
-        group.addoption(row.option, action="append" if row.repeatable else "store", default=None,
-                        dest=row.dest, metavar=row.shown_metavar, help=help_text)
-        if row.repeatable:
-            parser.addini(row.ini, row.help, type="linelist", default=None)
-        else:
-            parser.addini(row.ini, row.help, type="string", default=None)
+        for option in row.options:  # an old spelling keeps its own dest: the new one wins over it
+            group.addoption(option, action="append" if row.repeatable else "store", default=None,
+                            dest=row.option_dest(option), metavar=row.shown_metavar,
+                            help=help_text if option == row.option else f"the same as {row.option}")
+        for ini in row.inis:
+            parser.addini(ini, row.help if ini == row.ini else f"the same as {row.ini}",
+                          type="linelist" if row.repeatable else "string", default=None)
     group.addoption("--loop-resume", action="store_true", default=False,
                     help="continue each loop from its latest unfinished or stopped run log in the "
                          "artifacts directory (iterations, streak and spent budget carry over)")
@@ -68,13 +69,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   "when no paths are given on the command line", type="paths", default=[])
 
 
-def _layer(read, where) -> dict[str, Any]:
-    """One layer (ini or command line) of every setting with a pytest option, validated."""
+def _layer(spellings, read, where) -> dict[str, Any]:
+    """One layer (ini or command line) of every setting with a pytest option, validated.
+
+    ``spellings(row)`` lists the row's names on that surface, the new one first: the
+    first one given wins, and a bad value names the spelling it was given under."""
     layer: dict[str, Any] = {}
     for row in option_rows():
-        raw = read(row)
-        if raw is not None and row.name != "config":
-            layer[row.name] = row.parse(list(raw) if row.repeatable else raw, where(row))
+        if row.name == "config":
+            continue
+        for spelling in spellings(row):
+            raw = read(spelling)
+            if raw is not None:
+                layer[row.name] = row.parse(list(raw) if row.repeatable else raw, where(spelling))
+                break
     return layer
 
 
@@ -96,9 +104,12 @@ def build_settings(config: pytest.Config, environ: Mapping[str, str] | None = No
         file_layer.pop("verify", None)
         file_layer.pop("log_path", None)
         layers.append((str(path), file_layer))
-    layers.append(("ini", _layer(lambda row: ini_value(config, row.dest[len("loop_"):]), lambda row: f"ini {row.ini}")))
+    layers.append(("ini", _layer(lambda row: row.inis, lambda ini: ini_value(config, ini[len("loop_"):]),
+                                 lambda ini: f"ini {ini}")))
     layers.append(("environment", env_layer(environ)))
-    layers.append(("command line", _layer(lambda row: config.getoption(row.dest), lambda row: row.option)))
+    layers.append(("command line", _layer(lambda row: row.options,
+                                          lambda option: config.getoption(option[2:].replace("-", "_")),
+                                          lambda option: option)))
     return resolve(layers, defaults=PYTEST_DEFAULTS)
 
 
@@ -115,14 +126,14 @@ def check_outputs(config: pytest.Config, settings: Resolved) -> None:
     root = config.rootpath
     check_output_path(settings["artifacts"] or ".pytest-loops", where("artifacts", "artifacts"), base=root,
                       directory=True)
-    if settings["reflexion"]:
-        check_output_path(settings["memory_page"], where("memory_page", "memory"), base=root)
+    if settings["lessons"]:
+        check_output_path(settings["lessons_page"], where("lessons_page", "lessons-page"), base=root)
     report = config.getoption("loop_report")
     check_output_path(report or ini_value(config, "report"), "--loop-report" if report else "ini loop_report",
                       base=config.invocation_params.dir)
 
 
-VALUE_FLAGS = tuple(row.option for row in option_rows() if row.option)
+VALUE_FLAGS = tuple(option for row in option_rows() for option in row.options)
 
 
 def _given_flags(args: list[str]) -> list[str]:
