@@ -125,7 +125,7 @@ def test_no_secret_reaches_a_file_under_the_standalone_runner(tmp_path: Path, cl
     (tmp_path / "check.py").write_text(textwrap.dedent(CHECK))
     out = cli("run", "--verify", f"python check.py {TOKEN} {MASKED}", "--revise", "python -c pass",
               "--max-iter", "2", "--no-suspects", "--name", f"deploy {TOKEN} {MASKED}",
-              "--goal", f"ship with {TOKEN} and {MASKED}", "--episodic", "lessons.md", "--mask", MASKED,
+              "--goal", f"ship with {TOKEN} and {MASKED}", "--lessons-page", "lessons.md", "--mask", MASKED,
               env={"SERVICE_API_TOKEN": TOKEN})
     assert out.returncode == 2, out.stderr
     assert (tmp_path / "lessons.md").is_file() and list(tmp_path.rglob("prompt.md"))
@@ -287,7 +287,7 @@ def test_a_huge_lessons_page_is_read_back_from_its_end_only(tmp_path: Path, caps
 
 def test_the_runner_with_a_fifo_as_lessons_page_ends_with_its_verdict(tmp_path: Path, cli):
     os.mkfifo(tmp_path / "lessons.md")
-    out = cli("run", "--verify", "exit 1", "--max-iter", "1", "--episodic", "lessons.md", "--no-suspects",
+    out = cli("run", "--verify", "exit 1", "--max-iter", "1", "--lessons-page", "lessons.md", "--no-suspects",
               "--no-tine", timeout=60)
     assert out.returncode == 2, out.stderr
     assert "lessons page" in out.stderr and "is not a regular file" in out.stderr

@@ -201,8 +201,8 @@ def verdict_lines(result: Any) -> list[str]:
     lines = [f"{result.verdict.value} (exit {result.exit_code}) after {result.iterations_run} "
              f"iteration(s) in {result.elapsed_s:.1f}s: {result.reason}"]
     for key, path in result.artifacts.items():
-        if key != "run_dir":
-            lines.append(f"  {key}: {path}")
+        if key != "run_dir":  # the run log's key "memory" is the lessons page
+            lines.append(f"  {'lessons' if key == 'memory' else key}: {path}")
     return lines
 
 

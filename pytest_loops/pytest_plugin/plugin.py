@@ -27,6 +27,7 @@ from pytest_loops.pytest_plugin.options import (
     usage_error,
 )
 from pytest_loops.settings import (
+    BY_NAME,
     MARKER_KEYS,
     PYTEST_DEFAULTS,
     env_layer,
@@ -117,17 +118,24 @@ def check_outputs(config: pytest.Config, settings: Resolved) -> None:
     """Every path a loop writes is checked before the first test runs (see outputs.py)."""
     from pytest_loops.runtime.outpaths import check_output_path
 
-    def where(key: str, option: str) -> str:
-        origin = settings.origin.get(key, "default")
-        return {"command line": f"--loop-{option}", "ini": f"ini loop_{option}", "default": f"--loop-{option}",
+    def where(key: str) -> str:
+        """The spelling the path was given under (an old one when that was written)."""
+        row, origin = BY_NAME[key], settings.origin.get(key, "default")
+        given = {"command line": lambda: next((o for o in row.options if config.getoption(row.option_dest(o))), None),
+                 "ini": lambda: next((f"ini {i}" for i in row.inis if ini_value(config, i[len("loop_"):])), None),
+                 "environment": lambda: next((f"environment variable {v}" for v in row.envs if os.environ.get(v)),
+                                             None)}.get(origin, lambda: None)()
+        if given:
+            return given
+        return {"command line": str(row.option), "ini": f"ini {row.ini}", "default": str(row.option),
                 "environment": "environment variable " + ENV_NAMES.get(key, "")}.get(
                     origin, f"{origin}: reflexion.episodic_memory_page")  # only the page comes from a file
 
     root = config.rootpath
-    check_output_path(settings["artifacts"] or ".pytest-loops", where("artifacts", "artifacts"), base=root,
+    check_output_path(settings["artifacts"] or ".pytest-loops", where("artifacts"), base=root,
                       directory=True)
     if settings["lessons"]:
-        check_output_path(settings["lessons_page"], where("lessons_page", "lessons-page"), base=root)
+        check_output_path(settings["lessons_page"], where("lessons_page"), base=root)
     report = config.getoption("loop_report")
     check_output_path(report or ini_value(config, "report"), "--loop-report" if report else "ini loop_report",
                       base=config.invocation_params.dir)

@@ -142,7 +142,8 @@ def failure_text(result: LoopResult) -> str:
     tail = last_failure_tail(result)
     if tail:
         parts += ["", "last failure (tail):", tail]
-    artifacts = [f"  {key}: {path}" for key, path in result.artifacts.items() if key != "run_dir"]
+    artifacts = [f"  {'lessons' if key == 'memory' else key}: {path}"  # the run log's "memory" key
+                 for key, path in result.artifacts.items() if key != "run_dir"]
     if artifacts:
         parts += ["", "artifacts:", *artifacts]
     return shown("\n".join(parts))

@@ -1,4 +1,4 @@
-"""The reflexion page: lazy, one lesson per failed iteration, locked appends, read back."""
+"""The lessons page: lazy, one lesson per failed iteration, locked appends, read back."""
 
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ def test_one_lesson_per_failed_iteration(harness):
     assert [it.lesson for it in r.iterations] == [*lessons, None]
 
 
-def test_no_page_when_reflexion_is_off(tmp_path):
+def test_no_page_when_lessons_are_off(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     spec = LoopSpec(name="off", checks=(Check.command_passes("exit 1"),), cwd=str(work),
