@@ -9,7 +9,12 @@ from pathlib import Path
 
 from pytest_loops import Check, Guards, LoopSpec, Verdict
 from pytest_loops.artifacts.finishers import make_engine
-from pytest_loops.artifacts.lessons_page import MAX_LESSON_CHARS, READ_LIMIT, LessonsPage, format_lesson
+from pytest_loops.artifacts.lessons_page import (
+    MAX_LESSON_CHARS,
+    READ_LIMIT,
+    LessonsPage,
+    format_lesson,
+)
 from pytest_loops.redact import name_slug
 from pytest_loops.runtime.process import ProcessRunner
 

@@ -61,8 +61,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                             dest=row.option_dest(option), metavar=row.shown_metavar,
                             help=help_text if option == row.option else f"the same as {row.option}")
         for ini in row.inis:
-            parser.addini(ini, row.help if ini == row.ini else f"the same as {row.ini}",
-                          type="linelist" if row.repeatable else "string", default=None)
+            ini_help = row.help if ini == row.ini else f"the same as {row.ini}"
+            if row.repeatable:
+                parser.addini(ini, ini_help, type="linelist", default=None)
+            else:
+                parser.addini(ini, ini_help, type="string", default=None)
     group.addoption("--loop-resume", action="store_true", default=False,
                     help="continue each loop from its latest unfinished or stopped run log in the "
                          "artifacts directory (iterations, streak and spent budget carry over)")
