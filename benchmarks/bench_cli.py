@@ -21,7 +21,7 @@ only). The pytest arms are in bench_pytest.py.
               for each command, append one JSON line per iteration);
    - cli:     ``pytest-loops run --verify false --revise true`` with every
               default on (.tine, lessons, suspects, protection, run log);
-   - cli --no-tine; cli --no-tine --no-reflexion --no-suspects;
+   - cli --no-tine; cli --no-tine --lessons off --no-suspects;
    - with ``--baseline-cli PATH``: the defaults and --no-tine arms of an older
      build too (an executable running it), for before -> after figures.
 
@@ -100,7 +100,7 @@ FLOOR_SH = 'i=0; while [ "$i" -lt {n} ]; do sh -c false; sh -c true; i=$((i+1));
 CLI_ARMS = {
     "cli": [],
     "cli --no-tine": ["--no-tine"],
-    "cli --no-tine --no-reflexion --no-suspects": ["--no-tine", "--no-reflexion", "--no-suspects"],
+    "cli --no-tine --lessons off --no-suspects": ["--no-tine", "--lessons", "off", "--no-suspects"],
 }
 
 

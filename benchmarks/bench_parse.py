@@ -75,7 +75,7 @@ loops:
     revise: python tools/agent.py
     guards: {{max_iter: 6, budget: 15 minutes, no_progress_k: 2}}
     state_paths: [src/{word}/]
-    memory_page: lessons/{word}.md
+    lessons_page: lessons/{word}.md
 """
 
 

@@ -11,7 +11,7 @@ shared and noisy; medians of ``--rounds`` rounds):
 
 1. The whole installed console script, as a process, wall clock:
    ``pytest-loops run --verify false --revise true --max-iter N --no-progress-k 0
-   --no-tine --no-reflexion --no-suspects --cwd TREE -q`` for N=5 and N=45
+   --no-tine --lessons off --no-suspects --cwd TREE -q`` for N=5 and N=45
    (``--log`` and ``--artifacts`` point outside the tree, so every run sees the
    same tree). Per-iteration cost = (T(45) - T(5)) / 40, against
 
@@ -178,7 +178,7 @@ def steady_iterations(summary: dict) -> list[float]:
 def loop_run(cli: str, tree: Path, n: int, scratch: Scratch, logged: list[float] | None = None) -> float:
     log, artifacts = scratch.paths()
     argv = [cli, "run", "--verify", "false", "--revise", "true", "--max-iter", str(n),
-            "--no-progress-k", "0", "--no-tine", "--no-reflexion", "--no-suspects",
+            "--no-progress-k", "0", "--no-tine", "--lessons", "off", "--no-suspects",
             "--cwd", str(tree), "-q", "--log", str(log), "--artifacts", str(artifacts)]
     try:
         took = run_process(argv, MAX_ITER_EXIT, f"pytest-loops run on {tree.name} (N={n})")
@@ -398,7 +398,7 @@ def calc_run(cli: str, tree: Path, fix: Path, scratch: Scratch) -> dict[str, flo
     (tree / "calc.py").write_text(BUGGY_CALC)
     log, artifacts = scratch.paths()
     argv = [cli, "run", "--verify", CALC_CHECK, "--revise", f"{PY} {shlex.quote(str(fix))}",
-            "--max-iter", "3", "--no-progress-k", "0", "--no-tine", "--no-reflexion", "--no-suspects",
+            "--max-iter", "3", "--no-progress-k", "0", "--no-tine", "--lessons", "off", "--no-suspects",
             "--cwd", str(tree), "-q", "--log", str(log), "--artifacts", str(artifacts)]
     try:
         took = run_process(argv, 0, f"the calc loop on {tree.name}")

@@ -65,18 +65,21 @@ class Setting:
     run_aliases: tuple[tuple[str, Any], ...] = ()  # (flag, TAKES_VALUE or the constant it stores)
     run_accepts_path: bool = False  # `--tine on|off|PATH`: any other value is a path (runner only)
     option: str | None = None  # pytest's --loop-...
+    option_aliases: tuple[str, ...] = ()  # old spellings of the option; the new one wins over them
     ini: str | None = None
+    ini_aliases: tuple[str, ...] = ()  # old ini keys, still read; the new key wins
     env: str | None = None
+    env_aliases: tuple[str, ...] = ()  # old variable names, still read; the new name wins
     env_read_here: bool = True  # False: another module reads the variable (PYTEST_LOOPS_MASK)
     marker: str | None = None
     yaml_key: str | None = None  # in a YAML loop file: "guards.max_iter", "revise"
-    yaml_aliases: tuple[str, ...] = ()
+    yaml_aliases: tuple[str, ...] = ()  # old keys, still read; the new key wins
     config_key: str | None = None  # in a loop-runner config file
     loop_line: str | None = None  # the .loop file line that sets it
     metavar: str = "VALUE"
     sample: str = ""  # a valid value as text, for tests
     reproduce: str = "changed"  # in the reproduce command: "always", "changed" or "never"
-    origin_key: str = ""  # the key of LoopSpec.origin a loop file records it under
+    origin_key: str = ""  # the LoopSpec field and origin key, when not the name (guards.*, the run log's)
     guard: bool = False
 
     # -- spellings ------------------------------------------------------------------
@@ -86,6 +89,23 @@ class Setting:
         """The pytest option's dest (``config.getoption``) and its ini key."""
         assert self.option is not None
         return self.option[2:].replace("-", "_")
+
+    def option_dest(self, option: str) -> str:
+        """The dest of one spelling of the pytest option (the option or an old alias)."""
+        return option[2:].replace("-", "_")
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The pytest option and its old spellings, the one that wins first."""
+        return (self.option, *self.option_aliases) if self.option else ()
+
+    @property
+    def inis(self) -> tuple[str, ...]:
+        return (self.ini, *self.ini_aliases) if self.ini else ()
+
+    @property
+    def envs(self) -> tuple[str, ...]:
+        return (self.env, *self.env_aliases) if self.env else ()
 
     @property
     def repeatable(self) -> bool:
@@ -102,12 +122,13 @@ class Setting:
 
     def spellings(self) -> list[str]:
         """Every way to write this setting (flags, ini key, variable, keys), for the docs."""
-        names = [self.run_flag, *(a for a, _ in self.run_aliases), self.option, self.ini,
-                 self.env, self.config_key]
+        names = [self.run_flag, *(a for a, _ in self.run_aliases), *self.options, *self.inis,
+                 *self.envs, self.config_key]
         if self.marker:
             names.append(f"{self.marker}=")
         if self.yaml_key and self.yaml_key != self.config_key:
             names.append(self.yaml_key)
+        names += [k for k in self.yaml_aliases if not self.guard]  # guards.budget: a second key, not a spelling
         return [n for n in names if n]
 
     # -- values ---------------------------------------------------------------------
@@ -245,15 +266,19 @@ SETTINGS: tuple[Setting, ...] = (
             option="--loop-state", ini="loop_state", env="PYTEST_LOOPS_STATE", marker="state",
             yaml_key="state_paths", config_key="progress.state_paths", loop_line="watch: src/**",
             metavar="GLOB", sample="src/**"),
-    Setting("memory_page", "the reflexion page lessons are appended to and read from (markdown)", "path",
-            None, valid="a file path", run_flag="--memory", run_aliases=(("--episodic", TAKES_VALUE),),
-            option="--loop-memory", ini="loop_memory", env="PYTEST_LOOPS_MEMORY", yaml_key="memory_page",
-            config_key="reflexion.episodic_memory_page", loop_line='remember in "lessons.md"',
-            metavar="PATH", sample="lessons.md"),
-    Setting("reflexion", "'on' (default): write one lesson per failed iteration and read them back; "
+    Setting("lessons_page", "the lessons page: one lesson per failed iteration is appended to it and read back "
+            "into the next prompt (markdown)", "path", None, valid="a file path", run_flag="--lessons-page",
+            run_aliases=(("--memory", TAKES_VALUE), ("--episodic", TAKES_VALUE)), option="--loop-lessons-page",
+            option_aliases=("--loop-memory",), ini="loop_lessons_page", ini_aliases=("loop_memory",),
+            env="PYTEST_LOOPS_LESSONS_PAGE", env_aliases=("PYTEST_LOOPS_MEMORY",), yaml_key="lessons_page",
+            yaml_aliases=("memory_page",), config_key="reflexion.episodic_memory_page",
+            loop_line='remember in "lessons.md"', metavar="PATH", sample="lessons.md", origin_key="memory_page"),
+    Setting("lessons", "'on' (default): write one lesson per failed iteration and read them back; "
             "'off' writes and reads none", "switch", True, choices=ON_OFF, valid="on or off",
-            run_flag="--reflexion", run_aliases=(("--no-reflexion", False),), option="--loop-reflexion",
-            ini="loop_reflexion", yaml_key="reflexion", config_key="reflexion.enabled", sample="off"),
+            run_flag="--lessons", run_aliases=(("--reflexion", TAKES_VALUE), ("--no-reflexion", False)),
+            option="--loop-lessons", option_aliases=("--loop-reflexion",), ini="loop_lessons",
+            ini_aliases=("loop_reflexion",), env="PYTEST_LOOPS_LESSONS", yaml_key="lessons",
+            yaml_aliases=("reflexion",), config_key="reflexion.enabled", sample="off", origin_key="reflexion"),
     Setting("artifacts", "directory for run logs, lessons and provenance (default: .pytest-loops under the "
             "working directory; pytest: the rootdir)", "path", None, valid="a directory path",
             run_flag="--artifacts", option="--loop-artifacts", ini="loop_artifacts",
@@ -316,6 +341,9 @@ BY_NAME: dict[str, Setting] = {row.name: row for row in SETTINGS}
 GUARD_KEYS: tuple[str, ...] = tuple(row.name for row in SETTINGS if row.guard)
 MARKER_KEYS: tuple[str, ...] = tuple(row.marker for row in SETTINGS if row.marker)
 ENV_NAMES: dict[str, str] = {row.name: row.env for row in SETTINGS if row.env and row.env_read_here}
+# setting -> every variable that sets it, the one that wins first (the new name, then old ones)
+ENV_SPELLINGS: dict[str, tuple[str, ...]] = {row.name: row.envs for row in SETTINGS
+                                             if row.env and row.env_read_here}
 # settings a loop file line overrides and the session fills otherwise (merge_file_spec)
 FILE_MERGED: tuple[str, ...] = tuple(row.name for row in SETTINGS if row.yaml_key)
 # the settings a loop's spec records the origin of: the runner's (the config-file rows, the
@@ -361,8 +389,8 @@ def runner_guard_keys() -> dict[str, tuple[str, ...]]:
 
 
 def runner_keys() -> list[tuple[str, str]]:
-    """(setting, config-file key) of the loop settings a loop-runner config sets besides guards."""
-    return [(row.name, row.config_key) for row in SETTINGS
+    """(origin key, config-file key) of the loop settings a loop-runner config sets besides guards."""
+    return [(row.record_key, row.config_key) for row in SETTINGS
             if row.config_key and row.yaml_key and not row.yaml_key.startswith("guards.")]
 
 
@@ -401,19 +429,26 @@ def resolve(layers: Sequence[tuple[str, Mapping[str, Any]]], defaults: Mapping[s
     return Resolved(values, where)
 
 
+def record_origin(origin: Mapping[str, str]) -> dict[str, str]:
+    """Origins keyed as a LoopSpec records them: a renamed setting under its spec field
+    (``lessons_page`` as ``memory_page``, the run log's key); guards stay by name here."""
+    return {BY_NAME[key].record_key if key in BY_NAME and not BY_NAME[key].guard else key: where
+            for key, where in origin.items()}
+
+
 def spec_origin(values: Resolved) -> dict[str, str]:
     """Where each of a pytest loop's settings came from (the others are the session's)."""
-    return {key: where for key, where in values.origin.items() if key in PYTEST_DEFAULTS}
+    return record_origin({key: where for key, where in values.origin.items() if key in PYTEST_DEFAULTS})
 
 
 def env_layer(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Settings from PYTEST_LOOPS_* environment variables (validated)."""
     environ = os.environ if environ is None else environ
     layer: dict[str, Any] = {}
-    for name, var in ENV_NAMES.items():
-        raw = environ.get(var)
-        if raw:
-            layer[name] = BY_NAME[name].parse_env(raw, f"environment variable {var}")
+    for name, names in ENV_SPELLINGS.items():
+        var = next((v for v in names if environ.get(v)), None)  # the new name wins over an old one
+        if var is not None:
+            layer[name] = BY_NAME[name].parse_env(environ[var], f"environment variable {var}")
     return layer
 
 
@@ -452,4 +487,4 @@ def reproduce_pairs(values: Resolved) -> list[tuple[str, str]]:
 
 def own_options() -> set[str]:
     """The pytest options whose values the reproduce command writes itself (or drops)."""
-    return {"--loop", *(row.option for row in option_rows() if row.option)}
+    return {"--loop", *(option for row in option_rows() for option in row.options)}

@@ -229,6 +229,8 @@ BAD_INPUT = {
     "log is a directory": (["run", "--verify", "true", "--log", "."], "--log"),
     "log under a file": (["run", "--verify", "true", "--log", "six.yaml/run.json"], "--log"),
     "episodic is a directory": (["run", "--verify", "true", "--memory", "."], "--memory"),
+    "an old flag names itself": (["run", "--verify", "true", "--episodic", "."], "--episodic"),
+    "the lessons page is a directory": (["run", "--verify", "true", "--lessons-page", "."], "--lessons-page"),
     "artifacts is a file": (["run", "--verify", "true", "--artifacts", "six.yaml"], "--artifacts"),
     "config run_log.path is a directory": (["run", "--verify", "true", "--config", "logdir.yaml"],
                                            "logdir.yaml: run_log.path"),
@@ -255,7 +257,9 @@ def test_bad_input_is_one_line_and_exit_64(cli, tmp_path, case):
 
 
 @pytest.mark.parametrize("variable,value", [("PYTEST_LOOPS_MAX_ITER", "zero"),
-                                            ("PYTEST_LOOPS_MEMORY", ".")])
+                                            ("PYTEST_LOOPS_MEMORY", "."),
+                                            ("PYTEST_LOOPS_LESSONS_PAGE", "."),
+                                            ("PYTEST_LOOPS_LESSONS", "maybe")])
 def test_bad_environment_value_is_exit_64(cli, work, variable, value):
     proc, _ = run_loop(cli, work, "--verify", "true", env={variable: value})
     assert proc.returncode == 64

@@ -1,4 +1,4 @@
-"""Edges of the runner: resuming past the cap, signing keys, closed pipes, pytest reflexion off."""
+"""Edges of the runner: resuming past the cap, signing keys, closed pipes, pytest lessons off."""
 
 from __future__ import annotations
 

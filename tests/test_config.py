@@ -58,7 +58,7 @@ def test_every_loop_runner_key_is_read(tmp_path):
     layer = read_runner_config(write(tmp_path / "c.yaml", FULL_CONFIG))
     assert layer == {
         "max_iter": 5, "budget_seconds": 100.0, "no_progress_k": 3, "escalate_after": 4,
-        "state_paths": ["src/*.py", "lib"], "reflexion": True, "memory_page": "memory/lessons.md",
+        "state_paths": ["src/*.py", "lib"], "lessons": True, "lessons_page": "memory/lessons.md",
         "log_path": "logs/run.json", "revise": "python fix.py", "verify": ["pytest -q"],
     }
 

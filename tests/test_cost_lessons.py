@@ -3,10 +3,10 @@ re-reading its tail: a page emptied, removed or edited meanwhile still comes out
 
 from __future__ import annotations
 
-from pytest_loops.artifacts.reflexion import LESSONS_HEADING, MemoryPage
+from pytest_loops.artifacts.lessons_page import LESSONS_HEADING, LessonsPage
 
 
-def counting(page: MemoryPage, monkeypatch) -> list[int]:
+def counting(page: LessonsPage, monkeypatch) -> list[int]:
     reads: list[int] = []
     real = page._read_tail
     monkeypatch.setattr(page, "_read_tail", lambda **kw: reads.append(1) or real(**kw))
@@ -14,7 +14,7 @@ def counting(page: MemoryPage, monkeypatch) -> list[int]:
 
 
 def test_appends_after_the_first_do_not_read_the_page(tmp_path, monkeypatch):
-    page = MemoryPage(tmp_path / "lessons.md", loop_name="fix", goal="green")
+    page = LessonsPage(tmp_path / "lessons.md", loop_name="fix", goal="green")
     reads = counting(page, monkeypatch)
     for i in range(1, 6):
         page.append(f"- lesson {i}")
@@ -26,7 +26,7 @@ def test_appends_after_the_first_do_not_read_the_page(tmp_path, monkeypatch):
 
 def test_a_page_removed_or_emptied_mid_loop_gets_its_header_again(tmp_path):
     path = tmp_path / "lessons.md"
-    page = MemoryPage(path, loop_name="fix")
+    page = LessonsPage(path, loop_name="fix")
     page.append("- one")
     path.unlink()
     page.append("- two")
@@ -38,7 +38,7 @@ def test_a_page_removed_or_emptied_mid_loop_gets_its_header_again(tmp_path):
 
 def test_a_page_edited_without_a_final_newline_keeps_lines_apart(tmp_path):
     path = tmp_path / "lessons.md"
-    page = MemoryPage(path, loop_name="fix")
+    page = LessonsPage(path, loop_name="fix")
     page.append("- one")
     with open(path, "a") as f:
         f.write("- added by hand")

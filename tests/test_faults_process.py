@@ -86,7 +86,7 @@ def _start(entry: str, project: Path, revise: str, budget: float,
     if entry == "cli":
         argv = [sys.executable, "-m", "pytest_loops", "run", "--verify", "false", "--revise", revise,
                 "--max-iter", "3", "--budget-seconds", str(budget), "--no-tine", "--no-suspects",
-                "--no-reflexion"]
+                "--lessons", "off"]
     else:
         (project / "tree.loop").write_text(f'loop "tree":\n  goal: nothing outlives the harness\n'
                                            f'  done when "false" passes\n  revise with "{revise}"\n'

@@ -218,7 +218,7 @@ def unwritable(a_file: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(("flag", "where"), [
-    ("--log", "under a file"), ("--artifacts", "under a file"), ("--memory", "under a file"),
+    ("--log", "under a file"), ("--artifacts", "under a file"), ("--lessons-page", "under a file"), ("--memory", "under a file"),
     ("--tine", "under a file"), ("--log", "in /proc"), ("--tine", "in /proc")])
 def test_an_unwritable_output_path_stops_the_run_before_any_iteration(cli, tmp_path, a_file, flag, where):
     if where not in unwritable(a_file):
@@ -260,7 +260,10 @@ def test_checking_an_output_path_leaves_nothing_behind(tmp_path):
 
 @pytest.mark.parametrize(("args", "ini", "where"), [
     (["--loop-artifacts", "{file}/art"], "", "--loop-artifacts"),
+    ([], "loop_lessons_page = {file}/lessons.md", "ini loop_lessons_page"),
     ([], "loop_memory = {file}/lessons.md", "ini loop_memory"),
+    (["--loop-memory", "{file}/lessons.md"], "", "--loop-memory"),
+    (["--loop-lessons-page", "{file}/lessons.md"], "", "--loop-lessons-page"),
     (["--loop-report", "{file}/r.html"], "", "--loop-report"),
 ])
 def test_an_unwritable_output_path_is_a_usage_error_under_pytest(pytester, args, ini, where):

@@ -125,7 +125,7 @@ def test_no_secret_reaches_a_file_under_the_standalone_runner(tmp_path: Path, cl
     (tmp_path / "check.py").write_text(textwrap.dedent(CHECK))
     out = cli("run", "--verify", f"python check.py {TOKEN} {MASKED}", "--revise", "python -c pass",
               "--max-iter", "2", "--no-suspects", "--name", f"deploy {TOKEN} {MASKED}",
-              "--goal", f"ship with {TOKEN} and {MASKED}", "--episodic", "lessons.md", "--mask", MASKED,
+              "--goal", f"ship with {TOKEN} and {MASKED}", "--lessons-page", "lessons.md", "--mask", MASKED,
               env={"SERVICE_API_TOKEN": TOKEN})
     assert out.returncode == 2, out.stderr
     assert (tmp_path / "lessons.md").is_file() and list(tmp_path.rglob("prompt.md"))
@@ -246,11 +246,11 @@ def _within(seconds: float, fn):
 
 
 def test_a_lessons_page_that_is_a_fifo_is_neither_waited_on_nor_written(tmp_path: Path, capsys):
-    from pytest_loops.artifacts.reflexion import MemoryPage
+    from pytest_loops.artifacts.lessons_page import LessonsPage
 
     fifo = tmp_path / "lessons.md"
     os.mkfifo(fifo)
-    page = MemoryPage(fifo, loop_name="calc")
+    page = LessonsPage(fifo, loop_name="calc")
     assert _within(30, page.read_lessons) == []
     _within(30, lambda: page.append("- a lesson"))
     err = capsys.readouterr().err.splitlines()
@@ -258,19 +258,19 @@ def test_a_lessons_page_that_is_a_fifo_is_neither_waited_on_nor_written(tmp_path
 
 
 def test_a_lessons_page_pointing_at_a_device_reads_nothing(tmp_path: Path, capsys):
-    from pytest_loops.artifacts.reflexion import MemoryPage
+    from pytest_loops.artifacts.lessons_page import LessonsPage
 
     link = tmp_path / "lessons.md"
     link.symlink_to("/dev/zero")
-    assert _within(30, MemoryPage(link, loop_name="calc").read_lessons) == []
+    assert _within(30, LessonsPage(link, loop_name="calc").read_lessons) == []
     assert "is not a regular file" in capsys.readouterr().err
 
 
 def test_a_huge_lessons_page_is_read_back_from_its_end_only(tmp_path: Path, capsys):
-    from pytest_loops.artifacts.reflexion import READ_LIMIT, MemoryPage
+    from pytest_loops.artifacts.lessons_page import READ_LIMIT, LessonsPage
 
     path = tmp_path / "lessons.md"
-    page = MemoryPage(path, loop_name="calc")
+    page = LessonsPage(path, loop_name="calc")
     page.append("- first")
     with open(path, "a", encoding="utf-8") as f:
         for n in range(20_000):  # ~ 0.5 MB of lessons
@@ -287,7 +287,7 @@ def test_a_huge_lessons_page_is_read_back_from_its_end_only(tmp_path: Path, caps
 
 def test_the_runner_with_a_fifo_as_lessons_page_ends_with_its_verdict(tmp_path: Path, cli):
     os.mkfifo(tmp_path / "lessons.md")
-    out = cli("run", "--verify", "exit 1", "--max-iter", "1", "--episodic", "lessons.md", "--no-suspects",
+    out = cli("run", "--verify", "exit 1", "--max-iter", "1", "--lessons-page", "lessons.md", "--no-suspects",
               "--no-tine", timeout=60)
     assert out.returncode == 2, out.stderr
     assert "lessons page" in out.stderr and "is not a regular file" in out.stderr

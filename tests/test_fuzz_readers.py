@@ -536,11 +536,11 @@ def valid_layer(layer: dict[str, Any]) -> None:
     for key in ("state_paths", "verify", "protect", "scope"):
         if key in layer:
             assert isinstance(layer[key], list) and all(isinstance(v, str) for v in layer[key])
-    for key in ("revise", "memory_page", "log_path"):
+    for key in ("revise", "lessons_page", "log_path"):
         if key in layer:
             assert isinstance(layer[key], str) and layer[key].strip()
-    if "reflexion" in layer:
-        assert isinstance(layer["reflexion"], bool)
+    if "lessons" in layer:
+        assert isinstance(layer["lessons"], bool)
 
 
 @settings(max_examples=200, **FUZZ)
@@ -647,8 +647,8 @@ def test_marker_layer_on_any_arguments(args, kwargs):
 SUBCOMMANDS = ["run", "show", "diff", "verify", "report"]
 FLAGS = ["--verify", "--revise", "--state", "--protect", "--scope", "--max-iter", "--budget-seconds",
          "--no-progress-k", "--no-progress-signal", "--escalate-after", "--log", "--episodic",
-         "--no-reflexion", "--config", "--cwd", "--name", "--goal", "--artifacts", "-p", "--resume", "--tine",
-         "--no-tine", "--sign-key-env", "--sign-key-file", "--quiet", "-q", "-v", "--key-env", "--pubkey",
+         "--no-reflexion", "--lessons", "--lessons-page", "--config", "--cwd", "--name", "--goal", "--artifacts",
+         "-p", "--resume", "--tine", "--no-tine", "--sign-key-env", "--sign-key-file", "--quiet", "-q", "-v", "--key-env", "--pubkey",
          "-o", "--output", "--help", "--version", "--bogus", "-x", "--"]
 VALUES_CLI = ["true", "false", "exit 3", "", " ", "0", "1", "2", "3", "-1", "1.5", "abc", "nan", "inf", "1e3",
               "0.0001", "state", "failure", "both", "sideways", "*.txt", "out.html", "log.json", "run.json",

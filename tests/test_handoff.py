@@ -88,7 +88,7 @@ def test_the_hand_off_has_everything_to_pick_up_the_work(tmp_path):
     assert "## Last diff" not in text  # tmp_path is not a git work tree
 
 
-def test_lessons_from_the_reflexion_page_are_not_listed_twice(tmp_path):
+def test_lessons_from_the_lessons_page_are_not_listed_twice(tmp_path):
     result = make_result(tmp_path)
     result.iterations[0].lesson = "- 2026-01-01T00:00:00Z fix parser iter 1: exit 1"
     text = read(write_handoff(result, tmp_path / "h.md", resume_command=RESUME))

@@ -6,8 +6,8 @@
   and every descendant, background and `setsid` ones included;
 - secrets: the value of a secret-named variable reaches no artifact.
 
-Fuzzing of the readers is in test_fuzz_readers.py; concurrency of the memory page
-and the run index in test_reflexion.py and test_runlog.py.
+Fuzzing of the readers is in test_fuzz_readers.py; concurrency of the lessons page
+and the run index in test_lessons_page.py and test_runlog.py.
 """
 
 from __future__ import annotations

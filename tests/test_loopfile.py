@@ -715,7 +715,7 @@ loop "fix checkout"   (fix.loop:4)
     no_progress_signal     state             default
     revise                 -                 default
     state_paths            src/checkout.py   fix.loop:7 (look at)
-    memory_page            -                 default
+    lessons_page           -                 default
     stop_message           "checkout stuck"  fix.loop:9
     look_at                src/checkout.py   fix.loop:7
   not acted on (1 line):

@@ -20,7 +20,8 @@ TWINS = {
     "loop_revise": "--loop-revise",
     "loop_state": "--loop-state",
     "loop_artifacts": "--loop-artifacts",
-    "loop_memory": "--loop-memory",
+    "loop_lessons_page": "--loop-lessons-page",
+    "loop_lessons": "--loop-lessons",
     "loop_config": "--loop-config",
     "loop_exitcode": "--loop-exitcode",
 }
@@ -187,20 +188,20 @@ def test_the_settings_in_effect_reach_the_loop(project: Project, monkeypatch: py
 
 @pytest.mark.parametrize("source", ["ini", "environment", "command line"])
 @pytest.mark.slow
-def test_state_artifacts_and_memory_from_every_layer(project: Project, monkeypatch: pytest.MonkeyPatch,
+def test_state_artifacts_and_lessons_page_from_every_layer(project: Project, monkeypatch: pytest.MonkeyPatch,
                                                      source: str) -> None:
     project.write("test_add.py", FAILING_TEST)
     args: list[str] = []
     if source == "ini":
         project.write("pytest.ini", "[pytest]\nloop_state =\n    calc.py\n    lib/*.py\n"
-                                    "loop_artifacts = out\nloop_memory = notes/lessons.md\n")
+                                    "loop_artifacts = out\nloop_lessons_page = notes/lessons.md\n")
     elif source == "environment":
         monkeypatch.setenv("PYTEST_LOOPS_STATE", "calc.py:lib/*.py")
         monkeypatch.setenv("PYTEST_LOOPS_ARTIFACTS", "out")
-        monkeypatch.setenv("PYTEST_LOOPS_MEMORY", "notes/lessons.md")
+        monkeypatch.setenv("PYTEST_LOOPS_LESSONS_PAGE", "notes/lessons.md")
     else:
         args = ["--loop-state", "calc.py", "--loop-state=lib/*.py", "--loop-artifacts", "out",
-                "--loop-memory=notes/lessons.md"]
+                "--loop-lessons-page=notes/lessons.md"]
     # a revise that cannot start ends the loop after one iteration (and one lesson)
     result = project.run("--loop", "--loop-revise", "sh -c 'echo no-such-cli: not found >&2; exit 127'", *args)
     assert result.ret == 1
@@ -210,7 +211,7 @@ def test_state_artifacts_and_memory_from_every_layer(project: Project, monkeypat
     # (the working tree's lock stays in <rootdir>/.pytest-loops: it belongs to the tree)
     assert not (project.artifacts / "runs").exists()
     (log,) = (project.path / "out" / "runs").glob("failing-tests-*.json")
-    result.stdout.fnmatch_lines([f"    log: {log}", f"    memory: {project.path / 'notes/lessons.md'}"])
+    result.stdout.fnmatch_lines([f"    log: {log}", f"    lessons: {project.path / 'notes/lessons.md'}"])
     assert json.loads(log.read_text(encoding="utf-8"))["state_paths"] == ["calc.py", "lib/*.py"]
     lessons = project.read("notes/lessons.md")
     assert re.search(r"^- .* iter 1: exit 1, ", lessons, re.M), lessons

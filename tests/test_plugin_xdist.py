@@ -1,4 +1,4 @@
-"""Loops under `pytest -n 2` (pytest-xdist): repairs, artifacts, the memory page, the tree lock."""
+"""Loops under `pytest -n 2` (pytest-xdist): repairs, artifacts, the lessons page, the tree lock."""
 
 from __future__ import annotations
 
@@ -108,11 +108,11 @@ def test_many_loops_never_share_a_run_log(project: Project) -> None:
 
 
 @pytest.mark.slow
-def test_one_memory_page_for_parallel_loops(project: Project) -> None:
+def test_one_lessons_page_for_parallel_loops(project: Project) -> None:
     # no revise: these loops change nothing, take no tree lock and run side by side
     names = ("alpha", "beta", "gamma", "delta")
     broken_pair(project, "max_iter=2, no_progress_k=0", names=names)
-    result = project.run("--loop", "-n", "2", "--loop-memory", "shared/lessons.md")
+    result = project.run("--loop", "-n", "2", "--loop-lessons-page", "shared/lessons.md")
     assert result.ret == 1
     result.assert_outcomes(failed=4)
     text = project.read("shared/lessons.md")

@@ -17,7 +17,7 @@ import pytest
 from plugin_helpers import Project
 
 from pytest_loops.artifacts.lessons import compose_lesson, describe_failure, error_of
-from pytest_loops.artifacts.reflexion import MAX_LESSON_CHARS
+from pytest_loops.artifacts.lessons_page import MAX_LESSON_CHARS
 from pytest_loops.core.context import LoopContext
 from pytest_loops.core.revise import PROMPT_TAIL_CHARS, build_prompt, name_list, output_tail
 from pytest_loops.localization import scopes

@@ -309,7 +309,7 @@ def test_relative_artifact_paths_are_found_beside_the_log(tmp_path):
     assert 'href="./work/missing/h.md"' in text  # not found: relative to the loop's cwd
 
 
-def test_lessons_from_the_reflexion_page_lose_their_list_dash(tmp_path):
+def test_lessons_from_the_lessons_page_lose_their_list_dash(tmp_path):
     run = run_dict("dash", [[True, False]], Verdict.MAX_ITER, "cap")
     run["lessons"] = ["- 2026-01-01T00:00:00Z dash iter 1: exit 1"]
     text = Path(write_html_report([run], tmp_path / "r.html")).read_text()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pytest_loops.artifacts.reflexion import MemoryPage
+from pytest_loops.artifacts.lessons_page import LessonsPage
 from pytest_loops.cli import selftest
 
 
@@ -69,6 +69,6 @@ def test_demo_reaches_success_in_2_iterations_and_leaves_its_artifacts(cli, tmp_
     assert "test_add" in (arts / "run" / "iter-001" / "check-1.out").read_text()
     assert "fixed calc.add" in (arts / "run" / "iter-001" / "revise.out").read_text()
     assert "passed" in (arts / "run" / "iter-002" / "check-1.out").read_text()
-    lessons = MemoryPage(arts / "lessons.md", loop_name="demo").read_lessons()
+    lessons = LessonsPage(arts / "lessons.md", loop_name="demo").read_lessons()
     assert len(lessons) == 1 and "iter 1: exit 1" in lessons[0]
     assert "return a + b" in (project / "calc.py").read_text()

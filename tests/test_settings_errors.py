@@ -9,7 +9,7 @@ from pytest_loops.cli.main import main
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.pytest_plugin.options import marker_layer as plugin_marker_layer
 from pytest_loops.pytest_plugin.plugin import build_settings
-from pytest_loops.settings import SETTINGS, Setting, env_layer
+from pytest_loops.settings import SETTINGS, TAKES_VALUE, Setting, env_layer
 from pytest_loops.sources import load_yaml_text
 
 # a value each kind rejects
@@ -120,3 +120,48 @@ def test_a_bad_choice_names_the_subcommand_once(capsys) -> None:
     assert main(["report"]) == 64
     line = one_error(capsys.readouterr().err)
     assert line.startswith("pytest-loops: error: report: ") and line.count("pytest-loops") == 2
+
+
+# -- old spellings: a bad value names the spelling it was written under ---------------
+
+def alias_params(spellings) -> list:
+    return [pytest.param(row, alias, id=alias) for row in CHECKED for alias in spellings(row)]
+
+
+@pytest.mark.parametrize(("row", "alias"), alias_params(
+    lambda row: [a for a, const in row.run_aliases if const is TAKES_VALUE and not row.run_accepts_path]))
+def test_a_bad_value_of_an_old_run_flag_names_that_flag(row: Setting, alias: str, capsys, tmp_path) -> None:
+    assert main(["run", "--cwd", str(tmp_path), "--verify", "true", alias, BAD[row.kind]]) == 64
+    line = one_error(capsys.readouterr().err)
+    assert line.startswith(f"pytest-loops: error: {alias}: {BAD[row.kind]!r} is not a valid {row.name}")
+
+
+@pytest.mark.parametrize(("row", "alias"), alias_params(lambda row: row.option_aliases))
+def test_a_bad_value_of_an_old_pytest_option_names_that_option(pytester: pytest.Pytester, row: Setting,
+                                                                alias: str) -> None:
+    pytester.makepyfile("def test_ok():\n    pass\n")
+    result = pytester.runpytest("--loop", f"{alias}={BAD[row.kind]}", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    line = one_error(result.stderr.str())
+    assert line == f"ERROR: {alias}: {BAD[row.kind]!r} is not a valid {row.name}; valid: {row.valid}"
+
+
+@pytest.mark.parametrize(("row", "alias"), alias_params(lambda row: row.ini_aliases))
+def test_a_bad_value_of_an_old_ini_key_names_that_key(pytester: pytest.Pytester, row: Setting, alias: str) -> None:
+    pytester.makeini(f"[pytest]\n{alias} = {BAD[row.kind]}\n")
+    config = pytester.parseconfig("--loop")
+    try:
+        with pytest.raises(LoopUsageError) as exc:
+            build_settings(config, environ={})
+    finally:
+        config._ensure_unconfigure()
+    assert str(exc.value).startswith(f"ini {alias}: {BAD[row.kind]!r} is not a valid {row.name}")
+
+
+@pytest.mark.parametrize(("row", "alias"), alias_params(lambda row: [k for k in row.yaml_aliases if "." not in k]))
+def test_a_bad_value_of_an_old_yaml_key_names_that_key(row: Setting, alias: str) -> None:
+    text = f"loops:\n  - name: one\n    goal: pass\n    checks: [\"true\"]\n    {alias}: {BAD[row.kind]}\n"
+    with pytest.raises(LoopUsageError) as exc:
+        load_yaml_text(text, "x.loop.yaml")
+    assert str(exc.value).startswith("x.loop.yaml:5:")
+    assert f"loops[0].{alias}:" in str(exc.value)

@@ -26,11 +26,11 @@ def test_pytest_precedence(pytester: pytest.Pytester, present: tuple[str, ...]) 
         pytester.makefile(".yaml", cfg="guards:\n  max_iter: 2\nreflexion:\n  enabled: false\n")
         ini += "loop_config = cfg.yaml\n"
     if "ini" in present:
-        ini += "loop_max_iter = 3\nloop_reflexion = on\n"
+        ini += "loop_max_iter = 3\nloop_lessons = on\n"
     if "environment" in present:
-        environ["PYTEST_LOOPS_MAX_ITER"] = "4"
+        environ.update(PYTEST_LOOPS_MAX_ITER="4", PYTEST_LOOPS_LESSONS="on")
     if "command line" in present:
-        args += ["--loop-max-iter=5", "--loop-reflexion=off"]
+        args += ["--loop-max-iter=5", "--loop-lessons=off"]
     pytester.makeini(ini)
     config = pytester.parseconfig(*args)
     try:
@@ -43,9 +43,9 @@ def test_pytest_precedence(pytester: pytest.Pytester, present: tuple[str, ...]) 
     assert origin == ("default" if top is None else origin if top == "config file" else top)
     if top == "config file":
         assert origin.endswith("cfg.yaml")
-    reflexion_from = [layer for layer in present if layer != "environment"]  # no variable for it
-    expected = {None: True, "config file": False, "ini": True, "command line": False}
-    assert settings["reflexion"] is expected[reflexion_from[-1] if reflexion_from else None]
+    expected = {None: True, "config file": False, "ini": True, "environment": True, "command line": False}
+    assert settings["lessons"] is expected[top]
+    assert settings.origin["lessons"] == settings.origin["max_iter"]
 
 
 def test_marker_is_above_the_command_line() -> None:
@@ -64,6 +64,9 @@ def runner_args(*argv: str) -> argparse.Namespace:
     ({}, [], 2, False, "config"),
     ({"PYTEST_LOOPS_MAX_ITER": "4"}, [], 4, False, "environment"),
     ({"PYTEST_LOOPS_MAX_ITER": "4"}, ["--max-iter", "5", "--reflexion", "on"], 5, True, "command line"),
+    ({"PYTEST_LOOPS_MAX_ITER": "4"}, ["--max-iter", "5", "--lessons", "on"], 5, True, "command line"),
+    ({"PYTEST_LOOPS_LESSONS": "on"}, [], 2, True, "config"),
+    ({"PYTEST_LOOPS_LESSONS": "on"}, ["--no-reflexion"], 2, False, "config"),
     ({}, ["--no-reflexion"], 2, False, "config"),
 ])
 def test_runner_precedence(tmp_path, env, flags, max_iter, reflexion, origin) -> None:
@@ -77,8 +80,17 @@ def test_runner_precedence(tmp_path, env, flags, max_iter, reflexion, origin) ->
     assert where.endswith("loop-runner.config.yaml") if origin == "config" else where == origin
 
 
-def test_memory_and_its_alias_set_the_same_setting(tmp_path) -> None:
-    a, _ = spec_from_args(runner_args("--cwd", str(tmp_path), "--verify", "true", "--memory", "l.md"), environ={})
-    b, _ = spec_from_args(runner_args("--cwd", str(tmp_path), "--verify", "true", "--episodic", "l.md"), environ={})
-    assert a.memory_page == b.memory_page == "l.md"
-    assert a.origin["memory_page"] == "command line"
+@pytest.mark.parametrize("flag", ["--lessons-page", "--memory", "--episodic"])
+def test_the_lessons_page_flag_and_its_old_spellings_set_the_same_setting(tmp_path, flag) -> None:
+    spec, _ = spec_from_args(runner_args("--cwd", str(tmp_path), "--verify", "true", flag, "l.md"), environ={})
+    assert spec.memory_page == "l.md"
+    assert spec.origin["memory_page"] == "command line", "the run log's origin key stays"
+
+
+@pytest.mark.parametrize("var", ["PYTEST_LOOPS_LESSONS_PAGE", "PYTEST_LOOPS_MEMORY"])
+def test_the_lessons_page_variable_and_its_old_name_set_the_same_setting(tmp_path, var) -> None:
+    spec, _ = spec_from_args(runner_args("--cwd", str(tmp_path), "--verify", "true"), environ={var: "l.md"})
+    assert (spec.memory_page, spec.origin["memory_page"]) == ("l.md", "environment")
+    both = {"PYTEST_LOOPS_MEMORY": "old.md", "PYTEST_LOOPS_LESSONS_PAGE": "new.md"}
+    spec, _ = spec_from_args(runner_args("--cwd", str(tmp_path), "--verify", "true"), environ=both)
+    assert spec.memory_page == "new.md", "the new name wins over the old one"

@@ -35,11 +35,12 @@ def test_tine_path_writes_it_there(tmp_path, monkeypatch) -> None:
     assert (tmp_path / "proof.tine").is_file()
 
 
-@pytest.mark.parametrize(("flags", "lessons"), [([], True), (["--reflexion", "on"], True),
-                                                 (["--reflexion", "off"], False), (["--no-reflexion"], False)])
-def test_reflexion_switch_and_its_alias(tmp_path, flags, lessons) -> None:
+@pytest.mark.parametrize(("flags", "lessons"), [([], True), (["--lessons", "on"], True), (["--lessons", "off"], False),
+                                                 (["--reflexion", "on"], True), (["--reflexion", "off"], False),
+                                                 (["--no-reflexion"], False)])
+def test_lessons_switch_and_its_old_spellings(tmp_path, flags, lessons) -> None:
     page = tmp_path / "lessons.md"
     code = main(["run", "--cwd", str(tmp_path), "--verify", "false", "--max-iter", "1", "-q",
-                 "--suspects", "off", "--memory", str(page), *flags])
+                 "--suspects", "off", "--lessons-page", str(page), *flags])
     assert code == 2
     assert page.exists() is lessons

@@ -125,8 +125,10 @@ def pytest_help(tmp_path_factory) -> str:
 
 @pytest.mark.parametrize("row", rows_with("option"))
 def test_pytest_option_and_ini_key_are_in_pytest_help(row: Setting, pytest_help: str) -> None:
-    assert f"{row.option}={row.shown_metavar}" in pytest_help
-    assert f"  {row.ini} (" in pytest_help
+    for option in row.options:  # old spellings too
+        assert f"{option}={row.shown_metavar}" in pytest_help
+    for ini in row.inis:
+        assert f"  {ini} (" in pytest_help
     if row.choices:
         assert row.dest.upper() not in pytest_help
 
@@ -161,6 +163,81 @@ def test_ini_key_sets_the_value(pytester: pytest.Pytester, row: Setting) -> None
 def test_environment_variable_sets_the_value(row: Setting) -> None:
     layer = env_layer({row.env: row.sample, "PYTEST_LOOPS_UNRELATED": "x"})
     assert layer == {row.name: row.parse(row.sample, "x") if not row.repeatable else [row.sample]}
+
+
+# -- old spellings: each reaches the same setting, and the new spelling wins over it -------
+
+def other_sample(row: Setting) -> str:
+    """A valid value other than the row's sample (to tell two spellings apart)."""
+    return {"switch": "on" if row.sample == "off" else "off", "path": "other.md"}[row.kind]
+
+
+def aliases(attr: str) -> list:
+    return [pytest.param(row, alias, id=alias) for row in SETTINGS for alias in getattr(row, attr)]
+
+
+def test_old_spellings_are_declared_for_the_lessons_settings() -> None:
+    page, lessons = BY_NAME["lessons_page"], BY_NAME["lessons"]
+    assert {a for a, _ in page.run_aliases} == {"--memory", "--episodic"}
+    assert {a for a, _ in lessons.run_aliases} == {"--reflexion", "--no-reflexion"}
+    assert (page.option_aliases, page.ini_aliases, page.env_aliases, page.yaml_aliases) == (
+        ("--loop-memory",), ("loop_memory",), ("PYTEST_LOOPS_MEMORY",), ("memory_page",))
+    assert (lessons.option_aliases, lessons.ini_aliases, lessons.yaml_aliases) == (
+        ("--loop-reflexion",), ("loop_reflexion",), ("reflexion",))
+
+
+@pytest.mark.parametrize(("row", "alias"), aliases("option_aliases"))
+def test_an_old_pytest_option_sets_the_value(pytester: pytest.Pytester, row: Setting, alias: str) -> None:
+    settings = settings_of(pytester, f"{alias}={row.sample}")
+    assert settings[row.name] == row.parse(row.sample, "x")
+    assert settings.origin[row.name] == "command line"
+    both = settings_of(pytester, f"{row.option}={other_sample(row)}", f"{alias}={row.sample}")
+    assert both[row.name] == row.parse(other_sample(row), "x"), "the new option wins over the old one"
+
+
+@pytest.mark.parametrize(("row", "alias"), aliases("ini_aliases"))
+def test_an_old_ini_key_sets_the_value(pytester: pytest.Pytester, row: Setting, alias: str) -> None:
+    pytester.makeini(f"[pytest]\n{alias} = {row.sample}\n")
+    settings = settings_of(pytester)
+    assert settings[row.name] == row.parse(row.sample, "x")
+    assert settings.origin[row.name] == "ini"
+    pytester.makeini(f"[pytest]\n{alias} = {row.sample}\n{row.ini} = {other_sample(row)}\n")
+    assert settings_of(pytester)[row.name] == row.parse(other_sample(row), "x"), "the new key wins"
+
+
+@pytest.mark.parametrize(("row", "alias"), aliases("env_aliases"))
+def test_an_old_environment_variable_sets_the_value(row: Setting, alias: str) -> None:
+    assert env_layer({alias: row.sample}) == {row.name: row.parse(row.sample, "x")}
+    both = env_layer({alias: row.sample, row.env: other_sample(row)})
+    assert both == {row.name: row.parse(other_sample(row), "x")}, "the new name wins"
+
+
+@pytest.mark.parametrize(("row", "alias"), [p for p in aliases("yaml_aliases") if not p.values[0].guard])
+def test_an_old_yaml_key_sets_the_value(row: Setting, alias: str) -> None:
+    key = alias  # a guard's second key (guards.budget) is covered by the guard tests
+    spec = load_yaml_text(YAML_LOOP.format(extra=f"    {key}: {yaml_value(row)}"), "x.loop.yaml").loops[0]
+    got = getattr(spec, row.record_key)
+    expected = row.parse(typed_sample(row), "x")
+    assert got.endswith(expected) if row.kind == "path" else got == expected
+    assert spec.origin[row.record_key] != "default"
+    other = yaml_value(row) if row.kind == "path" else str(not expected).lower()
+    both = f"    {key}: {other}\n    {row.yaml_key}: {'new.md' if row.kind == 'path' else yaml_value(row)}"
+    spec = load_yaml_text(YAML_LOOP.format(extra=both), "x.loop.yaml").loops[0]
+    got = getattr(spec, row.record_key)
+    assert got.endswith("new.md") if row.kind == "path" else got == expected, "the new key wins"
+
+
+@pytest.mark.parametrize(("row", "alias"), [pytest.param(row, alias, id=alias) for row in SETTINGS
+                                            for alias, const in row.run_aliases if const is TAKES_VALUE])
+def test_an_old_run_flag_sets_the_value_and_the_last_flag_wins(row: Setting, alias: str) -> None:
+    parser, _ = run_subparser()
+    expected, other = row.parse(row.sample, "x"), row.parse(other_sample(row), "x")
+    args = parser.parse_args(["run", "--verify", "true", alias, row.sample])
+    assert getattr(args, row.name) == expected
+    args = parser.parse_args(["run", "--verify", "true", alias, row.sample, row.run_flag, other_sample(row)])
+    assert getattr(args, row.name) == other
+    args = parser.parse_args(["run", "--verify", "true", row.run_flag, other_sample(row), alias, row.sample])
+    assert getattr(args, row.name) == expected
 
 
 def test_the_mask_variable_is_read_by_the_redactor_not_the_settings() -> None:
@@ -200,9 +277,9 @@ def test_yaml_loop_key_sets_the_value(row: Setting) -> None:
     value = yaml_value(row)
     extra = f"    {section}:\n      {key}: {value}" if section else f"    {key}: {value}"
     spec = load_yaml_text(YAML_LOOP.format(extra=extra), "x.loop.yaml").loops[0]
-    got = getattr(spec.guards, row.name) if row.guard else getattr(spec, row.name)
+    got = getattr(spec.guards, row.name) if row.guard else getattr(spec, row.record_key)
     expected = row.parse(typed_sample(row), "x")
-    if row.name == "memory_page":
+    if row.kind == "path":
         assert got.endswith(expected)
     else:
         assert got == (tuple(expected) if row.repeatable else expected)
@@ -231,7 +308,7 @@ def test_a_loop_file_value_wins_and_the_session_fills_the_rest(row: Setting) -> 
     spec = load_yaml_text(YAML_LOOP.format(extra=""), "x.loop.yaml").loops[0]
     session = resolve([("command line", {row.name: row.parse(typed_sample(row), "x")})], DEFAULTS)
     merged = merge_file_spec(spec, session)
-    got = getattr(merged.guards, row.name) if row.guard else getattr(merged, row.name)
+    got = getattr(merged.guards, row.name) if row.guard else getattr(merged, row.record_key)
     expected = session[row.name]
     assert got == (tuple(expected) if row.repeatable else expected)
     assert merged.origin[row.record_key] == "command line"

@@ -174,17 +174,17 @@ def summarize(result: LoopResult) -> dict[str, Any]:
 
 
 class LessonsWriter:
-    """The lessons page (reflexion): read back at the start, one line per failed iteration."""
+    """The lessons page: read back at the start, one line per failed iteration."""
 
     name = "loop-lessons"
 
     @hookimpl
     def pytest_loop_recall(self, spec: LoopSpec, run: LoopRun) -> list[str] | None:
-        from pytest_loops.artifacts.reflexion import MemoryPage
+        from pytest_loops.artifacts.lessons_page import LessonsPage
 
         if run.paths.memory_page is None:
             return None
-        page = MemoryPage(run.paths.memory_page, loop_name=spec.name, goal=spec.goal)
+        page = LessonsPage(run.paths.memory_page, loop_name=spec.name, goal=spec.goal)
         run.writers[self.name] = page
         return page.read_lessons()
 

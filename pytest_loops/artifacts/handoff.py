@@ -212,7 +212,7 @@ def _overlaps(path: Path, others: Sequence[Path]) -> bool:
 
 
 def _lessons(result: LoopResult, scrub: Callable[[str], str]) -> str:
-    # A lesson line from the reflexion page is already a list item: "- ...".
+    # A lesson line from the lessons page is already a list item: "- ...".
     lessons = [r.lesson.removeprefix("- ") for r in result.iterations if r.lesson]
     if not lessons:
         return ""

@@ -2,7 +2,7 @@
 
 ``tests/test_more.py::WindowedTests::test_basic failed with AssertionError: Lists
 differ: [(1, 2, 3)] != [(1, 2, 3), (2, 3, 4)]; 17 more tests failing.`` The
-line is written to the reflexion page (:mod:`pytest_loops.artifacts.reflexion`)
+line is written to the lessons page (:mod:`pytest_loops.artifacts.lessons_page`)
 and read back into the next prompt, so it must make sense on its own: the
 message is shortened at a word, never mid-word, and the error type comes from
 pytest's crash line (``file.py:12: AssertionError``), which is never cut short.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from pytest_loops.artifacts.reflexion import MAX_LESSON_CHARS, format_lesson
+from pytest_loops.artifacts.lessons_page import MAX_LESSON_CHARS, format_lesson
 from pytest_loops.progress.signature import first_meaningful_line
 from pytest_loops.redact import strip_control
 from pytest_loops.results import CheckResult
@@ -160,5 +160,5 @@ def describe_failure(failed: Sequence[CheckResult], budget: int = MAX_LESSON_CHA
 
 def compose_lesson(iteration: int, exit_code: int | None, state_moved: bool | str | None,
                    failed: Sequence[CheckResult], loop_name: str | None = None) -> str:
-    """The reflexion line for a failed iteration (see :func:`describe_failure`)."""
+    """The lessons page line for a failed iteration (see :func:`describe_failure`)."""
     return format_lesson(iteration, exit_code, state_moved, describe_failure(failed), loop_name=loop_name)

@@ -169,7 +169,7 @@ class _Page:
         parts.append(self.timeline(iterations, _check_names(run, iterations)))
         parts.append(self.table(iterations))
         parts.append(self.failures(iterations))
-        # Lesson lines from the reflexion page are list items already: "- ...".
+        # Lesson lines from the lessons page are list items already: "- ...".
         lessons = [str(x).removeprefix("- ") for x in run.get("lessons") or [] if x]
         if lessons:
             opened = " open" if len(lessons) <= 8 else ""

@@ -10,7 +10,7 @@ import argparse
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -28,6 +28,7 @@ from pytest_loops.settings import (
     TAKES_VALUE,
     Setting,
     env_layer,
+    record_origin,
     resolve,
     run_rows,
 )
@@ -39,6 +40,18 @@ PROG = "pytest-loops"
 DEFAULT_CONFIG = Path("harness") / "loop-runner.config.yaml"
 
 hookimpl = pluggy.HookimplMarker("pytest")
+
+
+class _Spelled(argparse.Action):
+    """Store a setting's value and the flag it was given under (``args.spelled``), so a
+    later error names the spelling written (``--episodic``, not ``--lessons-page``)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        spelled = getattr(namespace, "spelled", None) or {}
+        spelled[self.dest] = option_string
+        namespace.spelled = spelled
 
 
 class _Parser(argparse.ArgumentParser):
@@ -70,11 +83,14 @@ def add_setting_flags(run: argparse.ArgumentParser) -> None:
         metavar = row.shown_metavar + ("|PATH" if row.run_accepts_path else "")
         help_text = row.help + (" (repeatable)" if row.repeatable else "") + (
             "; a PATH: write it there" if row.run_accepts_path else "")
-        aliases = [a for a, const in row.run_aliases if const is TAKES_VALUE]
-        run.add_argument(flag, *aliases, dest=row.name, type=_flag_type(row, flag), metavar=metavar,
-                         action="append" if row.repeatable else "store", default=None, help=help_text)
-        for alias, const in row.run_aliases:
-            if const is not TAKES_VALUE:
+        action = "append" if row.repeatable else _Spelled
+        run.add_argument(flag, dest=row.name, type=_flag_type(row, flag), metavar=metavar,
+                         action=action, default=None, help=help_text)
+        for alias, const in row.run_aliases:  # one dest: the last flag given wins
+            if const is TAKES_VALUE:  # its own type, so a bad value names the spelling written
+                run.add_argument(alias, dest=row.name, type=_flag_type(row, alias), metavar=metavar,
+                                 action=action, default=None, help=f"the same as {flag}")
+            else:
                 run.add_argument(alias, dest=row.name, action="store_const", const=const,
                                  help=f"the same as {flag} {row.text(const)[0]}")
 
@@ -185,8 +201,8 @@ def verdict_lines(result: Any) -> list[str]:
     lines = [f"{result.verdict.value} (exit {result.exit_code}) after {result.iterations_run} "
              f"iteration(s) in {result.elapsed_s:.1f}s: {result.reason}"]
     for key, path in result.artifacts.items():
-        if key != "run_dir":
-            lines.append(f"  {key}: {path}")
+        if key != "run_dir":  # the run log's key "memory" is the lessons page
+            lines.append(f"  {'lessons' if key == 'memory' else key}: {path}")
     return lines
 
 
@@ -223,14 +239,15 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
         checks=(*(Check.command_passes(cmd) for cmd in verify),
                 *(Check.command_passes(cmd, hidden=True) for cmd in (args.hidden_verify or ()))),
         revise=settings["revise"], guards=guards, state_paths=tuple(settings["state_paths"]),
-        memory_page=settings["memory_page"], reflexion=bool(settings["reflexion"]),
+        memory_page=settings["lessons_page"], reflexion=bool(settings["lessons"]),
         no_progress_signal=settings["no_progress_signal"],
         protect=tuple(settings["protect"]), scope=tuple(settings["scope"]),
-        cwd=str(cwd.resolve()), origin=settings.origin,
+        cwd=str(cwd.resolve()), origin=record_origin(settings.origin),
         source=str(config_path) if config_path else "command line",
     )
     for key in _OUTPUT_PATHS:
-        _check_output_path(settings.values.get(key), key, settings.origin.get(key, ""), cwd)
+        _check_output_path(settings.values.get(key), key, settings.origin.get(key, ""), cwd,
+                           flag=(getattr(args, "spelled", None) or {}).get(key), environ=environ)
     if settings.values.get("artifacts") is None:  # the default: where the run log and lessons go
         check_output_path(".pytest-loops", "--artifacts (default .pytest-loops under --cwd)", base=cwd,
                           directory=True)
@@ -238,16 +255,21 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
                   "artifacts": settings.values.get("artifacts"), "output_cap": settings["output_cap"]}
 
 
-# setting -> (flag, config file key, environment variable) that may have set it
-_OUTPUT_PATHS = {key: (BY_NAME[key].run_flag, BY_NAME[key].config_key, BY_NAME[key].env)
-                 for key in ("log_path", "memory_page", "artifacts")}
+# setting -> (flag, config file key, environment variables) that may have set it
+_OUTPUT_PATHS = {key: (BY_NAME[key].run_flag, BY_NAME[key].config_key, BY_NAME[key].envs)
+                 for key in ("log_path", "lessons_page", "artifacts")}
 
 
-def _check_output_path(value: str | None, key: str, origin: str, cwd: Path, where: str | None = None) -> None:
-    """A path the run will write to is bad input (64) up front, not an OSError (70) mid-run."""
+def _check_output_path(value: str | None, key: str, origin: str, cwd: Path, where: str | None = None,
+                       flag: str | None = None, environ: Mapping[str, str] | None = None) -> None:
+    """A path the run will write to is bad input (64) up front, not an OSError (70) mid-run.
+    The error names the spelling given (``flag``; the variable that is set)."""
     if not value:
         return
-    flag, file_key, variable = _OUTPUT_PATHS[key]
+    main_flag, file_key, variables = _OUTPUT_PATHS[key]
+    flag = flag or main_flag
+    environ = os.environ if environ is None else environ
+    variable = next((v for v in variables if environ.get(v)), variables[0] if variables else None)
     where = where or {"command line": str(flag), "environment": f"environment variable {variable}"}.get(
         origin, f"{origin}: {file_key}")
     check_output_path(value, where, base=cwd, directory=key == "artifacts")
@@ -292,7 +314,7 @@ def resume_spec(args: argparse.Namespace) -> tuple[LoopSpec, dict[str, Any], dic
     _check_output_path(args.log_path, "log_path", "command line", cwd)
     _check_output_path(args.artifacts, "artifacts", "command line", cwd)
     if spec.reflexion:
-        _check_output_path(spec.memory_page, "memory_page", "", cwd, where=f"{where}: memory_page")
+        _check_output_path(spec.memory_page, "lessons_page", "", cwd, where=f"{where}: memory_page")
     if not args.artifacts:
         check_output_path(".pytest-loops", "--artifacts (default .pytest-loops under --cwd)", base=cwd,
                           directory=True)

@@ -66,7 +66,7 @@ def pytest_loop_recall(spec, run):
 
     Called once per loop before ``pytest_loop_started``; the lessons go into every
     prompt and the run log's ``lessons_read``. The built-in lessons page answers
-    when the loop keeps one (``remember in``, ``--memory-page``).
+    when the loop keeps one (``remember in``, ``--lessons-page``).
 
     .. versionadded:: 0.3
     """

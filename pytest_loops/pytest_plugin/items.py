@@ -313,7 +313,7 @@ def merge_file_spec(spec: LoopSpec, settings: Any) -> LoopSpec:
             continue  # nothing from the session either: the file's default stands
         if row.guard:
             guards[name] = value
-        else:
-            changes[name] = tuple(value) if row.repeatable else value
+        else:  # the LoopSpec field (lessons_page is memory_page there)
+            changes[row.record_key] = tuple(value) if row.repeatable else value
         origin[row.record_key] = settings.origin.get(name, "default")
     return spec.replace(guards=Guards(**guards), origin=origin, **changes)

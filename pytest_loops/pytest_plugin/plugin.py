@@ -27,6 +27,7 @@ from pytest_loops.pytest_plugin.options import (
     usage_error,
 )
 from pytest_loops.settings import (
+    BY_NAME,
     MARKER_KEYS,
     PYTEST_DEFAULTS,
     env_layer,
@@ -55,12 +56,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for row in option_rows():  # generated from the settings table
         assert row.option is not None and row.ini is not None
         help_text = row.help + (" (repeatable)" if row.repeatable else "")
-        group.addoption(row.option, action="append" if row.repeatable else "store", default=None,
-                        dest=row.dest, metavar=row.shown_metavar, help=help_text)
-        if row.repeatable:
-            parser.addini(row.ini, row.help, type="linelist", default=None)
-        else:
-            parser.addini(row.ini, row.help, type="string", default=None)
+        for option in row.options:  # an old spelling keeps its own dest: the new one wins over it
+            group.addoption(option, action="append" if row.repeatable else "store", default=None,
+                            dest=row.option_dest(option), metavar=row.shown_metavar,
+                            help=help_text if option == row.option else f"the same as {row.option}")
+        for ini in row.inis:
+            ini_help = row.help if ini == row.ini else f"the same as {row.ini}"
+            if row.repeatable:
+                parser.addini(ini, ini_help, type="linelist", default=None)
+            else:
+                parser.addini(ini, ini_help, type="string", default=None)
     group.addoption("--loop-resume", action="store_true", default=False,
                     help="continue each loop from its latest unfinished or stopped run log in the "
                          "artifacts directory (iterations, streak and spent budget carry over)")
@@ -68,13 +73,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   "when no paths are given on the command line", type="paths", default=[])
 
 
-def _layer(read, where) -> dict[str, Any]:
-    """One layer (ini or command line) of every setting with a pytest option, validated."""
+def _layer(spellings, read, where) -> dict[str, Any]:
+    """One layer (ini or command line) of every setting with a pytest option, validated.
+
+    ``spellings(row)`` lists the row's names on that surface, the new one first: the
+    first one given wins, and a bad value names the spelling it was given under."""
     layer: dict[str, Any] = {}
     for row in option_rows():
-        raw = read(row)
-        if raw is not None and row.name != "config":
-            layer[row.name] = row.parse(list(raw) if row.repeatable else raw, where(row))
+        if row.name == "config":
+            continue
+        for spelling in spellings(row):
+            raw = read(spelling)
+            if raw is not None:
+                layer[row.name] = row.parse(list(raw) if row.repeatable else raw, where(spelling))
+                break
     return layer
 
 
@@ -96,9 +108,12 @@ def build_settings(config: pytest.Config, environ: Mapping[str, str] | None = No
         file_layer.pop("verify", None)
         file_layer.pop("log_path", None)
         layers.append((str(path), file_layer))
-    layers.append(("ini", _layer(lambda row: ini_value(config, row.dest[len("loop_"):]), lambda row: f"ini {row.ini}")))
+    layers.append(("ini", _layer(lambda row: row.inis, lambda ini: ini_value(config, ini[len("loop_"):]),
+                                 lambda ini: f"ini {ini}")))
     layers.append(("environment", env_layer(environ)))
-    layers.append(("command line", _layer(lambda row: config.getoption(row.dest), lambda row: row.option)))
+    layers.append(("command line", _layer(lambda row: row.options,
+                                          lambda option: config.getoption(option[2:].replace("-", "_")),
+                                          lambda option: option)))
     return resolve(layers, defaults=PYTEST_DEFAULTS)
 
 
@@ -106,23 +121,30 @@ def check_outputs(config: pytest.Config, settings: Resolved) -> None:
     """Every path a loop writes is checked before the first test runs (see outputs.py)."""
     from pytest_loops.runtime.outpaths import check_output_path
 
-    def where(key: str, option: str) -> str:
-        origin = settings.origin.get(key, "default")
-        return {"command line": f"--loop-{option}", "ini": f"ini loop_{option}", "default": f"--loop-{option}",
+    def where(key: str) -> str:
+        """The spelling the path was given under (an old one when that was written)."""
+        row, origin = BY_NAME[key], settings.origin.get(key, "default")
+        given = {"command line": lambda: next((o for o in row.options if config.getoption(row.option_dest(o))), None),
+                 "ini": lambda: next((f"ini {i}" for i in row.inis if ini_value(config, i[len("loop_"):])), None),
+                 "environment": lambda: next((f"environment variable {v}" for v in row.envs if os.environ.get(v)),
+                                             None)}.get(origin, lambda: None)()
+        if given:
+            return given
+        return {"command line": str(row.option), "ini": f"ini {row.ini}", "default": str(row.option),
                 "environment": "environment variable " + ENV_NAMES.get(key, "")}.get(
                     origin, f"{origin}: reflexion.episodic_memory_page")  # only the page comes from a file
 
     root = config.rootpath
-    check_output_path(settings["artifacts"] or ".pytest-loops", where("artifacts", "artifacts"), base=root,
+    check_output_path(settings["artifacts"] or ".pytest-loops", where("artifacts"), base=root,
                       directory=True)
-    if settings["reflexion"]:
-        check_output_path(settings["memory_page"], where("memory_page", "memory"), base=root)
+    if settings["lessons"]:
+        check_output_path(settings["lessons_page"], where("lessons_page"), base=root)
     report = config.getoption("loop_report")
     check_output_path(report or ini_value(config, "report"), "--loop-report" if report else "ini loop_report",
                       base=config.invocation_params.dir)
 
 
-VALUE_FLAGS = tuple(row.option for row in option_rows() if row.option)
+VALUE_FLAGS = tuple(option for row in option_rows() for option in row.options)
 
 
 def _given_flags(args: list[str]) -> list[str]:

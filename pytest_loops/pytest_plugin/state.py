@@ -153,8 +153,8 @@ class SessionState:
             name=name, goal=goal, checks=checks, revise=values["revise"],
             guards=Guards(**{k: values[k] for k in GUARD_KEYS}),  # the settings table's guard rows
             state_paths=tuple(values["state_paths"] or ["."]),
-            memory_page=values["memory_page"], cwd=str(self.rootdir), origin=spec_origin(values),
-            no_progress_signal=values["no_progress_signal"], reflexion=bool(values["reflexion"]),
+            memory_page=values["lessons_page"], cwd=str(self.rootdir), origin=spec_origin(values),
+            no_progress_signal=values["no_progress_signal"], reflexion=bool(values["lessons"]),
             source=name,
         )
 

@@ -142,7 +142,8 @@ def failure_text(result: LoopResult) -> str:
     tail = last_failure_tail(result)
     if tail:
         parts += ["", "last failure (tail):", tail]
-    artifacts = [f"  {key}: {path}" for key, path in result.artifacts.items() if key != "run_dir"]
+    artifacts = [f"  {'lessons' if key == 'memory' else key}: {path}"  # the run log's "memory" key
+                 for key, path in result.artifacts.items() if key != "run_dir"]
     if artifacts:
         parts += ["", "artifacts:", *artifacts]
     return shown("\n".join(parts))
@@ -156,8 +157,9 @@ def summary_rows(rows: Iterable[dict[str, Any]]) -> list[str]:
                    f"{row.get('iterations', '?')} iteration(s), {row.get('elapsed_s', '?')}s: "
                    f"{row.get('reason', '')}")
         for key, value in row.items():
-            if key.startswith("artifact_"):
-                out.append(f"    {key[len('artifact_'):]}: {value}")
+            if key.startswith("artifact_"):  # artifact_memory (the JUnit property) is the lessons page
+                name = key[len("artifact_"):]
+                out.append(f"    {'lessons' if name == 'memory' else name}: {value}")
     return [shown(line) for line in out]
 
 

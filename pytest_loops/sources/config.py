@@ -125,14 +125,14 @@ def read_runner_config(path: str | os.PathLike, data: Any = None) -> dict[str, A
                 layer["state_paths"] = _str_list(value, kwhere)
             elif section == "reflexion" and key == "enabled":
                 _expect(isinstance(value, bool), kwhere, "true or false", value)
-                layer["reflexion"] = value
+                layer["lessons"] = value
             elif section == "verify":
                 layer["verify"] = _str_list(value, kwhere)
             elif section in ("protect", "scope"):
                 layer[section] = _str_list(value, kwhere)
             else:
                 _expect(isinstance(value, str) and value.strip() != "", kwhere, "a non-empty string", value)
-                target = {"reflexion": "memory_page", "run_log": "log_path", "revise": "revise"}[section]
+                target = {"reflexion": "lessons_page", "run_log": "log_path", "revise": "revise"}[section]
                 layer[target] = value
     if unknown:
         layer["unknown_keys"] = unknown

@@ -172,7 +172,7 @@ class FileDraft:
             "escalate_after": pick("escalate_after", DEFAULT_ESCALATE_AFTER, "guards.escalate_after"),
         }
         revise = pick("revise", None)
-        memory_page = pick("memory_page", None)
+        memory_page = pick("lessons_page", None, "memory_page")
         escalate_when_blocked = pick("escalate_when_blocked", False)
         scope = pick("scope", [])
         no_progress_signal = pick("no_progress_signal", "state")

@@ -463,7 +463,7 @@ class _Parser(FileDraft):
         if not value:
             raise self.error("`remember in` names no file", line,
                              fix='write `remember in "lessons.md"`')
-        body.settings["memory_page"] = Setting(os.path.normpath(os.path.join(self.filedir, value)),
+        body.settings["lessons_page"] = Setting(os.path.normpath(os.path.join(self.filedir, value)),
                                                 self.where(line))
 
     def on_human_review(self, body: Body, line: Line, m: re.Match[str]) -> None:

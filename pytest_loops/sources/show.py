@@ -65,7 +65,7 @@ def _format_loop(spec: LoopSpec, title: str, verbose: bool) -> list[str]:
     rows.append(("no_progress_signal", spec.no_progress_signal, origin.get("no_progress_signal", "default")))
     rows.append(("revise", spec.revise or "-", origin.get("revise", "default")))
     rows.append(("state_paths", ", ".join(spec.state_paths) or "-", origin.get("state_paths", "default")))
-    rows.append(("memory_page", spec.memory_page or "-", origin.get("memory_page", "default")))
+    rows.append(("lessons_page", spec.memory_page or "-", origin.get("memory_page", "default")))
     if spec.stop_message:
         rows.append(("stop_message", f'"{spec.stop_message}"', origin.get("stop_message", "default")))
     if spec.escalate_when_blocked:
@@ -76,7 +76,7 @@ def _format_loop(spec: LoopSpec, title: str, verbose: bool) -> list[str]:
             rows.append((key, ", ".join(values), origin.get(key, "default")))
     if verbose:
         rows.append(("cwd", spec.cwd, origin.get("cwd", "the file's directory")))
-        rows.append(("reflexion", "on" if spec.reflexion else "off", origin.get("reflexion", "default")))
+        rows.append(("lessons", "on" if spec.reflexion else "off", origin.get("reflexion", "default")))
         rows.append(("digest", spec.digest(), "-"))
     width = max(len(key) for key, _, _ in rows)
     vwidth = min(40, max(len(value) for _, value, _ in rows))

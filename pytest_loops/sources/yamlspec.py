@@ -15,7 +15,7 @@ A loop definition file::
         revise: python tools/fix.py
         guards: {max_iter: 6, budget: 15 minutes, no_progress_k: 2, escalate_after: 4}
         state_paths: [src/**/*.py]
-        memory_page: lessons.md
+        lessons_page: lessons.md
         protect: [tests/**]
         scope: [src/**]
     pipelines:
@@ -40,7 +40,7 @@ import yaml
 
 from pytest_loops.errors import LoopFileError, LoopUsageError
 from pytest_loops.limits import MAX_YAML_BYTES, check_size, load_yaml, safe_loader, short_repr
-from pytest_loops.settings import runner_guard_keys, runner_keys, yaml_keys
+from pytest_loops.settings import BY_NAME, runner_guard_keys, runner_keys, yaml_keys
 from pytest_loops.sources import phrases
 from pytest_loops.sources.model import LoopFile
 from pytest_loops.sources.phrases import Problem
@@ -61,7 +61,8 @@ from pytest_loops.spec import (
 )
 
 TOP_KEYS = ("loops", "pipelines")
-# a loop's own keys, then the settings table's (revise, state_paths, memory_page, reflexion)
+# a loop's own keys, then the settings table's (revise, state_paths, lessons_page, lessons and
+# their old spellings memory_page, reflexion)
 LOOP_KEYS = ("name", "goal", "checks", "guards", "protect", "scope", "look_at", "stop_message",
              "escalate_when_blocked", *yaml_keys())
 PIPELINE_KEYS = ("name", "stages")
@@ -218,6 +219,14 @@ class _Reader:
                                 self.mark(value, n))
         return list(value)
 
+    @staticmethod
+    def spelling(container: Any, name: str) -> str:
+        """The key a setting is given under: its YAML key, else an old spelling of it."""
+        row = BY_NAME[name]
+        assert row.yaml_key is not None
+        keys = (row.yaml_key, *row.yaml_aliases)
+        return next((k for k in keys if container.get(k) is not None), row.yaml_key)
+
     def boolean(self, container: Any, key: Any, keypath: str, default: bool) -> bool:
         value = container.get(key)
         if value is None:
@@ -310,16 +319,18 @@ class _Reader:
         checks = self.checks(body, keypath)
         revise = self.string(body, "revise", f"{keypath}.revise")
         note("revise")
-        memory = self.string(body, "memory_page", f"{keypath}.memory_page")
-        note("memory_page")
+        page_key = self.spelling(body, "lessons_page")  # the new key wins
+        memory = self.string(body, page_key, f"{keypath}.{page_key}")
+        note(page_key, "memory_page")
         state_paths = self.strings(body, "state_paths", f"{keypath}.state_paths")
         note("state_paths")
         stop_message = self.string(body, "stop_message", f"{keypath}.stop_message")
         note("stop_message")
         blocked = self.boolean(body, "escalate_when_blocked", f"{keypath}.escalate_when_blocked", False)
         note("escalate_when_blocked")
-        reflexion = self.boolean(body, "reflexion", f"{keypath}.reflexion", True)
-        note("reflexion")
+        lessons_key = self.spelling(body, "lessons")
+        lessons = self.boolean(body, lessons_key, f"{keypath}.{lessons_key}", True)
+        note(lessons_key, "reflexion")
         lists = {key: self.strings(body, key, f"{keypath}.{key}") for key in ("protect", "scope", "look_at")}
         for key in lists:
             if lists[key]:
@@ -328,7 +339,7 @@ class _Reader:
             name=prefix + (name or ""), checks=tuple(checks), goal=goal or "", revise=revise,
             guards=guards, state_paths=tuple(state_paths),
             memory_page=os.path.normpath(os.path.join(self.filedir, memory)) if memory else None,
-            reflexion=reflexion, cwd=self.filedir, stop_message=stop_message,
+            reflexion=lessons, cwd=self.filedir, stop_message=stop_message,
             no_progress_signal=self.signal[0],
             escalate_when_blocked=blocked, look_at=tuple(lists["look_at"]),
             protect=tuple(lists["protect"]), scope=tuple(lists["scope"]), origin=origin,
@@ -483,7 +494,7 @@ class _Reader:
             ignored.append(IgnoredLine(self.keypath_mark(data, "run_log.path").line + 1,
                                        f"run_log.path: {layer['log_path']}",
                                        "a runner setting (pytest-loops run --log); not part of a loop"))
-        memory = layer.get("memory_page")
+        memory = layer.get("lessons_page")
         names = phrases.unique_names([phrases.check_name(f'"{cmd}" passes') for cmd in verify])
         verify_mark = self.keypath_mark(data, "verify")
         checks = tuple(Check(CheckKind.COMMAND, name, command=cmd, source=self.where(verify_mark))
@@ -495,7 +506,7 @@ class _Reader:
             name=stem or "loop", checks=checks, goal="every verify command passes", revise=layer.get("revise"),
             guards=guards, state_paths=tuple(layer.get("state_paths", ())),
             memory_page=os.path.normpath(os.path.join(self.filedir, memory)) if memory else None,
-            reflexion=layer.get("reflexion", True), cwd=self.filedir, ignored=tuple(ignored),
+            reflexion=layer.get("lessons", True), cwd=self.filedir, ignored=tuple(ignored),
             no_progress_signal=layer.get("no_progress_signal", "state"),
             origin=origin, source=self.where(getattr(data, "start", None)),
         )

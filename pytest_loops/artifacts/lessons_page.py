@@ -1,4 +1,4 @@
-"""The reflexion page: a markdown memory of lessons, one line per failed iteration.
+"""The lessons page: markdown, one lesson line per failed iteration.
 
 Created lazily on the first failed iteration; appended under a file lock so
 parallel loops never interleave or lose lines; read back into the next prompt.
@@ -45,7 +45,7 @@ def format_lesson(iteration: int, exit_code: int | None, state_moved: bool | str
     return f"- {prefix}: exit {exit_code}, {moved}: {failure}"
 
 
-class MemoryPage:
+class LessonsPage:
     """A loop's lessons page (LoopFlow's `remember in "file.md"`)."""
 
     def __init__(self, path: str | os.PathLike, *, loop_name: str, goal: str = "") -> None:

@@ -1,4 +1,4 @@
-"""The reflexion page: lazy, one lesson per failed iteration, locked appends, read back."""
+"""The lessons page: lazy, one lesson per failed iteration, locked appends, read back."""
 
 from __future__ import annotations
 
@@ -9,7 +9,12 @@ from pathlib import Path
 
 from pytest_loops import Check, Guards, LoopSpec, Verdict
 from pytest_loops.artifacts.finishers import make_engine
-from pytest_loops.artifacts.reflexion import MAX_LESSON_CHARS, READ_LIMIT, MemoryPage, format_lesson
+from pytest_loops.artifacts.lessons_page import (
+    MAX_LESSON_CHARS,
+    READ_LIMIT,
+    LessonsPage,
+    format_lesson,
+)
 from pytest_loops.redact import name_slug
 from pytest_loops.runtime.process import ProcessRunner
 
@@ -48,7 +53,7 @@ def test_a_lesson_is_one_bounded_line():
 
 def test_the_page_is_created_lazily_with_front_matter_origin_and_lessons(tmp_path):
     path = tmp_path / "mem" / "lessons.md"
-    page = MemoryPage(path, loop_name="calc", goal="fix add")
+    page = LessonsPage(path, loop_name="calc", goal="fix add")
     assert page.read_lessons() == []
     assert not path.exists()
     page.append(format_lesson(1, 1, True, "boom"))
@@ -67,30 +72,30 @@ def test_the_page_is_created_lazily_with_front_matter_origin_and_lessons(tmp_pat
 def test_appending_to_a_hand_written_page_keeps_it_and_adds_the_heading(tmp_path):
     path = tmp_path / "notes.md"
     path.write_text("# My notes\n- an old bullet, not a lesson section")
-    page = MemoryPage(path, loop_name="calc")
+    page = LessonsPage(path, loop_name="calc")
     assert page.read_lessons() == ["- an old bullet, not a lesson section"]
     page.append("- new lesson")
     text = path.read_text()
     assert text.startswith("# My notes\n- an old bullet, not a lesson section\n")
     assert text.count("## Lessons") == 1
-    assert MemoryPage(path, loop_name="calc").read_lessons() == ["- new lesson"]
+    assert LessonsPage(path, loop_name="calc").read_lessons() == ["- new lesson"]
 
 
 def test_only_bullets_under_lessons_are_lessons(tmp_path):
     path = tmp_path / "p.md"
     path.write_text("## Origin\n\n- not a lesson\n\n## Lessons\n\n- one\n- two\n\n## Other\n\n- no\n")
-    assert MemoryPage(path, loop_name="x").read_lessons() == ["- one", "- two"]
-    MemoryPage(path, loop_name="x").append("three")
-    assert MemoryPage(path, loop_name="x").read_lessons() == ["- one", "- two", "- three"]
+    assert LessonsPage(path, loop_name="x").read_lessons() == ["- one", "- two"]
+    LessonsPage(path, loop_name="x").append("three")
+    assert LessonsPage(path, loop_name="x").read_lessons() == ["- one", "- two", "- three"]
 
 
 WORKERS = 8
 PER_WORKER = 500
 PAGE_WORKER = """
 import sys
-from pytest_loops.artifacts.reflexion import MemoryPage, format_lesson
+from pytest_loops.artifacts.lessons_page import LessonsPage, format_lesson
 path, worker, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-page = MemoryPage(path, loop_name="par")
+page = LessonsPage(path, loop_name="par")
 for n in range(count):
     page.append(format_lesson(n, 1, False, f"worker {worker} lesson {n} " + "z" * 150, loop_name="par"))
 """
@@ -113,7 +118,7 @@ def test_parallel_appends_never_interleave_or_lose_lines(tmp_path, child_env):
         worker, n = re.fullmatch(r"worker (\d+) lesson (\d+) z{150}", m["failure"]).groups()
         seen.setdefault(int(worker), []).append(int(n))
     assert seen == {w: list(range(PER_WORKER)) for w in range(WORKERS)}
-    back = MemoryPage(path, loop_name="par").read_lessons()  # only the page's end is read back
+    back = LessonsPage(path, loop_name="par").read_lessons()  # only the page's end is read back
     assert back == lessons[-len(back):] and len(back) >= READ_LIMIT // 240
 
 
@@ -138,7 +143,7 @@ def test_one_lesson_per_failed_iteration(harness):
     r.assert_verdict("SUCCESS", iterations=3)
     page = default_page(r)
     assert r.result.artifacts["memory"] == str(page)
-    lessons = MemoryPage(page, loop_name="contract").read_lessons()
+    lessons = LessonsPage(page, loop_name="contract").read_lessons()
     assert len(lessons) == 2
     parsed = [LESSON.match(line) for line in lessons]
     assert all(parsed), lessons
@@ -150,7 +155,7 @@ def test_one_lesson_per_failed_iteration(harness):
     assert [it.lesson for it in r.iterations] == [*lessons, None]
 
 
-def test_no_page_when_reflexion_is_off(tmp_path):
+def test_no_page_when_lessons_are_off(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     spec = LoopSpec(name="off", checks=(Check.command_passes("exit 1"),), cwd=str(work),
@@ -171,7 +176,7 @@ def test_lessons_on_the_page_reach_the_next_runs_prompt(tmp_path):
                      cwd=str(work), memory_page=str(page), guards=Guards(max_iter=1))
     engine = make_engine(runner=ProcessRunner(), write_index=False)
     assert engine.run(first).verdict is Verdict.MAX_ITER
-    earlier = MemoryPage(page, loop_name="calc").read_lessons()
+    earlier = LessonsPage(page, loop_name="calc").read_lessons()
     assert len(earlier) == 1 and "KeyError: total" in earlier[0]
 
     second = first.replace(checks=(Check.command_passes("test -f prompt-copy.md"),),
