@@ -17,8 +17,8 @@ children: the impact map's own work counts) are shown, ratios use wall-clock.
 Child processes cache bytecode under a temporary prefix, as on a developer
 machine, even where the environment sets PYTHONDONTWRITEBYTECODE (then pytest
 recompiles every module it rewrites, plugins included, in every process: a fixed
-cost of ~0.5 s here); ``--no-bytecode-cache`` keeps the environment as it is. The machine is shared: read the CPU column when
-wall-clock figures look noisy.
+cost of ~0.5 s here); ``--no-bytecode-cache`` keeps the environment as it is. The machine is shared:
+read the CPU column when wall-clock figures look noisy.
 
 The fixed cost of starting pytest (0.3-0.8 s CPU, depending on the plugins
 installed) is paid by every run, so the ratio of item 2 depends on how long the

@@ -472,7 +472,8 @@ def main(argv: list[str] | None = None) -> int:
         n_lo, n_hi = (int(s) for s in args.iters.split(","))
     except ValueError:
         parser.error("--sizes and --iters take comma-separated integers (--iters: exactly two)")
-    if not sizes or min(sizes) < 1 or args.rounds < 1 or args.guard_rounds < 1 or args.walk_rounds < 1 or not 1 <= n_lo < n_hi:
+    if (not sizes or min(sizes) < 1 or args.rounds < 1 or args.guard_rounds < 1 or args.walk_rounds < 1
+            or not 1 <= n_lo < n_hi):
         parser.error("sizes, --rounds, --guard-rounds and --walk-rounds must be >= 1, "
                      "and --iters low < high")
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}

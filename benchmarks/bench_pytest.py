@@ -181,11 +181,13 @@ def bench_overhead(pytest: str, root: Path, rounds: int, tests: int, against: Pa
         o = med([a / b - 1 for a, b in zip(c[name], c[base], strict=True)])
         table.add(f"CPU: {name}", f"{med(c[name]):.3f} s ({o:+.1%})", f"{base} {med(c[base]):.3f} s", 1 + o,
                   f"<= +{target:.0%}", o <= target)
-    table.add("import pytest_loops.pytest_plugin.plugin (after pytest)", ms(med(t["import pytest_loops.pytest_plugin.plugin"])),
+    table.add("import pytest_loops.pytest_plugin.plugin (after pytest)",
+              ms(med(t["import pytest_loops.pytest_plugin.plugin"])),
               f"-p no:loop run {med(t['-p no:loop']):.3f} s",
               med(t["import pytest_loops.pytest_plugin.plugin"]) / med(t["-p no:loop"]))
     table.add("  of which: import yaml (alone, after pytest)", ms(med(t["import yaml"])))
-    table.add("CPU: import pytest_loops.pytest_plugin.plugin (after pytest)", ms(med(c["import pytest_loops.pytest_plugin.plugin"])),
+    table.add("CPU: import pytest_loops.pytest_plugin.plugin (after pytest)",
+              ms(med(c["import pytest_loops.pytest_plugin.plugin"])),
               f"-p no:loop run CPU {med(c['-p no:loop']):.3f} s",
               med(c["import pytest_loops.pytest_plugin.plugin"]) / med(c["-p no:loop"]))
     table.add("  of which: import yaml (alone, after pytest)", ms(med(c["import yaml"])))

@@ -119,7 +119,8 @@ class Table:
     def render(self) -> str:
         head = ("arm", "figure", "baseline (same run)", "ratio", "target", "met")
         widths = [max(len(head[i]), *(len(row[i]) for row in self.rows)) for i in range(6)]
-        lines = [f"\n## {self.title}\n", "| " + " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)) + " |",
+        lines = [f"\n## {self.title}\n",
+                 "| " + " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)) + " |",
                  "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
         for row in self.rows:
             lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")

@@ -147,7 +147,8 @@ def validate_guard_values(**values: Any) -> list[tuple[str, str]]:
         if name == "budget_seconds":
             if not _is_number(value) or value < 0:
                 problems.append(
-                    (name, f"{value!r} is not a valid budget_seconds; valid: a number of seconds >= 0 (0 turns the budget off)")
+                    (name, f"{value!r} is not a valid budget_seconds; "
+                           "valid: a number of seconds >= 0 (0 turns the budget off)")
                 )
             continue
         is_int = isinstance(value, int) and not isinstance(value, bool)

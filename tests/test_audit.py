@@ -992,5 +992,6 @@ def test_a_module_reached_through_an_import_call_is_that_module() -> None:
         def add(a, b):
             return a + b if os.environ.get("PYTEST_CURRENT_TEST") else a - b
     """)
-    called = plain.replace("import os", "import importlib").replace("os.environ", 'importlib.import_module("os").environ')
+    called = (plain.replace("import os", "import importlib")
+              .replace("os.environ", 'importlib.import_module("os").environ'))
     assert flagged(audit(ADD, plain)) and flagged(audit(ADD, called)) == flagged(audit(ADD, plain))

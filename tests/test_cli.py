@@ -137,7 +137,8 @@ def test_revise_nonzero_is_recorded_and_the_loop_goes_on(cli, work):
 
 
 def test_revise_that_cannot_start_escalates(cli, work):
-    proc, log = run_loop(cli, work, "--verify", "false", "--revise", "sh -c 'echo no-such-agent-cli: not found >&2; exit 127'")
+    proc, log = run_loop(cli, work, "--verify", "false",
+                         "--revise", "sh -c 'echo no-such-agent-cli: not found >&2; exit 127'")
     assert proc.returncode == 5, proc.stderr
     assert log["verdict"] == "ESCALATE" and log["iterations_run"] == 1
     assert "could not start" in log["reason"] and "no-such-agent-cli" in log["reason"]

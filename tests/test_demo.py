@@ -135,7 +135,8 @@ def test_demo_dir_that_is_a_file_exits_64(cli, dirs):
     assert (dirs["cwd"] / "afile").read_text() == "x\n"
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), pytest.param(signal.SIGTERM, 143, marks=pytest.mark.slow)], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), pytest.param(signal.SIGTERM, 143, marks=pytest.mark.slow)],
+                         ids=["SIGINT", "SIGTERM"])
 def test_demo_interrupted_removes_its_copy(dirs, tmp_path, sig, code):
     # the revise step says it started, then waits to be interrupted
     revise = "python -c \\\"open('started', 'w').close(); import time; time.sleep(600)\\\""

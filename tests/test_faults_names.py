@@ -38,7 +38,8 @@ loop "fix add":
 def project(tmp_path: Path) -> Path:
     (tmp_path / "calc.py").write_text("def add(a, b):\n    return a - b\n")
     (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_calc.py").write_text("import calc\n\n\ndef test_add():\n    assert calc.add(2, 3) == 5\n")
+    (tmp_path / "tests" / "test_calc.py").write_text(
+        "import calc\n\n\ndef test_add():\n    assert calc.add(2, 3) == 5\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "fix.py").write_text(FIX)
     (tmp_path / "x.loop").write_text(LOOP)
@@ -56,7 +57,8 @@ def test_the_runner_reaches_success_and_show_reads_the_log(project: Path) -> Non
     assert os.path.exists(os.path.join(os.fsencode(project), b"notes-\xff\xfe.txt"))
     (log,) = (project / ".pytest-loops" / "runs").glob("*.json")
     assert json.loads(log.read_text())["verdict"] == "SUCCESS"
-    shown = subprocess.run([str(script), "show", str(log)], capture_output=True, text=True, env=clean_env(), timeout=120)
+    shown = subprocess.run([str(script), "show", str(log)], capture_output=True, text=True, env=clean_env(),
+                           timeout=120)
     assert shown.returncode == 0 and "SUCCESS" in shown.stdout, shown.stderr
 
 

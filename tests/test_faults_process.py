@@ -92,7 +92,8 @@ def _start(entry: str, project: Path, revise: str, budget: float,
                                            f'  done when "false" passes\n  revise with "{revise}"\n'
                                            f'  after 3 tries: stop\n  budget: {budget} seconds\n')
         (project / "pytest.ini").write_text("[pytest]\n")
-        argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "--loop", "tree.loop"]
+        argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+                "--loop", "tree.loop"]
     return subprocess.Popen(argv, cwd=project, env=clean_env(env), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
@@ -215,9 +216,9 @@ def test_pytest_loop_caps_command_output(tmp_path):
     """The ini key sets the cap and the option, given too, wins."""
     (tmp_path / "big.loop").write_text(f'loop "big":\n  goal: big output\n  done when "{BIG}" passes\n')
     (tmp_path / "pytest.ini").write_text("[pytest]\nloop_output_cap = 10K\n")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "--loop", "big.loop",
-                           "--loop-output-cap", "20K"], cwd=tmp_path, env=clean_env(), capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+                           "--loop", "big.loop", "--loop-output-cap", "20K"],
+                          cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     [out] = _outputs(tmp_path)
     _assert_capped(out, 20480)
@@ -225,9 +226,9 @@ def test_pytest_loop_caps_command_output(tmp_path):
 
 def test_pytest_rejects_a_bad_output_cap(tmp_path):
     (tmp_path / "big.loop").write_text('loop "big":\n  goal: big output\n  done when "true" passes\n')
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "--loop", "big.loop",
-                           "--loop-output-cap", "huge"], cwd=tmp_path, env=clean_env(), capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+                           "--loop", "big.loop", "--loop-output-cap", "huge"],
+                          cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "--loop-output-cap" in proc.stderr and "not a valid output_cap" in proc.stderr
 

@@ -556,8 +556,9 @@ def test_read_runner_config_on_random_structures(tmp_path, structure):
 
 YAMLISH = st.lists(st.one_of(
     st.sampled_from([f"{s}:" for s in SECTIONS] + [f"  {k}: " for k in KEYS]
-                    + ["  - ", "- ", "[", "]", "{", "}", ": ", "\t", "  ", "\n", "'", '"', "&a ", "*a", "!!python/name:os.system",
-                       "---", "...", "%YAML 1.2", "#", "~", "1e3", "-1", ".inf", "yes", "on"]),
+                    + ["  - ", "- ", "[", "]", "{", "}", ": ", "\t", "  ", "\n", "'", '"', "&a ", "*a",
+                       "!!python/name:os.system", "---", "...", "%YAML 1.2", "#", "~", "1e3", "-1", ".inf",
+                       "yes", "on"]),
     st.text(max_size=5)), max_size=30).map("".join)
 
 

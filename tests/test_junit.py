@@ -36,7 +36,8 @@ XML = """<?xml version="1.0" encoding="utf-8"?>
     ("tests/test_a.py::test_y[m [a::b] n]", ("tests.test_a", "test_y[m [a::b] n]")),
     ("tests/test_a.py::test_y[]y[]", ("tests.test_a", "test_y[]y[]")),
     ("tests/test_a.py::test_y[x[1]]", ("tests.test_a", "test_y[x[1]]")),
-    ("tests/test_a.py::T::test_y[\u00fcn\u00ef c\u00f8d\u00e9]", ("tests.test_a.T", "test_y[\u00fcn\u00ef c\u00f8d\u00e9]")),
+    ("tests/test_a.py::T::test_y[\u00fcn\u00ef c\u00f8d\u00e9]",
+     ("tests.test_a.T", "test_y[\u00fcn\u00ef c\u00f8d\u00e9]")),
     ("tests/test_a.py::test_y[bell\x07]", ("tests.test_a", "test_y[bell#x07]")),  # as junitxml shows it
     ("pkg/t[1].py::test_y[a::b]", ("pkg.t[1]", "test_y[a::b]")),  # a bracket in the file name
 ])

@@ -54,8 +54,9 @@ def test_missing_programs_are_named(tmp_path: Path) -> None:
 def test_the_runner_exits_64_before_any_check_runs(tmp_path: Path) -> None:
     script = Path(sys.executable).with_name("pytest-loops")
     marker = tmp_path / "verified"
-    done = subprocess.run([str(script), "run", "--verify", f"touch {marker}; false", "--revise", "no-such-agent-cli --fix",
-                           "--cwd", str(tmp_path)], capture_output=True, text=True, env=clean_env(), timeout=120)
+    done = subprocess.run([str(script), "run", "--verify", f"touch {marker}; false",
+                           "--revise", "no-such-agent-cli --fix", "--cwd", str(tmp_path)],
+                          capture_output=True, text=True, env=clean_env(), timeout=120)
     assert done.returncode == 64, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "--revise" in lines[0] and "not on PATH" in lines[0], lines

@@ -63,7 +63,8 @@ def make_result(iterations: int = 3, verdict: Verdict = Verdict.MAX_ITER, *, tai
         fields.update(record_overrides)
         records.append(IterationRecord(**fields))
     return LoopResult(
-        spec=spec, verdict=verdict, reason="the iteration cap was reached" if verdict is Verdict.MAX_ITER else "all checks pass",
+        spec=spec, verdict=verdict,
+        reason="the iteration cap was reached" if verdict is Verdict.MAX_ITER else "all checks pass",
         iterations=records, started_at="2026-01-01T00:00:00+00:00",
         ended_at="2026-01-01T00:01:00+00:00", elapsed_s=60.0,
         log_path="runs/fix-parser/run.json", run_dir="runs/fix-parser",

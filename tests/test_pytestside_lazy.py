@@ -16,7 +16,8 @@ from plugin_helpers import Project, clean_env
 from pytest_loops.pytest_plugin.session import LOOP_FILE_ENDINGS
 from pytest_loops.pytest_plugin.state import ARTIFACTS_DIRNAME
 
-HEAVY = ("pytest_loops.core.engine", "pytest_loops.sources.loopfile", "pytest_loops.sources.yamlspec", "pytest_loops.sources.files", "pytest_loops.core.pluginmanager", "pytest_loops.pytest_plugin.fixloop",
+HEAVY = ("pytest_loops.core.engine", "pytest_loops.sources.loopfile", "pytest_loops.sources.yamlspec",
+         "pytest_loops.sources.files", "pytest_loops.core.pluginmanager", "pytest_loops.pytest_plugin.fixloop",
          "pytest_loops.artifacts.finishers", "yaml", "filelock")
 
 # runs pytest in this fresh process, then prints the modules and plugins it ended with

@@ -397,7 +397,8 @@ def cmd_run(args: argparse.Namespace) -> int:
              out)
     runner = ProcessRunner(output_cap=extra["output_cap"])
     engine = make_engine(runner=runner, plugin_manager=pm, artifacts=options,
-                         artifacts_dir=extra.get("artifacts", args.artifacts), localize=args.suspects is not False, audit=args.audit or "error",
+                         artifacts_dir=extra.get("artifacts", args.artifacts), localize=args.suspects is not False,
+                         audit=args.audit or "error",
                     hide_env=[args.sign_key_env or ""])
     with TerminationGuard(runner):
         result = engine.run(spec, log_path=extra["log_path"], resume_from=resume_from)

@@ -208,7 +208,8 @@ class Engine:
             # it, would count its iterations twice
             old = (resume_from or {}).get("log_path")
             if old and Path(old).resolve() != paths.log.resolve():
-                locks.append(hold_run_log(Path(old), self._artifact_failed, what="the run log to resume is still being written",
+                locks.append(hold_run_log(Path(old), self._artifact_failed,
+                                            what="the run log to resume is still being written",
                                             fix="wait for that run to end, or stop it"))
             locks.append(hold_run_log(paths.log, self._artifact_failed))
             loop = self._start(spec, paths, wall0, first_results, resume_from)

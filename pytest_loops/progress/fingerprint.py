@@ -179,7 +179,8 @@ class StateFingerprint(PatternMatcher):
         self.close()
 
     def compute(self) -> str:
-        """Return ``"sha256:<hex>"`` (:mod:`~pytest_loops.progress.treehash`) over the sorted (path, content digest) of all matched files."""
+        """Return ``"sha256:<hex>"`` (:mod:`~pytest_loops.progress.treehash`) over the sorted
+        (path, content digest) of all matched files."""
         journal = self._journal
         if journal is not None and self._since_walk < JOURNAL_REWALK_EVERY - 1:
             try:

@@ -359,8 +359,9 @@ def fixloop_options(session: SessionState) -> dict[str, Any]:
     workers = None
     if config.pluginmanager.hasplugin("xdist") and getattr(config.option, "numprocesses", None):
         workers = config.option.numprocesses
-    return {"rootdir": session.rootdir, "durations": session.durations, "report_s": session.report_s, "plain_run_s": session.plain_run_s,
-            "startup_s": session.startup_s, "collect_s": session.collect_s, "test_files": session.test_files, "cap": cap, "confirm": confirm, "workers": workers,
+    return {"rootdir": session.rootdir, "durations": session.durations, "report_s": session.report_s,
+            "plain_run_s": session.plain_run_s, "startup_s": session.startup_s, "collect_s": session.collect_s,
+            "test_files": session.test_files, "cap": cap, "confirm": confirm, "workers": workers,
             "localize": choice_value(config, "suspects", SUSPECTS_CHOICES) == "on"}
 
 

@@ -269,8 +269,8 @@ class ProcessRunner:
         Output (stdout and stderr together) goes through a pipe to ``output_path``
         (parent directories are created) or to a temporary file that is deleted
         once its tail is read; at most ``output_cap`` bytes of it are kept.
-        ``env=None`` inherits ``os.environ``. A command that cannot start gives ``exit_code=None`` and a one-line ``start_error``; this
-        method does not raise for that. A command killed by a signal has a
+        ``env=None`` inherits ``os.environ``. A command that cannot start gives ``exit_code=None`` and a
+        one-line ``start_error``; this method does not raise for that. A command killed by a signal has a
         negative ``exit_code`` (``-signal``), as in :mod:`subprocess`.
         """
         started = time.monotonic()

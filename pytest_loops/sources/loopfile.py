@@ -427,7 +427,8 @@ class _Parser(FileDraft):
     def on_goal(self, body: Body, line: Line, m: re.Match[str]) -> None:
         goal = m.group(1).strip()
         if not goal:
-            raise self.error("`goal:` has no text", line, fix="say what done means, e.g. `goal: the cart total includes tax`")
+            raise self.error("`goal:` has no text", line,
+                             fix="say what done means, e.g. `goal: the cart total includes tax`")
         body.goal = goal
 
     def on_look(self, body: Body, line: Line, m: re.Match[str]) -> None:

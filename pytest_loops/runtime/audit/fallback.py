@@ -41,13 +41,26 @@ _FB_DEF_DUNDER = re.compile(rf"^\s*(?:async\s+)?def\s+(?P<name>{_FB_DUNDER})\s*\
 _FB_LAMBDA_DUNDER = re.compile(rf"(?:^|[\s.])(?P<name>{_FB_DUNDER})\s*=\s*lambda\b[^:]*:\s*(?P<ret>[^#]+?)\s*(?:#.*)?$")
 _FB_GETATTR = re.compile(r"^def\s+__getattr__\s*\(.*\)\s*(?:->[^:]*)?:\s*(?:return\s+(?P<ret>[^#]+?))?\s*(?:#.*)?$")
 _FB_IMPORT = re.compile(r"^\s*(?:import|from)\s+(?P<name>(?:pytest|_pytest|pytest_loops)\b[\w.]*)")
-_FB_IMPORT_CALL = re.compile(r"""(?:import_module|__import__)\s*\(\s*['"](?P<name>(?:pytest|_pytest|pytest_loops)\b[\w.]*)""")
+_FB_IMPORT_CALL = re.compile(r"""(?:import_module|__import__)\s*\(\s*['"]"""
+                             r"""(?P<name>(?:pytest|_pytest|pytest_loops)\b[\w.]*)""")
 _FB_ENV = re.compile(r"""['"](?P<name>PYTEST_[A-Z0-9_]*|LOOP_[A-Z0-9_]+)['"]""")
-_FB_PROBE = re.compile(r"""(?:sys\.(?:modules|argv|orig_argv|_getframe)|os\.environ|os\.getenv|inspect\.stack).*['"][^'"]*py\.?test|['"][^'"]*py\.?test[^'"]*['"].*(?:sys\.(?:modules|argv|orig_argv)|os\.environ|inspect\.stack)""", re.IGNORECASE)
-_FB_PATCH = re.compile(r"^\s*(?P<name>(?:pytest|_pytest|unittest)\.[\w.]+)\s*(?:[-+*/|&]?=)(?!=)|\bsetattr\s*\(\s*(?P<target>(?:pytest|_pytest|unittest)\b[\w.]*)")
-_FB_TESTCASE = re.compile(r"(?:^\s*[\w.]*TestCase\.(?P<name>assert\w*)\s*=(?!=))|setattr\s*\(\s*[\w.]*TestCase\s*,\s*['\"](?P<name2>assert\w*)")
-_FB_ASSERTION_ERROR = re.compile(r"^\s*(?:(?:builtins|__builtins__)\.)?AssertionError\s*=(?!=)|^\s*__builtins__\s*\[\s*['\"]AssertionError['\"]\s*\]\s*=(?!=)|^\s*class\s+AssertionError\b|setattr\s*\(\s*(?:builtins|__builtins__)\s*,\s*['\"]AssertionError")
-_FB_EXIT_CALL = re.compile(r"(?<![\w.])(?P<name>os\._exit|sys\.exit|exit|quit|os\.abort|atexit\.register|signal\.signal|signal\.raise_signal|sys\.settrace|sys\.setprofile|threading\.settrace|threading\.setprofile)\s*\(|^\s*@(?P<deco>atexit\.register)\s*$|^\s*raise\s+(?P<raise>SystemExit)\b")
+_FB_PROBE = re.compile(r"""(?:sys\.(?:modules|argv|orig_argv|_getframe)|os\.environ|os\.getenv|inspect\.stack)"""
+                       r""".*['"][^'"]*py\.?test"""
+                       r"""|['"][^'"]*py\.?test[^'"]*['"].*(?:sys\.(?:modules|argv|orig_argv)|os\.environ|inspect\.stack)""",
+                       re.IGNORECASE)
+_FB_PATCH = re.compile(r"^\s*(?P<name>(?:pytest|_pytest|unittest)\.[\w.]+)\s*(?:[-+*/|&]?=)(?!=)"
+                       r"|\bsetattr\s*\(\s*(?P<target>(?:pytest|_pytest|unittest)\b[\w.]*)")
+_FB_TESTCASE = re.compile(r"(?:^\s*[\w.]*TestCase\.(?P<name>assert\w*)\s*=(?!=))"
+                          r"|setattr\s*\(\s*[\w.]*TestCase\s*,\s*['\"](?P<name2>assert\w*)")
+_FB_ASSERTION_ERROR = re.compile(r"^\s*(?:(?:builtins|__builtins__)\.)?AssertionError\s*=(?!=)"
+                                 r"|^\s*__builtins__\s*\[\s*['\"]AssertionError['\"]\s*\]\s*=(?!=)"
+                                 r"|^\s*class\s+AssertionError\b"
+                                 r"|setattr\s*\(\s*(?:builtins|__builtins__)\s*,\s*['\"]AssertionError")
+_FB_EXIT_CALL = re.compile(r"(?<![\w.])(?P<name>os\._exit|sys\.exit|exit|quit|os\.abort|atexit\.register"
+                           r"|signal\.signal|signal\.raise_signal|sys\.settrace|sys\.setprofile"
+                           r"|threading\.settrace|threading\.setprofile)\s*\("
+                           r"|^\s*@(?P<deco>atexit\.register)\s*$"
+                           r"|^\s*raise\s+(?P<raise>SystemExit)\b")
 _FB_KILL = re.compile(r"\bos\.kill(?:pg)?\s*\(\s*os\.get(?:pp?id|pgrp|pgid)\b")
 _FB_HOOKS = re.compile(r"^\s*(?P<name>sys\.excepthook|sys\.unraisablehook|(?:builtins|__builtins__)\.\w+)\s*=(?!=)")
 _FB_MAIN = re.compile(r"""^\s*(?:if\s+__name__\s*==\s*['"]__main__['"]|(?:async\s+)?def\s+main\s*\()""")

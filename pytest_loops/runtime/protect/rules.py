@@ -165,7 +165,8 @@ _MAKE = re.compile(r"^g?make$")
 # start with the script's own directory: "$(dirname "$0")/x", ${0%/*}/x, $(CURDIR)/x.
 _SOURCED = re.compile(r"""^\s*(?:\.|source)\s+(.+)$""")
 _INCLUDED = re.compile(r"^\s*-?s?include\s+(.+)$")
-_SCRIPT_DIR = re.compile(r"""^["']?(?:\$\(dirname\s+["']?\$0["']?\)|\$\{0%/\*\}|\$\(CURDIR\)|\$\{?(?:SCRIPT_?DIR|HERE|DIR)\}?)["']?/""")
+_SCRIPT_DIR = re.compile(r"""^["']?(?:\$\(dirname\s+["']?\$0["']?\)|\$\{0%/\*\}|\$\(CURDIR\)"""
+                         r"""|\$\{?(?:SCRIPT_?DIR|HERE|DIR)\}?)["']?/""")
 READ_BY_MAX_BYTES = 1 << 20
 
 
