@@ -319,7 +319,8 @@ def fuzz_config(corpus, rng, work) -> tuple[str, str]:
 SUBCOMMANDS = ["run", "show", "diff", "verify", "report", "", "bogus"]
 FLAGS = ["--verify", "--revise", "--state", "--protect", "--scope", "--max-iter", "--budget-seconds",
          "--no-progress-k", "--no-progress-signal", "--escalate-after", "--log", "--episodic",
-         "--no-reflexion", "--lessons", "--lessons-page", "--config", "--cwd", "--name", "--goal", "--artifacts", "-p", "--resume", "--tine",
+         "--no-reflexion", "--lessons", "--lessons-page",
+         "--config", "--cwd", "--name", "--goal", "--artifacts", "-p", "--resume", "--tine",
          "--no-tine", "--sign-key-env", "--sign-key-file", "--quiet", "-q", "-v", "--key-env", "--pubkey",
          "-o", "--output", "--help", "--version", "--bogus", "-x", "--"]
 VALUES = ["true", "false", "exit 3", "", " ", "0", "1", "2", "3", "-1", "1.5", "abc", "nan", "inf", "1e3",

@@ -218,7 +218,8 @@ def unwritable(a_file: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(("flag", "where"), [
-    ("--log", "under a file"), ("--artifacts", "under a file"), ("--lessons-page", "under a file"), ("--memory", "under a file"),
+    ("--log", "under a file"), ("--artifacts", "under a file"), ("--lessons-page", "under a file"),
+    ("--memory", "under a file"),
     ("--tine", "under a file"), ("--log", "in /proc"), ("--tine", "in /proc")])
 def test_an_unwritable_output_path_stops_the_run_before_any_iteration(cli, tmp_path, a_file, flag, where):
     if where not in unwritable(a_file):

@@ -649,7 +649,8 @@ SUBCOMMANDS = ["run", "show", "diff", "verify", "report"]
 FLAGS = ["--verify", "--revise", "--state", "--protect", "--scope", "--max-iter", "--budget-seconds",
          "--no-progress-k", "--no-progress-signal", "--escalate-after", "--log", "--episodic",
          "--no-reflexion", "--lessons", "--lessons-page", "--config", "--cwd", "--name", "--goal", "--artifacts",
-         "-p", "--resume", "--tine", "--no-tine", "--sign-key-env", "--sign-key-file", "--quiet", "-q", "-v", "--key-env", "--pubkey",
+         "-p", "--resume", "--tine", "--no-tine", "--sign-key-env", "--sign-key-file", "--quiet", "-q", "-v",
+         "--key-env", "--pubkey",
          "-o", "--output", "--help", "--version", "--bogus", "-x", "--"]
 VALUES_CLI = ["true", "false", "exit 3", "", " ", "0", "1", "2", "3", "-1", "1.5", "abc", "nan", "inf", "1e3",
               "0.0001", "state", "failure", "both", "sideways", "*.txt", "out.html", "log.json", "run.json",

@@ -19,7 +19,8 @@ from pytest_loops.redact import name_slug
 from pytest_loops.runtime.process import ProcessRunner
 
 LESSON = re.compile(r"^- \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (?:(?P<loop>\S+) )?iter (?P<iter>\d+): "
-                    r"exit (?P<exit>-?\d+|None), (?P<state>state moved|state unchanged|state first seen|state not tracked): "
+                    r"exit (?P<exit>-?\d+|None), "
+                    r"(?P<state>state moved|state unchanged|state first seen|state not tracked): "
                     r"(?P<failure>.+)$")
 
 

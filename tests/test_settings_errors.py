@@ -100,7 +100,8 @@ def test_a_marker_value_of_the_wrong_type_is_one_line() -> None:
 @pytest.mark.parametrize("row", rows("yaml_key", lambda r: r.kind in ("int", "number", "choice")))
 def test_bad_yaml_loop_value_names_the_key_path(row: Setting) -> None:
     section, _, key = row.yaml_key.rpartition(".")
-    text = f"loops:\n  - name: one\n    goal: pass\n    checks: [\"true\"]\n    {section}:\n      {key}: {BAD[row.kind]}\n"
+    text = (f"loops:\n  - name: one\n    goal: pass\n    checks: [\"true\"]\n"
+            f"    {section}:\n      {key}: {BAD[row.kind]}\n")
     with pytest.raises(LoopUsageError) as exc:
         load_yaml_text(text, "x.loop.yaml")
     assert str(exc.value).startswith("x.loop.yaml:6:")

@@ -434,7 +434,8 @@ class _Reader:
         kw: dict[str, Any] = {"timeout": float(timeout) if timeout is not None else None}
         hidden = item.get("hidden", False)
         if not isinstance(hidden, bool):
-            raise self.fail(f"{cpath}.hidden", f"expected true or false, got {short_repr(hidden)}", self.mark(item, "hidden"))
+            raise self.fail(f"{cpath}.hidden", f"expected true or false, got {short_repr(hidden)}",
+                            self.mark(item, "hidden"))
         if hidden:
             kw["hidden"] = True
         name = self.string(item, "name", f"{cpath}.name")
@@ -456,13 +457,15 @@ class _Reader:
             judges = self.integer(item, "judges", f"{cpath}.judges", 1) or 1
             on = item.get("on", "output")
             if on not in ("output", "trajectory"):
-                raise self.fail(f"{cpath}.on", f"expected output or trajectory, got {short_repr(on)}", self.mark(item, "on"))
+                raise self.fail(f"{cpath}.on", f"expected output or trajectory, got {short_repr(on)}",
+                                self.mark(item, "on"))
             bar = self.string(item, "bar", f"{cpath}.bar")
             mode = "scores" if min_score is not None else ("judges" if judges > 1 else "approves")
             kw.update(kind=CheckKind.HOOK, options={"skill": value, "mode": mode, "min_score": min_score,
                                                     "judges": judges, "on": on, "bar": bar})
             phrase = f'the skill "{value}" ' + (f"scores {min_score} or more" if min_score else "approves")
-            phrase += (" on the trajectory" if on == "trajectory" else "") + (f" by {judges} judges" if judges > 1 else "")
+            phrase += " on the trajectory" if on == "trajectory" else ""
+            phrase += f" by {judges} judges" if judges > 1 else ""
         return kw, name or phrase
 
     # -- the loop-runner config ----------------------------------------------------------
