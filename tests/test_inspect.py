@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -131,6 +132,25 @@ def test_load_run_rejects_bad_files_in_one_line_naming_the_file(tmp_path, name, 
     message = str(info.value)
     assert str(path) in message and expect in message
     assert "\n" not in message
+
+
+def test_load_run_reads_an_artifacts_directory_through_its_runs(tmp_path):
+    """`pytest-loops show .pytest-loops`: the artifacts directory holds its logs in runs/."""
+    runs = tmp_path / ".pytest-loops" / "runs"
+    runs.mkdir(parents=True)
+    write_log(runs, runlog(make_result([[False], [True]], Verdict.SUCCESS, "ok")))
+    assert load_run(tmp_path / ".pytest-loops")["verdict"] == "SUCCESS"
+
+
+def test_several_logs_are_refused_naming_the_newest(tmp_path):
+    run = runlog(make_result([[True, True]], Verdict.SUCCESS, "ok"))
+    write_log(tmp_path, run, "a.json")
+    write_log(tmp_path, run, "b.json")
+    os.utime(tmp_path / "a.json", ns=(2_000_000_000_000_000_000, 2_000_000_000_000_000_000))
+    os.utime(tmp_path / "b.json", ns=(1_000_000_000_000_000_000, 1_000_000_000_000_000_000))
+    with pytest.raises(LoopUsageError) as info:
+        load_run(tmp_path)
+    assert f"the newest is {tmp_path / 'a.json'}" in str(info.value)
 
 
 def test_load_run_refuses_to_guess_between_several_logs(tmp_path):

@@ -56,6 +56,10 @@ def load_run(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def _only_log_in(directory: Path) -> Path:
+    """The one run log in ``directory``; an artifacts directory (``.pytest-loops``) is read
+    through its ``runs/``. Several logs are refused, naming the newest as the fix."""
+    if not list(directory.glob("*.json")) and (directory / "runs").is_dir():
+        directory = directory / "runs"
     logs = []
     for candidate in sorted(directory.glob("*.json")):
         try:
@@ -68,8 +72,9 @@ def _only_log_in(directory: Path) -> Path:
     if not logs:
         raise LoopUsageError("no run log in this directory", location=str(directory),
                              fix="pass a run log (.json) or a .tine file")
+    newest = max(logs, key=lambda log: (log.stat().st_mtime_ns, log.name))
     raise LoopUsageError(f"{len(logs)} run logs in this directory", location=str(directory),
-                         fix="pass one of them")
+                         fix=f"pass one of them; the newest is {newest}")
 
 
 # --------------------------------------------------------------------------- show
