@@ -143,10 +143,6 @@ class InterpreterGuard:
 
     def begin(self, *, journal: bool = True) -> None:
         self.site_dirs = [d for d in site_dirs() if os.path.isdir(d) and not self.inside(d)]
-        if journal:
-            self._start_journal()
-        else:
-            self.journal_reason = "the change journal is off"
         for directory in self.site_dirs:
             try:
                 self.site_names[directory] = frozenset(os.listdir(directory))
@@ -156,6 +152,10 @@ class InterpreterGuard:
                 if name.endswith(DIST_SUFFIXES):
                     self.entry_points[os.path.join(directory, name)] = _read_small(
                         os.path.join(directory, name, "entry_points.txt"))
+        if journal:  # nothing runs beside the loop's start: watching after listing misses nothing
+            self._start_journal()
+        else:
+            self.journal_reason = "the change journal is off"
         for directory in self._startup_dirs():
             self._watch(directory)
             names = self._names(directory)
@@ -185,18 +185,11 @@ class InterpreterGuard:
             self.journal = DirectoryJournal(self.site_dirs[0])
             for directory in self.site_dirs:
                 self.journal.watch(directory)
-                for name in self.site_names_now(directory):
+                for name in self.site_names[directory]:
                     if name.endswith(DIST_SUFFIXES):  # its entry_points.txt
                         self.journal.watch(os.path.join(directory, name))
         except JournalLost as exc:
             self._drop_journal(exc.reason)
-
-    @staticmethod
-    def site_names_now(directory: str) -> list[str]:
-        try:
-            return os.listdir(directory)
-        except OSError:
-            return []
 
     def _watch(self, directory: str) -> None:
         if self.journal is None:
