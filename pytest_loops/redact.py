@@ -94,6 +94,33 @@ def export_masks(values: Iterable[str], where: str = "--mask",
     return restore
 
 
+# the environment last looked at (CPython's bytes dict) and its pairs: looked up again only
+# when the environment changed, pytest's per-test variable aside (not secret-named)
+_seen: list[Any] = [None, None]
+_PER_TEST = "PYTEST_CURRENT_TEST"
+
+
+def _pairs(env: Mapping[str, str] | None) -> list[tuple[str, str]]:
+    """``secret_values(env)``; for this process's environment, remembered while it is unchanged
+    (a C-level dict comparison instead of a walk that decodes every variable)."""
+    data = getattr(os.environ, "_data", None) if env is None else None
+    encodekey = getattr(os.environ, "encodekey", None)
+    if not isinstance(data, dict) or encodekey is None:
+        return secret_values(env)
+    seen = _seen[0]
+    if seen is not None:
+        key = encodekey(_PER_TEST)
+        if key in data:
+            seen[key] = data[key]
+        else:
+            seen.pop(key, None)
+        if seen == data:
+            return list(_seen[1])
+    pairs = secret_values()
+    _seen[0], _seen[1] = dict(data), tuple(pairs)
+    return pairs
+
+
 def _apply(text: str, pairs: list[tuple[str, str]]) -> str:
     for value, marker in pairs:
         if value in text:
@@ -103,7 +130,7 @@ def _apply(text: str, pairs: list[tuple[str, str]]) -> str:
 
 def make_redactor(env: Mapping[str, str] | None = None) -> Callable[[str], str]:
     """``redact`` with the secrets looked up once: for writers that clean many strings."""
-    pairs = secret_values(env)
+    pairs = _pairs(env)
     return lambda text: _apply(text, pairs)
 
 
@@ -112,12 +139,12 @@ def redact(text: str, env: Mapping[str, str] | None = None) -> str:
 
     ``env`` defaults to ``os.environ``. Values shorter than 4 characters are kept.
     """
-    return _apply(text, secret_values(env))
+    return _apply(text, _pairs(env))
 
 
 def redact_obj(obj: Any, env: Mapping[str, str] | None = None) -> Any:
     """``redact`` every string inside dicts, lists and tuples (keys included)."""
-    pairs = secret_values(env)
+    pairs = _pairs(env)
     if not pairs:
         return obj
     return _walk(obj, pairs)

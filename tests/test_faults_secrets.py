@@ -322,3 +322,37 @@ def test_a_secret_in_a_test_id_reaches_no_file_and_no_terminal_line(pytester, mo
     assert list(project.artifacts.rglob("spectra.json")) and list(project.artifacts.rglob("impact.json"))
     assert TOKEN not in out
     assert _leaks(pytester.path, (TOKEN,), {project.path / "test_ids.py", project.path / "noop.py"}) == []
+
+
+def test_the_remembered_secrets_follow_every_change_of_the_environment(monkeypatch):
+    """redact() remembers the secrets of an unchanged environment; a secret set, changed,
+    or removed after a first call is seen at the next one, and pytest's per-test
+    variable changing does not make it look again for nothing."""
+    from pytest_loops import redact as r
+
+    monkeypatch.delenv("S24_API_TOKEN", raising=False)
+    assert r.redact("value-one here") == "value-one here"
+    monkeypatch.setenv("S24_API_TOKEN", "value-one")
+    assert r.redact("value-one here") == "[REDACTED:S24_API_TOKEN] here"
+    monkeypatch.setenv("S24_API_TOKEN", "value-two")
+    assert r.redact("value-one value-two") == "value-one [REDACTED:S24_API_TOKEN]"
+    assert r.make_redactor()("value-two") == "[REDACTED:S24_API_TOKEN]"
+    assert r.redact_obj({"k": ["value-two"]}) == {"k": ["[REDACTED:S24_API_TOKEN]"]}
+    monkeypatch.setenv("PYTEST_LOOPS_MASK", "masked-value")
+    assert r.redact("masked-value") == r.MASK_MARKER
+    monkeypatch.delenv("PYTEST_LOOPS_MASK")
+    monkeypatch.delenv("S24_API_TOKEN")
+    assert r.redact("value-two masked-value") == "value-two masked-value"
+    looked = []
+    monkeypatch.setattr(r, "secret_values", lambda env=None: looked.append(env) or [])
+    r.redact("x")  # nothing changed since the last call
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "t.py::test_a (call)")
+    r.redact("x")
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "t.py::test_b (call)")
+    r.redact("x")
+    assert looked == []
+    monkeypatch.setenv("OTHER", "1")
+    r.redact("x")
+    assert looked == [None]
+    r.redact("x", env={"A_TOKEN": "abcdef"})  # an explicit environment is never remembered
+    assert looked == [None, {"A_TOKEN": "abcdef"}]

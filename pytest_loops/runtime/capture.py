@@ -1,11 +1,16 @@
 """A command's output: captured from its pipe under a cap, read back line by line.
 
-A command writes into a pipe; :class:`Capture` copies it to the output file in
-a thread, keeping at most ``cap`` bytes: the first half as it comes, the last
-half in memory until the end, and between them one line saying how many bytes
-were dropped. Memory stays bounded by the cap whatever the command prints, and
-so does every file the loop writes from the output (:func:`output_lines` reads
-it back without loading it whole).
+A command writes into a pipe; :class:`Capture` copies it to the output file,
+keeping at most ``cap`` bytes: the first half as it comes, the last half in
+memory until the end, and between them one line saying how many bytes were
+dropped. Memory stays bounded by the cap whatever the command prints, and so
+does every file the loop writes from the output (:func:`output_lines` reads it
+back without loading it whole).
+
+No thread of its own: the thread that waits for the command calls :meth:`Capture.pump`
+whenever the pipe is readable (it selects on :meth:`Capture.fileno` beside the
+command's pidfd), and :meth:`Capture.finish` drains what is left once the
+command is over.
 """
 
 from __future__ import annotations
@@ -13,84 +18,117 @@ from __future__ import annotations
 import collections
 import os
 import select
-import threading
 from collections.abc import Iterator
 
 __all__ = ["Capture", "grow_pipe", "output_lines"]
 
 _CHUNK = 1 << 20  # also the pipe's size where it can be set: fewer wake-ups on big outputs
+_QUIET = 0.05  # after the command: this long without output and the output is over
+_AFTER_STOP = 4 * _CHUNK  # a writer that escaped cannot keep the drain going
 
 
 class Capture:
     """Copies a command's output from its pipe to its file, keeping at most ``cap``
     bytes (0: all): the first half as it comes, the last half in memory until the
-    end, and between them one line saying how many bytes were dropped."""
+    end, and between them one line saying how many bytes were dropped.
+
+    Takes ownership of both descriptors: :meth:`finish` closes them."""
 
     def __init__(self, read_fd: int, out_fd: int, cap: int) -> None:
         self._read_fd, self._out_fd = read_fd, out_fd
         self._cap = cap
         self._head = cap - cap // 2 if cap else -1
         self._tail_room = cap // 2
-        self._stopping = False
+        self._written = 0
+        self._tail: collections.deque[bytes] = collections.deque()
+        self._kept = 0
+        self._failed = False  # the output file cannot be written: keep counting, stop copying
         self.total = 0
-        self._thread = threading.Thread(target=self._pump, name="pytest-loops-output", daemon=True)
-        self._thread.start()
+        self.at_end = False  # every writer has closed the pipe
+        os.set_blocking(read_fd, False)
+
+    def fileno(self) -> int:
+        return self._read_fd
+
+    def pump(self) -> int:
+        """Copy what the pipe holds now, without waiting; return the bytes read
+        (0 when there was nothing, or at the end of the output: see ``at_end``)."""
+        got = 0
+        while not self.at_end:
+            try:
+                data = os.read(self._read_fd, _CHUNK)
+            except BlockingIOError:
+                break
+            except OSError:
+                self.at_end = True
+                break
+            if not data:
+                self.at_end = True
+                break
+            got += len(data)
+            self._take(data)
+            if len(data) < _CHUNK:
+                break
+        return got
 
     def finish(self) -> int:
-        """Wait for the output to end (its writers are dead: the pipe is at EOF or
-        drained); return how many bytes the command wrote in all."""
-        self._stopping = True
-        self._thread.join()
+        """Drain the output of a command that is over (its writers are dead, or
+        escaped: then at most a few MiB more, and no more than ``_QUIET`` seconds
+        of silence), write the kept tail, close both descriptors; return how
+        many bytes the command wrote in all."""
+        left = _AFTER_STOP
+        try:
+            while not self.at_end and left > 0:
+                got = self.pump()
+                left -= got
+                if not got and not self.at_end:
+                    try:
+                        if not select.select([self._read_fd], [], [], _QUIET)[0]:
+                            break
+                    except (OSError, ValueError):
+                        break
+            self._write_tail()
+        finally:
+            for fd in (self._read_fd, self._out_fd):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
         return self.total
 
-    def _pump(self) -> None:
-        written = 0
-        tail: collections.deque[bytes] = collections.deque()
-        kept = 0
-        left_after_stop = 4 * _CHUNK  # a writer that escaped cannot keep us here
+    def _take(self, data: bytes) -> None:
+        self.total += len(data)
+        if self._head < 0 or self._written < self._head:
+            room = len(data) if self._head < 0 else self._head - self._written
+            self._write(data[:room])
+            self._written += min(room, len(data))
+            data = data[room:]
+        if data:
+            self._tail.append(data)
+            self._kept += len(data)
+            while self._tail and self._kept - len(self._tail[0]) >= self._tail_room:
+                self._kept -= len(self._tail.popleft())
+
+    def _write_tail(self) -> None:
+        tail = self._tail
+        dropped = self.total - self._written - self._kept
+        if self._kept > self._tail_room:
+            cut = self._kept - self._tail_room
+            tail[0] = tail[0][cut:]
+            dropped += cut
+        if dropped:
+            marker = f"\n[pytest-loops: {dropped} bytes of output dropped here (output_cap={self._cap})]\n"
+            self._write(marker.encode())
+        for block in tail:
+            self._write(block)
+
+    def _write(self, data: bytes) -> None:
+        if self._failed:
+            return
         try:
-            while True:
-                if not select.select([self._read_fd], [], [], 0.05)[0]:
-                    if self._stopping:
-                        break
-                    continue
-                data = os.read(self._read_fd, _CHUNK)
-                if not data:
-                    break
-                self.total += len(data)
-                if self._stopping:
-                    left_after_stop -= len(data)
-                    if left_after_stop < 0:
-                        break
-                if self._head < 0 or written < self._head:
-                    room = len(data) if self._head < 0 else self._head - written
-                    _write_all(self._out_fd, data[:room])
-                    written += min(room, len(data))
-                    data = data[room:]
-                if data:
-                    tail.append(data)
-                    kept += len(data)
-                    while tail and kept - len(tail[0]) >= self._tail_room:
-                        kept -= len(tail.popleft())
-        except OSError:
-            pass
-        finally:
-            try:
-                dropped = self.total - written - kept
-                if kept > self._tail_room:
-                    cut = kept - self._tail_room
-                    tail[0] = tail[0][cut:]
-                    dropped += cut
-                if dropped:
-                    marker = f"\n[pytest-loops: {dropped} bytes of output dropped here (output_cap={self._cap})]\n"
-                    _write_all(self._out_fd, marker.encode())
-                for block in tail:
-                    _write_all(self._out_fd, block)
-            except OSError:
-                pass
-            finally:
-                os.close(self._read_fd)
-                os.close(self._out_fd)
+            _write_all(self._out_fd, data)
+        except OSError:  # a full disk: the command goes on, its output file is short
+            self._failed = True
 
 
 def output_lines(path: str | None, fallback: str = "", longest: int = 1 << 16) -> Iterator[str]:

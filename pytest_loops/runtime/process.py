@@ -2,7 +2,8 @@
 
 Every command runs through ``/bin/sh`` in a new session, with stdin from
 ``/dev/null`` and stdout+stderr going through a pipe that a thread copies into
-a file, at most ``output_cap`` bytes of it (see :mod:`pytest_loops.runtime.capture`).
+a file, at most ``output_cap`` bytes of it, copied by the thread that waits for the
+command (see :mod:`pytest_loops.runtime.capture`).
 No descendant outlives its command: when the command ends or its deadline
 passes, its process group, every descendant seen while it ran, and
 every orphan that can be traced back to it get SIGTERM, then SIGKILL after a
@@ -355,7 +356,7 @@ class ProcessRunner:
             if self._terminations != terminations:
                 # terminate_all() ran while this command was starting: it counts as running
                 running.terminated = True
-            timed_out = self._wait(running, None if timeout is None else started + timeout)
+            timed_out = self._wait(running, None if timeout is None else started + timeout, capture)
             self._stop(running)
         except BaseException:
             # KeyboardInterrupt or SystemExit from a signal handler: leave nothing behind
@@ -416,8 +417,9 @@ class ProcessRunner:
         while self._deferred and threading.get_ident() not in self._starting:
             self._deferred.pop()()
 
-    def _wait(self, running: _Running, deadline: float | None) -> bool:
-        """Wait for the main process; True when the deadline came first.
+    def _wait(self, running: _Running, deadline: float | None, capture: Capture | None = None) -> bool:
+        """Wait for the main process, copying its output meanwhile; True when the
+        deadline came first.
 
         On Linux a pidfd wakes the wait the moment the process exits, so a short
         command costs no polling delay; elsewhere it polls with a short backoff.
@@ -445,8 +447,13 @@ class ProcessRunner:
                     pause = min(pause, max(0.0, deadline - now))
                 # a terminate_all from another thread must be noticed promptly too
                 pause = max(min(pause, _POLL_MAX if pidfd is None else 0.05), 0.0005)
-                if pidfd is not None:
-                    select.select([pidfd], [], [], pause)
+                watched = [] if pidfd is None else [pidfd]
+                if capture is not None and not capture.at_end:
+                    watched.append(capture.fileno())
+                if watched:
+                    ready = select.select(watched, [], [], pause)[0]
+                    if capture is not None and capture.fileno() in ready:
+                        capture.pump()
                 else:
                     time.sleep(pause)
             return False
@@ -504,7 +511,7 @@ class ProcessRunner:
             return False
         if any(pid != running.pid for pid in running.known) or _killpg(running.pid, 0):
             return False
-        if running.cgroup is not None and running.cgroup.pids():
+        if running.cgroup is not None and not running.cgroup.empty():
             return False
         children = _own_children()
         if children is None:

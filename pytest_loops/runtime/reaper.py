@@ -113,6 +113,19 @@ class Cgroup:
                 pass
         return pids
 
+    def empty(self) -> bool:
+        """No process in the leaf or below it. On v2 one read of ``cgroup.events``
+        (its ``populated`` line covers the whole subtree); otherwise :meth:`pids`."""
+        if self.version == 2:
+            try:
+                with open(os.path.join(self.path, "cgroup.events"), "rb") as f:
+                    for line in f:
+                        if line.startswith(b"populated "):
+                            return line.split()[1] == b"0"
+            except (OSError, IndexError):
+                pass
+        return not self.pids()
+
     @property
     def procs(self) -> str:
         """The file a process writes its pid to, to join."""
@@ -143,6 +156,13 @@ class Cgroup:
 
     def remove(self, within: float = 2.0) -> bool:
         """rmdir the leaf, waiting for killed members to be gone from it; False if it stays."""
+        try:
+            os.rmdir(self.path)  # the common case: an empty leaf with nothing below it
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            pass
         end = time.monotonic() + within
         while True:
             for directory, _subdirs, _files in os.walk(self.path, topdown=False):
