@@ -892,3 +892,14 @@ def test_finds_nothing_counts_lines_of_any_length(tmp_path):
     assert _output_lines(result) == 1
     path.write_bytes(b" \n\n")
     assert _output_lines(result) == 0
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_an_output_file_on_a_full_disk_neither_stops_nor_hangs_the_command(tmp_path):
+    """Writing the output fails (ENOSPC): the command still runs to its end and its
+    exit code and byte count are what it did, not what could be kept."""
+    runner = ProcessRunner(output_cap=0)
+    result = runner.run("yes | head -c 300000; exit 3", cwd=tmp_path, output_path="/dev/full", timeout=30)
+    assert result.exit_code == 3
+    assert result.output_bytes == 300000
+    assert not result.timed_out
