@@ -21,7 +21,6 @@ from pytest_loops.runtime.process import (
     TAG_VARIABLE,
     ProcessRunner,
     TerminationGuard,
-    _read_tail,
     pid_alive,
 )
 
@@ -720,23 +719,26 @@ def test_guard_is_a_no_op_outside_the_main_thread(runner):
         max_size=40,
     ),
     chars=st.integers(min_value=0, max_value=60),
+    cap=st.sampled_from([0, 40, 700]),
 )
-def test_read_tail_matches_decoding_the_whole_file(data, chars):
-    blob = b"".join(data)
+def test_the_kept_tail_matches_decoding_the_whole_output_file(data, chars, cap):
+    """The tail a command's result carries is taken from memory, never read back: it
+    is what decoding the whole output file and cutting its end would give."""
+    read_fd, write_fd = os.pipe()
     fd, path = tempfile.mkstemp()
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-        tail, size = _read_tail(path, chars)
+        capture = Capture(read_fd, fd, cap, keep_last=4 * chars + 4 if chars else 0)
+        for chunk in data:
+            os.write(write_fd, chunk)
+        os.close(write_fd)
+        capture.finish()
+        with open(path, "rb") as f:
+            kept = f.read()
     finally:
         os.unlink(path)
-    assert size == len(blob)
-    whole = blob.decode("utf-8", errors="replace")
+    whole = kept.decode("utf-8", errors="replace")
+    tail = capture.last.decode("utf-8", errors="replace")[-chars:] if chars else ""
     assert tail == (whole[-chars:] if chars else "")
-
-
-def test_read_tail_of_missing_file_is_empty(tmp_path):
-    assert _read_tail(str(tmp_path / "gone"), 10) == ("", 0)
 
 
 # --- the output cap --------------------------------------------------------------

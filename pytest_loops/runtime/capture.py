@@ -34,8 +34,10 @@ class Capture:
 
     Takes ownership of both descriptors: :meth:`finish` closes them."""
 
-    def __init__(self, read_fd: int, out_fd: int, cap: int) -> None:
+    def __init__(self, read_fd: int, out_fd: int, cap: int, keep_last: int = 0) -> None:
         self._read_fd, self._out_fd = read_fd, out_fd
+        self._keep_last = keep_last
+        self.last = b""  # the last ``keep_last`` bytes of what went to the file
         self._cap = cap
         self._head = cap - cap // 2 if cap else -1
         self._tail_room = cap // 2
@@ -123,6 +125,9 @@ class Capture:
             self._write(block)
 
     def _write(self, data: bytes) -> None:
+        if self._keep_last and data:
+            self.last = (self.last + data)[-self._keep_last:] if len(data) < self._keep_last \
+                else data[-self._keep_last:]
         if self._failed:
             return
         try:

@@ -39,7 +39,7 @@ from typing import Any
 from pytest_loops.results import CommandResult
 from pytest_loops.runtime import reaper
 from pytest_loops.runtime.capture import Capture, grow_pipe
-from pytest_loops.runtime.reaper import Proc, read_stat, snapshot
+from pytest_loops.runtime.reaper import Proc, read_small, read_stat, snapshot
 from pytest_loops.spec import DEFAULT_OUTPUT_CAP
 
 __all__ = ["ProcessRunner", "TerminationGuard", "TAG_VARIABLE", "DEFAULT_OUTPUT_CAP", "pid_alive"]
@@ -341,7 +341,9 @@ class ProcessRunner:
                 return failed(f"cannot start the command in {os.fspath(cwd)}: {reason}")
             finally:
                 os.close(pipe_w)  # the child has its own copy
-            capture = Capture(pipe_r, out_fd, self.output_cap)
+            # 4 bytes per character at most, plus room for a sequence cut at the start
+            capture = Capture(pipe_r, out_fd, self.output_cap,
+                              keep_last=4 * self.tail_chars + 4 if self.tail_chars else 0)
             # registered at once, so terminate_all() from a signal handler sees it
             running = _Running(proc, tag, cgroup)
             started_at = read_stat(proc.pid)
@@ -377,7 +379,7 @@ class ProcessRunner:
         size = capture.finish()
         duration = time.monotonic() - started
 
-        tail, _ = _read_tail(path, self.tail_chars)
+        tail = capture.last.decode("utf-8", errors="replace")[-self.tail_chars:] if self.tail_chars else ""
         if not keep_output:
             _unlink(path)
         return CommandResult(
@@ -551,8 +553,7 @@ def _ticks_now() -> int | None:
     """Clock ticks since boot, the unit of a process's start time in /proc (rounded
     down by one tick, so a process started right after this is never older)."""
     try:
-        with open("/proc/uptime", "rb") as f:
-            uptime = float(f.read().split()[0])
+        uptime = float(read_small("/proc/uptime").split()[0])
         return max(0, int(uptime * os.sysconf("SC_CLK_TCK")) - 1)
     except (OSError, ValueError, IndexError):
         return None
@@ -564,8 +565,7 @@ def _own_children() -> set[int] | None:
         tasks = os.listdir("/proc/self/task")
         children: set[int] = set()
         for tid in tasks:
-            with open(f"/proc/self/task/{tid}/children") as f:
-                children.update(int(pid) for pid in f.read().split())
+            children.update(int(pid) for pid in read_small(f"/proc/self/task/{tid}/children", 1 << 20).split())
         return children
     except (OSError, ValueError):
         return None
@@ -624,23 +624,6 @@ def _cwd_problem(cwd: Any) -> str | None:
     if not os.path.isdir(path):
         return f"the working directory is not a directory: {path}"
     return None
-
-
-def _read_tail(path: str, chars: int) -> tuple[str, int]:
-    """The last ``chars`` characters of a file (UTF-8, errors replaced) and its size."""
-    try:
-        size = os.path.getsize(path)
-        if chars <= 0:
-            return "", size
-        # 4 bytes per character at most, plus room for a sequence cut at the start
-        want = 4 * chars + 4
-        with open(path, "rb") as f:
-            if size > want:
-                f.seek(size - want)
-            data = f.read(want)
-    except OSError:
-        return "", 0
-    return data.decode("utf-8", errors="replace")[-chars:], size
 
 
 # --- signals ---------------------------------------------------------------------

@@ -52,10 +52,26 @@ _LEAF_PREFIX = "pytest-loops-"
 Proc = namedtuple("Proc", "pid ppid pgid sid start zombie")
 
 
+def read_small(path: str, limit: int = 1 << 16) -> bytes:
+    """Up to ``limit`` bytes of a small file (/proc, cgroup files), read with plain
+    read(2) calls instead of Python's buffered file objects; raises OSError as open() does."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, limit)
+        if not data or len(data) >= limit:
+            return data
+        chunks = [data]
+        while len(data) < limit and (more := os.read(fd, limit - len(data))):
+            chunks.append(more)
+            data = b"".join(chunks)
+        return data
+    finally:
+        os.close(fd)
+
+
 def read_stat(pid: int) -> Proc | None:
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
+        data = read_small(f"/proc/{pid}/stat")
     except OSError:
         return None
     # the command name is in parentheses and may itself contain ") "
@@ -118,10 +134,9 @@ class Cgroup:
         (its ``populated`` line covers the whole subtree); otherwise :meth:`pids`."""
         if self.version == 2:
             try:
-                with open(os.path.join(self.path, "cgroup.events"), "rb") as f:
-                    for line in f:
-                        if line.startswith(b"populated "):
-                            return line.split()[1] == b"0"
+                for line in read_small(os.path.join(self.path, "cgroup.events")).splitlines():
+                    if line.startswith(b"populated "):
+                        return line.split()[1] == b"0"
             except (OSError, IndexError):
                 pass
         return not self.pids()
