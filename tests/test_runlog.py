@@ -348,3 +348,26 @@ def test_check_resumable_refuses_duplicate_iterations():
     with pytest.raises(LoopUsageError, match="numbered 1 .duplicate or missing iterations"):
         runlog.check_resumable(data, "--resume run.json")
     runlog.check_resumable({"iterations": [{"iter": 1}, {"iter": 2}]}, "--resume run.json")
+
+
+@pytest.mark.parametrize("summary", [
+    {"schema": SCHEMA, "verdict": "SUCCESS", "iterations": [{"iter": 1, "checks": [{"passed": True}]}]},
+    # not plain JSON: int keys (sorted as strings once read back), a Path, a tuple, a scrubbed text
+    {"schema": SCHEMA, "verdict": "SUCCESS", "by_iter": {10: "a", 9: "b"}, "iterations": []},
+    {"schema": SCHEMA, "verdict": "SUCCESS", "where": Path("/x/y"), "pair": (1, 2.5), "iterations": []},
+])
+@pytest.mark.parametrize("scrubbed", [False, True])
+def test_a_signed_summary_verifies_whatever_its_values(tmp_path, summary, scrubbed):
+    """The summary's MAC is taken from the summary in memory when it reads back as
+    itself, else from its text parsed back: either way a reader verifies it, and an
+    edit after the fact is caught."""
+    key = b"k" * 32
+    log = tmp_path / "run.json"
+    scrub = (lambda text: text.replace("SUCCESS", "SUCCESS")) if scrubbed else None
+    writer = RunLogWriter(log, key=key, scrub=scrub)
+    writer.start({"loop": "x", "guards": {}})
+    assert writer.finish(summary) is True
+    data = load_runlog(log, key=key)
+    assert data["verified"] is True, data.get("unverified_why")
+    log.write_text(log.read_text().replace('"SUCCESS"', '"MAX_ITER"'))
+    assert load_runlog(log, key=key)["verified"] is False
