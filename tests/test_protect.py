@@ -4,6 +4,7 @@ to a read-only path is undone (never through a link) and ends the loop ESCALATE.
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -385,3 +386,67 @@ def test_config_file_protect_and_scope_keys(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("protect:\n  paths: 3\n")
     done = _run_cli(tmp_path, "--config", "bad.yaml", "--verify", "true")
     assert done.returncode == 64 and "protect.paths" in done.stderr
+
+
+# --- the loop-start texts of in-scope files, kept in one file of the store ----------------
+
+
+def test_the_text_store_gives_back_each_file_as_it_was(tmp_path, monkeypatch):
+    from pytest_loops.runtime.protect import store as store_mod
+    from pytest_loops.runtime.protect.store import TextStore
+
+    monkeypatch.setattr(TextStore, "_FLUSH", 64)  # some texts on disk, the last ones in memory
+    src = tmp_path / "src"
+    src.mkdir()
+    texts = {f"m{i}.py": (f"x = {i}\n" * i).encode() for i in range(30)}
+    for name, data in texts.items():
+        (src / name).write_bytes(data)
+    kept = TextStore(str(tmp_path / "texts"))
+    for name in texts:
+        assert kept.add(name, str(src / name), 1 << 20)
+        (src / name).write_bytes(b"changed")  # later edits do not reach what was kept
+    assert all(kept.read(name) == data for name, data in texts.items())
+    kept.flush()
+    assert all(kept.read(name) == data for name, data in texts.items())
+    assert kept.read("never-kept.py") is None and "never-kept.py" not in kept
+    assert (tmp_path / "texts").stat().st_mode & 0o777 == 0o600
+    kept.close()
+    assert store_mod.TextStore is TextStore
+
+
+def test_the_text_store_refuses_links_fifos_and_big_files(tmp_path):
+    from pytest_loops.runtime.protect.store import TextStore
+
+    (tmp_path / "big.py").write_bytes(b"x" * 101)
+    (tmp_path / "ok.py").write_bytes(b"x" * 100)
+    (tmp_path / "link.py").symlink_to(tmp_path / "ok.py")
+    os.mkfifo(tmp_path / "fifo.py")
+    kept = TextStore(str(tmp_path / "texts"))
+    assert kept.add("ok.py", str(tmp_path / "ok.py"), 100)
+    assert not kept.add("big.py", str(tmp_path / "big.py"), 100)
+    assert not kept.add("link.py", str(tmp_path / "link.py"), 100)
+    assert not kept.add("fifo.py", str(tmp_path / "fifo.py"), 100)  # not waited on
+    assert not kept.add("gone.py", str(tmp_path / "gone.py"), 100)
+    assert kept.read("ok.py") == b"x" * 100 and kept.read("big.py") is None
+
+
+def test_a_text_store_on_a_full_disk_forgets_what_it_could_not_write(tmp_path, monkeypatch):
+    from pytest_loops.runtime.protect import store as store_mod
+    from pytest_loops.runtime.protect.store import TextStore
+
+    (tmp_path / "a.py").write_bytes(b"a = 1\n")
+    (tmp_path / "b.py").write_bytes(b"b = 2\n")
+    kept = TextStore(str(tmp_path / "texts"))
+    assert kept.add("a.py", str(tmp_path / "a.py"), 100)
+    kept.flush()
+
+    def full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store_mod.os, "pwrite", full)
+    assert kept.add("b.py", str(tmp_path / "b.py"), 100)
+    kept.flush()
+    assert kept.failed
+    assert kept.read("a.py") == b"a = 1\n"  # written before the disk filled
+    assert kept.read("b.py") is None
+    assert not kept.add("b.py", str(tmp_path / "b.py"), 100)

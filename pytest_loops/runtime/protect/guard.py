@@ -29,7 +29,7 @@ from pytest_loops.runtime.protect.rules import (
     TEST_DIR,
     matches,
 )
-from pytest_loops.runtime.protect.store import store_prefix, sweep_stale_stores
+from pytest_loops.runtime.protect.store import TextStore, store_prefix, sweep_stale_stores
 from pytest_loops.runtime.protect.tree import (
     Entry,
     RevisePass,
@@ -128,7 +128,7 @@ class TreeGuard:
         self._reasons: dict[tuple[str, str, bool], str | None] = {}
         self._memory_left = MEMORY_TOTAL_BYTES
         self._readonly_inodes: dict[int, str] = {}  # inode -> read-only path, at loop start
-        self.texts: dict[str, str] = {}  # in-scope Python file -> its loop-start copy (audit)
+        self.texts: TextStore | None = None  # in-scope Python files' loop-start texts (audit)
 
     # -- classification -------------------------------------------------------------
 
@@ -373,6 +373,8 @@ class TreeGuard:
                 self._readonly_inodes[entry.ino] = rel
             elif rel.endswith(".py") and entry.size <= AUDIT_MAX_BYTES:
                 self._keep_text(rel)
+        if self.texts is not None:
+            self.texts.flush()
         if self.use_interpreter:
             self.interpreter = InterpreterGuard(self._inside, self._stop_now)
             self.interpreter.begin(journal=self.use_journal)
@@ -414,15 +416,11 @@ class TreeGuard:
 
     def _keep_text(self, rel: str) -> None:
         """An in-scope Python file's loop-start text, for the diff audit only (not judged:
-        no digest, one kernel-side copy)."""
+        no digest, no file of its own)."""
         assert self._store_dir is not None
-        dst = os.path.join(self._store_dir, "text", rel)
-        try:
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            shutil.copyfile(os.path.join(self.root, rel), dst, follow_symlinks=False)
-        except OSError:
-            return
-        self.texts[rel] = dst
+        if self.texts is None:
+            self.texts = TextStore(os.path.join(self._store_dir, "texts"))
+        self.texts.add(rel, os.path.join(self.root, rel), AUDIT_MAX_BYTES)
 
     def _refresh(self) -> tuple[dict[str, Entry | None], bool]:
         """Bring the state up to date: from the journal's events where it can vouch for
@@ -587,15 +585,10 @@ class TreeGuard:
 
     def _restore_rel(self, rel: str) -> bool:
         stored = self.store.get(rel)
-        if stored is None and rel in self.texts:  # an in-scope file replaced by a link
-            try:
-                with open(self.texts[rel], "rb") as f:
-                    data = f.read()
-            except OSError:
-                data = None
-            if data is not None:
-                start = self.start.get(rel)
-                stored = Stored(self.texts[rel], "", len(data), stat.S_IMODE(start.mode) if start else 0o644, data)
+        data = self.texts.read(rel) if stored is None and self.texts is not None else None
+        if data is not None:  # an in-scope file replaced by a link
+            start = self.start.get(rel)
+            stored = Stored("", "", len(data), stat.S_IMODE(start.mode) if start else 0o644, data)
         if not _real_parents(self.root, rel, create=stored is not None):
             return False
         return _restore_path(os.path.join(self.root, rel), stored, self.start.get(rel))
@@ -669,11 +662,11 @@ class TreeGuard:
     def start_text(self, rel: str) -> str | None:
         """A file's text at loop start (from the store), None if not kept or not text."""
         stored = self.store.get(rel)
-        path = stored.path if stored is not None else self.texts.get(rel)
-        if path is None:
-            return None
+        if stored is None:
+            data = self.texts.read(rel) if self.texts is not None else None
+            return None if data is None else data.decode("utf-8", "replace")
         try:
-            with open(path, "rb") as f:
+            with open(stored.path, "rb") as f:
                 return f.read().decode("utf-8", "replace")
         except OSError:
             return None
@@ -687,6 +680,8 @@ class TreeGuard:
         self._drop_journal("the guard is closed")
         if self.interpreter is not None:
             self.interpreter.close()
+        if self.texts is not None:
+            self.texts.close()
         if self._store_dir is not None:
             shutil.rmtree(self._store_dir, ignore_errors=True)
             self._store_dir = None

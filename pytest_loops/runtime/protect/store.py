@@ -48,3 +48,90 @@ def sweep_stale_stores(directory: str | None = None) -> list[str]:
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
+
+
+class TextStore:
+    """Files' loop-start bytes appended to one file of the store, their places kept in
+    memory: a tree of many small files costs one file creation, not one per file.
+
+    For texts that are read back at most once or twice (the diff audit); what is
+    restored or judged has a file and a digest of its own."""
+
+    _FLUSH = 1 << 20
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._pending = bytearray()
+        self._size = 0
+        self._where: dict[str, tuple[int, int]] = {}
+        self.failed = False
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._where
+
+    def add(self, key: str, src: str, limit: int) -> bool:
+        """Keep ``src`` (a regular file, not followed if a link, at most ``limit``
+        bytes) under ``key``; False when it cannot be read or is bigger."""
+        if self.failed:
+            return False
+        try:
+            fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return False
+            chunks, total = [], 0
+            while total <= limit and (chunk := os.read(fd, limit + 1 - total)):
+                chunks.append(chunk)
+                total += len(chunk)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        if total > limit:
+            return False
+        data = b"".join(chunks)
+        self._where[key] = (self._size + len(self._pending), len(data))
+        self._pending += data
+        if len(self._pending) >= self._FLUSH:
+            self.flush()
+        return True
+
+    def flush(self) -> None:
+        """Write what is held in memory; on a write error (a full disk) those texts are
+        forgotten and nothing more is kept: the audit goes without them."""
+        if not self._pending or self.failed:
+            return
+        data, self._pending = bytes(self._pending), bytearray()
+        try:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            written = 0
+            while written < len(data):
+                written += os.pwrite(self._fd, data[written:], self._size + written)
+        except OSError:
+            self.failed = True
+            self._where = {k: w for k, w in self._where.items() if w[0] < self._size}
+            return
+        self._size += len(data)
+
+    def read(self, key: str) -> bytes | None:
+        """The bytes kept under ``key``, None when there are none or they cannot be read."""
+        where = self._where.get(key)
+        if where is None:
+            return None
+        offset, length = where
+        if offset >= self._size:  # still in memory
+            start = offset - self._size
+            return bytes(self._pending[start:start + length])
+        try:
+            return os.pread(self._fd, length, offset) if self._fd is not None else None
+        except OSError:
+            return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
