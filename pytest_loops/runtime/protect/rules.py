@@ -81,15 +81,24 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
 
 def matches(relpath: str, patterns: Iterable[str]) -> bool:
     """Whether a relative path matches any glob (a plain directory name covers its files)."""
+    if not patterns:
+        return False
+    globs, dirs = _matcher(patterns if isinstance(patterns, tuple) else tuple(patterns))
+    return bool(globs is not None and globs.match(relpath)) or relpath.startswith(dirs)
+
+
+@lru_cache(maxsize=256)
+def _matcher(patterns: tuple[str, ...]) -> tuple[re.Pattern[str] | None, tuple[str, ...]]:
+    """One regex for all the globs, and the plain directory names as prefixes."""
+    globs = [_glob_regex(p).pattern for p in patterns]
+    dirs = []
     for pattern in patterns:
-        if _glob_regex(pattern).match(relpath):
-            return True
         bare = pattern.strip().rstrip("/")
         while bare.startswith("./"):
             bare = bare[2:]
-        if bare and not any(c in bare for c in "*?[") and relpath.startswith(bare + "/"):
-            return True
-    return False
+        if bare and not any(c in bare for c in "*?["):
+            dirs.append(bare + "/")
+    return (re.compile("|".join(f"(?:{g})" for g in globs)) if globs else None), tuple(dirs)
 
 
 def walk(root: Path) -> Iterable[str]:

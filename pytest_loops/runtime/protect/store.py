@@ -80,12 +80,15 @@ class TextStore:
         except OSError:
             return False
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
                 return False
             chunks, total = [], 0
             while total <= limit and (chunk := os.read(fd, limit + 1 - total)):
                 chunks.append(chunk)
                 total += len(chunk)
+                if total == info.st_size and len(chunks) == 1:
+                    break  # the whole file in one read: no second read to find its end
         except OSError:
             return False
         finally:
