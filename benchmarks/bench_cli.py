@@ -284,15 +284,17 @@ def bench_trivial(cli: str, ws: Workspace, harness: Path, rounds: int, lo: int, 
 
 
 def bench_trees(cli: str, ws: Workspace, trees: dict[int, Path], empty: Path, rounds: int,
-                lo: int, hi: int) -> Table:
+                lo: int, hi: int, baseline: str | None = None) -> Table:
     table = Table(f"Big trees: the default cli with --cwd TREE, per iteration = (T({hi}) - T({lo})) / "
                   f"{hi - lo}, median of {rounds} interleaved rounds")
     for size, tree in trees.items():
-        first: dict[str, list[float]] = {"empty": [], "tree": []}
-        steady: dict[str, list[float]] = {"empty": [], "tree": []}
+        first: dict[str, list[float]] = {"empty": [], "tree": [], "base": []}
+        steady: dict[str, list[float]] = {"empty": [], "tree": [], "base": []}
         arms = {"floor": lambda n: floor_run(n, ws),
                 "empty": lambda n, f=first, s=steady: tree_run(cli, empty, n, ws, f["empty"], s["empty"]),
                 "tree": lambda n, t=tree, f=first, s=steady: tree_run(cli, t, n, ws, f["tree"], s["tree"])}
+        if baseline:
+            arms["base"] = lambda n, t=tree, f=first, s=steady: tree_run(baseline, t, n, ws, f["base"], s["base"])
         arms["floor"](lo)
         arms["empty"](lo)
         for values in (*first.values(), *steady.values()):
@@ -328,6 +330,15 @@ def bench_trees(cli: str, ws: Workspace, trees: dict[int, Path], empty: Path, ro
                   f"{med(first['tree']):.3f} s", f"one-file {med(first['empty']):.3f} s")
         table.add(f"{size:,} files: peak RSS at {hi} iterations", mb(med([s.rss_kb for s in samples[f'tree@{hi}']])),
                   f"one-file {mb(med([s.rss_kb for s in samples[f'empty@{hi}']]))}")
+        if baseline:
+            base_first, base_cpu = med(first["base"]), med(cpu["base"])
+            table.add(f"{size:,} files: baseline build, first iteration in the run log", f"{base_first:.3f} s",
+                      f"this build {med(first['tree']):.3f} s", base_first / max(med(first["tree"]), 1e-9))
+            table.add(f"{size:,} files: baseline build, whole run at N={lo} (wall)",
+                      f"{med([x.seconds for x in samples[f'base@{lo}']]):.3f} s",
+                      f"this build {med([x.seconds for x in samples[f'tree@{lo}']]):.3f} s")
+            table.add(f"{size:,} files: baseline build, CPU per iteration over the floor",
+                      ms(base_cpu - med(cpu["floor"])), f"this build {ms(cpu_over)}")
         print(f"{size:,} files, rounds, ms per iteration: " + "; ".join(
             f"{name} " + ", ".join(f"{v * 1000:.1f}" for v in vals) for name, vals in per.items()))
     print(table.render())
@@ -356,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", default="", help="parts to skip, comma-separated: trivial,trees")
     parser.add_argument("--tmp", default=None, help="where the trees go (default /dev/shm if writable)")
     parser.add_argument("--baseline-cli", default=None, metavar="PATH",
-                        help="an older build's pytest-loops executable: its defaults and --no-tine arms "
+                        help="an older build's pytest-loops executable: its defaults and --no-tine arms, "
+                             "and its default arm on the trees, "
                              "run interleaved with this build's, for before -> after figures from one run")
     args = parser.parse_args(argv)
     q = args.quick
@@ -399,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
                 trees[size] = mem / f"tree-{size}"
                 print(f"\ntree of {count:,} files under {where} ({fs_type(where)}) built in "
                       f"{time.perf_counter() - t0:.1f} s")
-            bench_trees(cli, Workspace(mem / "runs"), trees, empty, tree_rounds, tlo, thi)
+            bench_trees(cli, Workspace(mem / "runs"), trees, empty, tree_rounds, tlo, thi, args.baseline_cli)
     finally:
         if saved is None:
             os.environ.pop("TMPDIR", None)
