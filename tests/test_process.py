@@ -905,3 +905,47 @@ def test_an_output_file_on_a_full_disk_neither_stops_nor_hangs_the_command(tmp_p
     assert result.exit_code == 3
     assert result.output_bytes == 300000
     assert not result.timed_out
+
+
+def test_a_flood_of_output_does_not_keep_the_runner_from_the_deadline(tmp_path):
+    """The thread that waits for the command also copies its output: a command that
+    writes as fast as it can is still stopped at its deadline."""
+    import threading
+
+    runner = ProcessRunner(output_cap=1 << 16)
+    results = []
+    worker = threading.Thread(target=lambda: results.append(
+        runner.run("yes '0123456789abcdef0123456789abcdef'", cwd=tmp_path, timeout=1.0)), daemon=True)
+    worker.start()
+    worker.join(120)
+    assert not worker.is_alive(), "the runner never came back from a flooding command"
+    assert results[0].timed_out
+    assert results[0].output_bytes > 1 << 16
+
+
+def test_one_pump_copies_a_bounded_amount_however_fast_the_writer(tmp_path):
+    import threading
+
+    read_fd, write_fd = os.pipe()
+    out = os.open(tmp_path / "out", os.O_WRONLY | os.O_CREAT, 0o600)
+    capture = Capture(read_fd, out, 1 << 16)
+    stop = threading.Event()
+
+    def writer():
+        block = b"x" * 65536
+        while not stop.is_set():
+            try:
+                os.write(write_fd, block)
+            except OSError:
+                return
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        for _ in range(20):
+            assert capture.pump(most=1 << 18) <= (1 << 18) + (1 << 20)
+    finally:
+        stop.set()
+        os.close(write_fd)
+        thread.join(10)
+        capture.finish()

@@ -52,11 +52,12 @@ class Capture:
     def fileno(self) -> int:
         return self._read_fd
 
-    def pump(self) -> int:
-        """Copy what the pipe holds now, without waiting; return the bytes read
-        (0 when there was nothing, or at the end of the output: see ``at_end``)."""
+    def pump(self, most: int = 1 << 60) -> int:
+        """Copy what the pipe holds now, without waiting and at most about ``most``
+        bytes (a flood must not keep the caller from its deadline); return the bytes
+        read (0 when there was nothing, or at the end of the output: see ``at_end``)."""
         got = 0
-        while not self.at_end:
+        while not self.at_end and got < most:
             try:
                 data = os.read(self._read_fd, _CHUNK)
             except BlockingIOError:
