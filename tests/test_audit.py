@@ -222,6 +222,11 @@ PYTEST_IN_LIBRARY = {
     "from pytest import": "from pytest import approx  # flagged\n",
     "from _pytest import": "from _pytest.python_api import ApproxBase  # flagged\n",
     "import the harness": "import pytest_loops.core.engine as loops  # flagged\n",
+    # what the fix-loop's impact map is recorded with: code under repair that stops it
+    # could make a later loop judge too few tests
+    "import coverage": "import coverage  # flagged\n\ncoverage.Coverage.current().stop()\n",
+    "coverage by import_module":
+        "import importlib\n\nimportlib.import_module('coverage').process_startup()  # flagged\n",
     "import_module": "import importlib\n\nmod = importlib.import_module('_pytest.runner')  # flagged\n",
     "sys.modules subscript": "import sys\n\nUNDER_TEST = sys.modules['pytest'] is not None  # flagged\n",
     "pytest in sys.modules": code("""
@@ -735,6 +740,7 @@ FALLBACK: dict[str, tuple[str, frozenset[str], tuple[str, int]]] = {
     "constant __eq__ lambda": ("class M:\n    __eq__ = lambda *a: True\n" + BROKEN,
                                frozenset(), ("constant-eq", 2)),
     "import pytest": ("import pytest\n" + BROKEN, frozenset(), ("pytest-in-library", 1)),
+    "import coverage": ("import coverage\n" + BROKEN, frozenset(), ("pytest-in-library", 1)),
     "harness variable": ("import os\nX = os.environ['LOOP_ITERATION']\n" + BROKEN, frozenset(),
                          ("pytest-in-library", 2)),
     "pytest in sys.modules": ("import sys\nT = 'pytest' in sys.modules\n" + BROKEN, frozenset(),

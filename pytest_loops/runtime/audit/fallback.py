@@ -40,9 +40,9 @@ _FB_DEF_DUNDER = re.compile(rf"^\s*(?:async\s+)?def\s+(?P<name>{_FB_DUNDER})\s*\
                             r"\s*(?:return\s+(?P<ret>[^#]+?))?\s*(?:#.*)?$")
 _FB_LAMBDA_DUNDER = re.compile(rf"(?:^|[\s.])(?P<name>{_FB_DUNDER})\s*=\s*lambda\b[^:]*:\s*(?P<ret>[^#]+?)\s*(?:#.*)?$")
 _FB_GETATTR = re.compile(r"^def\s+__getattr__\s*\(.*\)\s*(?:->[^:]*)?:\s*(?:return\s+(?P<ret>[^#]+?))?\s*(?:#.*)?$")
-_FB_IMPORT = re.compile(r"^\s*(?:import|from)\s+(?P<name>(?:pytest|_pytest|pytest_loops)\b[\w.]*)")
+_FB_IMPORT = re.compile(r"^\s*(?:import|from)\s+(?P<name>(?:pytest|_pytest|pytest_loops|coverage)\b[\w.]*)")
 _FB_IMPORT_CALL = re.compile(r"""(?:import_module|__import__)\s*\(\s*['"]"""
-                             r"""(?P<name>(?:pytest|_pytest|pytest_loops)\b[\w.]*)""")
+                             r"""(?P<name>(?:pytest|_pytest|pytest_loops|coverage)\b[\w.]*)""")
 _FB_ENV = re.compile(r"""['"](?P<name>PYTEST_[A-Z0-9_]*|LOOP_[A-Z0-9_]+)['"]""")
 _FB_PROBE = re.compile(r"""(?:sys\.(?:modules|argv|orig_argv|_getframe)|os\.environ|os\.getenv|inspect\.stack)"""
                        r""".*['"][^'"]*py\.?test"""

@@ -27,7 +27,8 @@ _COMPARISON_DUNDERS = frozenset({
     "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
     "__contains__", "__bool__", "__hash__",
 })
-_TEST_MODULES = ("pytest", "_pytest", "pytest_loops")
+# the test run's machinery; coverage too: the impact map and the suspects are what it records
+_TEST_MODULES = ("pytest", "_pytest", "pytest_loops", "coverage")
 _PATCHED_MODULES = ("pytest", "_pytest", "unittest")
 _RUNNER_ENV = re.compile(r"^(?:PYTEST_[A-Z0-9_]*|LOOP_[A-Z0-9_]+)$")
 _RUN_CONTEXT = frozenset({
