@@ -22,13 +22,25 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from pytest_loops.runtime.audit.fallback import _Fallback
-from pytest_loops.runtime.audit.literals import LitKey, _literal_keys, _parse, failing_literals
 from pytest_loops.runtime.audit.model import FileChange, Finding
-from pytest_loops.runtime.audit.rules import _Audit
+
+if TYPE_CHECKING:
+    from pytest_loops.runtime.audit.literals import LitKey, failing_literals
+
+# The rules compile about a hundred regular expressions: a loop pays for them at its
+# first audit, not at start-up (most loops never audit: no revise step, or no change).
+
+
+def __getattr__(name: str) -> Any:
+    if name == "failing_literals":
+        from pytest_loops.runtime.audit.literals import failing_literals
+
+        return failing_literals
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "BuiltinAuditor",
@@ -45,6 +57,10 @@ hookimpl = pluggy.HookimplMarker("pytest")
 
 
 def _audit_file(change: FileChange, lits: frozenset[LitKey]) -> list[Finding]:
+    from pytest_loops.runtime.audit.fallback import _Fallback
+    from pytest_loops.runtime.audit.literals import _parse
+    from pytest_loops.runtime.audit.rules import _Audit
+
     audit = _Audit(change, lits)
     if not audit.new:
         return []
@@ -67,6 +83,8 @@ def audit_changes(changes: Sequence[FileChange], *, literals: Collection[str] = 
     the ``hardcoded-literal`` rule needs them and finds nothing without them. Findings are
     sorted by (path, line).
     """
+    from pytest_loops.runtime.audit.literals import _literal_keys
+
     lits = _literal_keys([literals] if isinstance(literals, str) else literals)
     findings: list[Finding] = []
     for change in changes:
