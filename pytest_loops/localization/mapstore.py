@@ -1,0 +1,120 @@
+"""The session fix-loop's impact map, kept between loops where a revise step cannot forge it.
+
+A map (:class:`~pytest_loops.localization.impact.ImpactMap`) made from a green
+clean-room run of every test lets a later fix-loop judge only the tests its
+changes can reach. A revise step runs as the same user as the harness, so the
+map is kept out of the tree and the artifacts directory, and guarded three ways:
+
+- it lives in the user's private state directory
+  (:func:`pytest_loops.runtime.trust.state_dir`, ``impact/``), one entry per
+  project root and pytest config file, never in the project;
+- it is signed with the per-user run-log key (:func:`~pytest_loops.runtime.trust.runlog_key`)
+  over the root it was made for and its whole content; a map whose signature
+  fails, that was made for another root, or that cannot be read, is not used
+  (the judged run runs every test) and the note says why;
+- the loop reads it once, before its first revise step, and holds it in memory;
+  when the loop ends, an entry whose bytes are not the ones it read or wrote
+  (a revise step, or a process it started, replaced, edited or re-signed it) is
+  deleted: what ran during the loop never chooses a later loop's judged tests.
+
+Whether the map is fresh for the files the revise step changed is the map's own
+rule (:meth:`ImpactMap.affected`): any change it cannot vouch for means every test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from pytest_loops.localization.impact import ImpactMap
+from pytest_loops.localization.spectra import write_json
+from pytest_loops.runtime.trust import KeyFileError, json_mac, mac_matches, runlog_key, state_dir
+
+__all__ = ["MAP_DOMAIN", "MapStore"]
+
+MAP_DOMAIN = "pytest-loops.impact-map/1"
+SUBDIR = "impact"
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+class MapStore:
+    """The stored map of one project root (and pytest config file)."""
+
+    def __init__(self, root: str | os.PathLike[str], config: str | None = None, *,
+                 directory: Path | None = None) -> None:
+        self.root = os.path.realpath(os.fspath(root))
+        self.config = config or ""
+        name = hashlib.sha256(json.dumps([self.root, self.config]).encode("utf-8")).hexdigest()[:32]
+        self.path = (directory if directory is not None else state_dir() / SUBDIR) / f"{name}.json"
+        self.known: str | None = None  # sha256 of the entry's bytes as the harness last read or wrote them
+        self.note = ""
+
+    def load(self) -> ImpactMap | None:
+        """The stored map when its signature holds and it was made for this root, else
+        None with :attr:`note` saying why (empty when there is simply none)."""
+        self.known = _digest(self.path)
+        if self.known is None:
+            self.note = ""
+            return None
+        try:
+            raw = json.loads(self.path.read_text(encoding="utf-8"))
+            body, given = raw["map"], raw["mac"]
+            key = runlog_key(create=False)
+        except (OSError, ValueError, KeyError, TypeError, KeyFileError) as exc:
+            self.note = f"the stored impact map {self.path} is unreadable ({type(exc).__name__}): not used"
+            return None
+        expected = json_mac(key, MAP_DOMAIN, [self.root, self.config, body]) if key is not None else None
+        if expected is None or not mac_matches(expected, given):
+            self.note = f"the stored impact map {self.path} failed its signature check: not used"
+            return None
+        impact = ImpactMap.from_dict(body)
+        if impact is None:
+            self.note = f"the stored impact map {self.path} is of another format: not used"
+            return None
+        if impact.root != self.root:
+            self.note = f"the stored impact map was made for {impact.root}, not {self.root}: not used"
+            return None
+        self.note = f"impact map from {self.path}"
+        return impact
+
+    def save(self, impact: ImpactMap) -> bool:
+        """Sign and store ``impact`` (made for this root); False when there is no key to sign with."""
+        try:
+            key = runlog_key(create=True)
+        except KeyFileError:
+            return False
+        if key is None or impact.root != self.root:
+            return False
+        body = impact.to_dict()
+        signature = json_mac(key, MAP_DOMAIN, [self.root, self.config, body])
+        if signature is None:
+            return False
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            write_json(self.path, {"map": body, "mac": signature})
+        except OSError:
+            return False
+        self.known = _digest(self.path)
+        return True
+
+    def settle(self) -> str:
+        """At the end of a loop: delete an entry that is not the one the harness read or
+        wrote (it changed behind the harness). Returns a note ("" when it was untouched)."""
+        now = _digest(self.path)
+        if now == self.known:
+            return ""
+        if now is None:
+            return f"the stored impact map {self.path} was deleted during the loop"
+        try:
+            self.path.unlink()
+        except OSError as exc:
+            return f"the stored impact map {self.path} changed during the loop and could not be deleted: {exc}"
+        return f"the stored impact map {self.path} changed during the loop: deleted"
