@@ -48,8 +48,9 @@ def test_over_the_cap_localization_is_skipped_with_a_reason(project: Project) ->
     run_dir = next(p for p in (project.artifacts / "runs").iterdir() if p.is_dir())
     assert not (run_dir / "iter-001" / "spectra.json").exists()
     assert not (run_dir / "impact.json").exists()
-    # no map: the judged run is the full one
-    assert log["iterations"][-1]["clean_room"][0]["reason"].endswith("full (no impact map)")
+    # no map: the judged run is the full one, measured: the next loop has a map
+    assert log["iterations"][-1]["clean_room"][0]["reason"].endswith(
+        "full (no impact map); impact map of 2 test(s) stored for the next loop")
 
 
 @pytest.mark.slow
