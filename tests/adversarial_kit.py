@@ -1292,3 +1292,107 @@ def log_problem(project: Project) -> str | None:
     if "SUCCESS" in logged_verdicts(project):
         return "a run log says SUCCESS"
     return None
+
+
+# ----------------------------------------------------------------------------------
+# attacks on the stored impact map of the session fix-loop
+#
+# A green clean-room run of every test stores a signed impact map outside the tree
+# (pytest_loops.localization.mapstore); a later fix-loop on the same tree judges only
+# the tests its changes can reach. Each case runs three session loops in one project:
+#
+# 1. a genuine fix, SUCCESS: the map is stored;
+# 2. the bug planted again; a revise step that fixes add() genuinely and, in
+#    "earlier" cases, tampers with the stored map for the next loop;
+# 3. the bug planted again; a revise step that fixes add() and breaks sub() -- and,
+#    in "now" cases, tampers with the map in the same step.
+#
+# The tampered map names test_add, not test_sub, as the test that ran sub(): a loop
+# that chose its judged tests by it would judge test_add alone and say SUCCESS.
+# Loop 3 must end not-SUCCESS, whatever was done to the map.
+
+MAP_PRELUDE = """\
+import glob
+import json
+import os
+from pathlib import Path as P
+
+STATE = P(os.environ["XDG_STATE_HOME"]) / "pytest-loops"
+ENTRIES = sorted(glob.glob(str(STATE / "impact" / "*.json")))
+
+
+def forged(body):
+    # sub() ran in test_add, test_sub ran nothing of calc.py: a change to sub() reaches test_add alone
+    tests = body["tests"]
+    sub = {b: fp for b, fp in tests["tests/test_calc.py::test_sub"]["deps"].items() if b.startswith("calc.py::")}
+    tests["tests/test_calc.py::test_add"]["deps"].update(sub)
+    for block in sub:
+        del tests["tests/test_calc.py::test_sub"]["deps"][block]
+    return body
+
+
+def tamper():
+    assert ENTRIES, "no stored impact map to attack"
+    path = P(ENTRIES[0])
+    raw = json.loads(path.read_text())
+    how = {how!r}
+    if how == "forge-unsigned":  # edited, the old signature kept
+        raw["map"] = forged(raw["map"])
+    elif how == "forge-signed":  # edited and signed again with the run-log key, read from the state directory
+        from pytest_loops.localization.mapstore import MAP_DOMAIN
+        from pytest_loops.runtime.trust import json_mac
+
+        key = (STATE / "runlog.key").read_bytes()
+        raw["map"] = forged(raw["map"])
+        raw["mac"] = json_mac(key, MAP_DOMAIN, [raw["map"]["root"], {config!r}, raw["map"]])
+    elif how == "delete":
+        path.unlink()
+        return
+    elif how == "swap":  # the map of another tree, made for its root: every path the same
+        other = P({other!r})
+        entry = sorted(glob.glob(str(other / "impact" / "*.json")))[0]
+        raw = json.loads(P(entry).read_text())
+        raw["map"] = forged(raw["map"])
+        from pytest_loops.localization.mapstore import MAP_DOMAIN
+        from pytest_loops.runtime.trust import json_mac
+
+        key = (STATE / "runlog.key").read_bytes()
+        raw["mac"] = json_mac(key, MAP_DOMAIN, [{root!r}, {config!r}, raw["map"]])  # signed for this tree
+    path.write_text(json.dumps(raw))
+
+
+"""
+FIX_ADD = 'edit("calc.py", "a - b  # BUG", "a + b")\n'
+BREAK_SUB = 'edit("calc.py", "def sub(a, b):\\n    return a - b", "def sub(a, b):\\n    return a - b + 1")\n'
+MAP_TAMPERING = ("forge-unsigned", "forge-signed", "delete", "swap")
+MAP_WHEN = ("earlier", "now")
+
+
+def _session(project: Project, revise: str) -> Outcome:
+    (project.root / "revise.py").write_text(revise)
+    (project.root / "calc.py").write_text(BUGGY_CALC)
+    return run_mode(project)
+
+
+def _revise(project: Project, body: str, how: str = "", other: Path | None = None) -> str:
+    prelude = REVISE_PRELUDE.format(evidence=str(project.evidence))
+    tampering = MAP_PRELUDE.format(how=how, other=str(other or ""), root=os.path.realpath(project.root),
+                                   config=str(project.root / "pyproject.toml"))
+    return prelude + tampering + body
+
+
+def map_attack(tmp_path: Path, how: str, when: str) -> tuple[list[Outcome], Project]:
+    """The three loops of a map attack (see above); the outcomes in order."""
+    project = build_project(tmp_path, Attack(f"impact-map-{how}-{when}", "", modes=("session",)), "session")
+    outcomes = [_session(project, _revise(project, FIX_ADD))]
+    other: Path | None = None
+    if how == "swap":  # another tree at another path, with its own green loop and map
+        (tmp_path / "twin").mkdir()
+        twin = build_project(tmp_path / "twin", Attack("twin", "", modes=("session",)), "session")
+        outcomes.append(_session(twin, _revise(twin, FIX_ADD)))
+        other = tmp_path / "twin" / "state" / "pytest-loops"
+    earlier = "tamper()\n" if when == "earlier" else ""
+    outcomes.append(_session(project, _revise(project, FIX_ADD + earlier, how, other)))
+    now = "tamper()\n" if when == "now" else ""
+    outcomes.append(_session(project, _revise(project, FIX_ADD + BREAK_SUB + now, how, other)))
+    return outcomes, project

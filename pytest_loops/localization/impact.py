@@ -407,6 +407,26 @@ class ImpactMap:
             parts.append("no code change since the last run")
         return Selection(ordered, False, f"{len(ordered)} of {len(tests)} test(s): " + "; ".join(parts))
 
+    def changed_suspects(self, workdir: str | os.PathLike[str], failing: Sequence[str]) -> list[tuple[str, float]]:
+        """The functions that changed since the map was made and that the ``failing`` tests
+        ran when it was made, by Ochiai over the map's tests (``[("file::name", score)]``,
+        best first); [] when the map cannot say (another root, changes it cannot vouch for)."""
+        root = os.path.realpath(os.fspath(workdir))
+        if root != self.root or self.incomplete:
+            return []
+        why = self._stale_files(root)
+        if isinstance(why, str):
+            return []
+        changed, _ = why
+        bad = set(failing)
+        ranked: list[tuple[str, float]] = []
+        for block in changed:
+            ran = {t for t, r in self.tests.items() if block in r.deps}
+            hits = len(ran & bad)
+            if hits:
+                ranked.append((block, hits / ((len(bad) * len(ran)) ** 0.5)))
+        return sorted(ranked, key=lambda item: (-item[1], item[0]))
+
     def _stale_files(self, root: str) -> str | tuple[set[str], dict[str, dict[str, str]]]:
         """A reason to run everything, or (changed function blocks, current functions of
         every Python file that changed since the baseline or is dirty)."""

@@ -295,6 +295,8 @@ class SessionFixCheck:
         if its estimate fits the cap; a fresh impact map when it covered every test."""
         from pytest_loops.localization.localize import SPECTRA_FILE, estimate_cost
 
+        if self._map_suspects(context):
+            return
         peers = self._peers(self.failing)
         # a run of its own makes the failing tests' reports again (coverage pauses there,
         # so a rerun that runs anyway pays them with or without it)
@@ -325,12 +327,35 @@ class SessionFixCheck:
             except (SpectraError, OSError, ValueError):
                 pass
 
+    def _map_fresh(self) -> bool:
+        """Whether the impact map can vouch for the changes since it was made (see confirm_selection)."""
+        if self.impact is None or self.rootdir is None or self.confirm != "affected":
+            return False
+        return not self.confirm_selection()[1].startswith("full")
+
+    def _map_suspects(self, context: LoopContext, failing: list[str] | None = None) -> bool:
+        """Suspects without a run under coverage: the functions the failing tests ran in the
+        last green run that changed since (a fresh impact map). False when there are none."""
+        if not self._map_fresh():
+            return False
+        from pytest_loops.localization.localize import publish_blocks
+
+        blocks = self.impact.changed_suspects(self.rootdir, failing or self.failing)
+        placed = publish_blocks(context, blocks) if blocks else 0
+        if not placed:
+            return False
+        self._note(context, f"suspects: {placed} function(s) the failing tests ran that changed since the "
+                            "last green run (the impact map); no run under coverage")
+        return True
+
     def _rerun_spectra(self, context: LoopContext, ids: list[str]) -> tuple[list[str], Path | None, str]:
         """Iteration >= 2: peers to add to the rerun and where its spectra go (None: the
         rerun runs plain), or the reason localization is skipped."""
         from pytest_loops.localization.localize import SPECTRA_FILE, estimate_cost
 
         if not self.localize:
+            return [], None, ""
+        if self._map_fresh():  # a failing rerun's suspects come from the map: it runs plain
             return [], None, ""
         peers = self._peers(ids)
         rerun_files = {t.split("::", 1)[0] for t in ids}
@@ -383,6 +408,8 @@ class SessionFixCheck:
         elif spectra is not None:
             self._after_rerun(context, spectra, peers)
         still = [node for node in [*ids, *peers] if node not in passed]
+        if still and self.localize and spectra is None and not skipped:
+            self._map_suspects(context, still)
         if still:
             self.failing = still
             self.regressions = [node for node in still if node in self.green]
