@@ -206,6 +206,8 @@ class SessionFixCheck:
         failing = [node for node in ids if node not in record.passed]
         if failing or cmd.exit_code != 0:
             self.failing = failing or self.failing
+            if self.localize:  # with a fresh map, the next prompt's suspects come from it
+                self._map_suspects(context, self.failing)
             self.regressions = [node for node in failing if node in self.green]
             what = (f"{len(failing)} failing: " + ", ".join(failing[:5]) if failing
                     else f"pytest exited {cmd.exit_code}")
@@ -394,6 +396,9 @@ class SessionFixCheck:
                                duration_s=0.0, output_tail=self.first_output[-4000:],
                                reason=f"{len(self.failing)} test(s) failed in the session: "
                                       + ", ".join(self.failing[:5]), failing_tests=tuple(self.failing))
+        deferred = self._deferred(check, context)
+        if deferred is not None:
+            return deferred
         from pytest_loops.localization.localize import affected_tests
 
         # the failing tests, plus green ones whose executed code the revise changed
@@ -417,6 +422,20 @@ class SessionFixCheck:
         self.regressions = []
         return self._result(check, cmd, True, f"rerun: {len(ids) + len(peers)} test(s) passed; "
                                               "the clean-room run confirms")
+
+    def _deferred(self, check: Check, context: LoopContext) -> CheckResult | None:
+        """With a fresh impact map, no rerun in the working tree: the clean-room judged run,
+        which must pass before SUCCESS anyway, runs the failing tests and the affected ones
+        (one pytest process instead of two). Only where the engine judges in a clean room
+        (real processes); None: rerun here."""
+        from pytest_loops.runtime.process import ProcessRunner
+
+        if not isinstance(context.runner, ProcessRunner) or not self._map_fresh():
+            return None
+        ids, scope = self.confirm_selection()
+        return CheckResult(name=check.name, kind=check.kind.value, passed=True, exit_code=0, duration_s=0.0,
+                           output_tail="", reason=f"no rerun here: the clean-room run judges {len(ids)} "
+                                                  f"test(s) ({scope})")
 
     def _reason(self, text: str) -> str:
         if self.regressions:
