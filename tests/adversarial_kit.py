@@ -1324,7 +1324,7 @@ ENTRIES = sorted(glob.glob(str(STATE / "impact" / "*.json")))
 def forged(body):
     # sub() ran in test_add, test_sub ran nothing of calc.py: a change to sub() reaches test_add alone
     tests = body["tests"]
-    sub = {b: fp for b, fp in tests["tests/test_calc.py::test_sub"]["deps"].items() if b.startswith("calc.py::")}
+    sub = {{b: fp for b, fp in tests["tests/test_calc.py::test_sub"]["deps"].items() if b.startswith("calc.py::")}}
     tests["tests/test_calc.py::test_add"]["deps"].update(sub)
     for block in sub:
         del tests["tests/test_calc.py::test_sub"]["deps"][block]
@@ -1366,33 +1366,75 @@ FIX_ADD = 'edit("calc.py", "a - b  # BUG", "a + b")\n'
 BREAK_SUB = 'edit("calc.py", "def sub(a, b):\\n    return a - b", "def sub(a, b):\\n    return a - b + 1")\n'
 MAP_TAMPERING = ("forge-unsigned", "forge-signed", "delete", "swap")
 MAP_WHEN = ("earlier", "now")
+# what each loop's revise step does, by the phase written beside it: one script, outside
+# the tree, the same in every loop (a revise script in the tree that changed between loops
+# would make the map stale, and every judged run full, without any defence being tested)
+MAP_PHASES = """\
+PHASE = (EVIDENCE / "phase").read_text().strip()
+if PHASE == "genuine":
+    edit("calc.py", "a - b  # BUG", "a + b")
+elif PHASE == "tamper-earlier":
+    edit("calc.py", "a - b  # BUG", "a + b")
+    tamper()
+elif PHASE == "break":
+    edit("calc.py", "a - b  # BUG", "a + b")
+    edit("calc.py", "def sub(a, b):\\n    return a - b", "def sub(a, b):\\n    return a - b + 1")
+    if {now!r}:
+        tamper()
+"""
 
 
-def _session(project: Project, revise: str) -> Outcome:
-    (project.root / "revise.py").write_text(revise)
+def _map_loop(project: Project, phase: str) -> Outcome:
+    """One session loop whose revise step is the phase's; the bug planted first."""
+    (project.evidence / "phase").write_text(phase)
     (project.root / "calc.py").write_text(BUGGY_CALC)
-    return run_mode(project)
+    command = [project.python, "-m", "pytest", "-p", "no:cacheprovider", "--loop-suspects", "off", "--loop-tine",
+               "off", "--loop", "--loop-revise", f"python {project.evidence / 'revise.py'}", "--loop-max-iter",
+               "2"]
+    out_path = project.evidence / f"output-{phase}.txt"
+    with open(out_path, "wb") as out:
+        proc = subprocess.Popen(command, cwd=project.root, env=project.env, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        timed_out = False
+        try:
+            proc.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return Outcome("session", command, proc.returncode, out_path.read_text(errors="replace"), timed_out)
 
 
-def _revise(project: Project, body: str, how: str = "", other: Path | None = None) -> str:
+def _map_project(tmp_path: Path, how: str, when: str, other: Path | None = None) -> Project:
+    project = build_project(tmp_path, Attack(f"impact-map-{how}-{when}", "", modes=("session",)), "session")
+    (project.root / "revise.py").unlink()
     prelude = REVISE_PRELUDE.format(evidence=str(project.evidence))
     tampering = MAP_PRELUDE.format(how=how, other=str(other or ""), root=os.path.realpath(project.root),
                                    config=str(project.root / "pyproject.toml"))
-    return prelude + tampering + body
+    (project.evidence / "revise.py").write_text(prelude + tampering + MAP_PHASES.format(now=when == "now"))
+    return project
+
+
+def judged_reasons(project: Project) -> list[str]:
+    """The reasons of the clean-room judged runs in the project's run logs."""
+    reasons = []
+    for log in sorted((project.root / ".pytest-loops" / "runs").glob("*.json")):
+        for it in json.loads(log.read_text()).get("iterations", []):
+            reasons += [c.get("reason", "") for c in it.get("clean_room") or []]
+    return reasons
 
 
 def map_attack(tmp_path: Path, how: str, when: str) -> tuple[list[Outcome], Project]:
     """The three loops of a map attack (see above); the outcomes in order."""
-    project = build_project(tmp_path, Attack(f"impact-map-{how}-{when}", "", modes=("session",)), "session")
-    outcomes = [_session(project, _revise(project, FIX_ADD))]
     other: Path | None = None
+    outcomes = []
     if how == "swap":  # another tree at another path, with its own green loop and map
         (tmp_path / "twin").mkdir()
-        twin = build_project(tmp_path / "twin", Attack("twin", "", modes=("session",)), "session")
-        outcomes.append(_session(twin, _revise(twin, FIX_ADD)))
+        twin = _map_project(tmp_path / "twin", how, when)
+        outcomes.append(_map_loop(twin, "genuine"))
         other = tmp_path / "twin" / "state" / "pytest-loops"
-    earlier = "tamper()\n" if when == "earlier" else ""
-    outcomes.append(_session(project, _revise(project, FIX_ADD + earlier, how, other)))
-    now = "tamper()\n" if when == "now" else ""
-    outcomes.append(_session(project, _revise(project, FIX_ADD + BREAK_SUB + now, how, other)))
+    project = _map_project(tmp_path, how, when, other)
+    outcomes.append(_map_loop(project, "genuine"))
+    outcomes.append(_map_loop(project, "tamper-earlier" if when == "earlier" else "genuine"))
+    outcomes.append(_map_loop(project, "break"))
     return outcomes, project

@@ -107,6 +107,7 @@ class SessionFixCheck:
         if store is not None and confirm == "affected":
             self.impact = store.load()
             self.map_note = store.note
+        self.stored: Any = self.impact
 
     def _run(self, ids: list[str], context: LoopContext, label: str, spectra: Path | None = None,
              peers: list[str] | None = None) -> tuple[CommandResult, set[str]]:
@@ -330,8 +331,12 @@ class SessionFixCheck:
                 pass
 
     def _map_fresh(self) -> bool:
-        """Whether the impact map can vouch for the changes since it was made (see confirm_selection)."""
-        if self.impact is None or self.rootdir is None or self.confirm != "affected":
+        """Whether the stored impact map (a green judged run's, read before the first revise)
+        can vouch for the changes since it was made (see confirm_selection). A map this loop
+        made in iteration 1 does not count here: the loop then measures the rerun itself."""
+        if self.impact is None or self.impact is not self.stored or self.rootdir is None:
+            return False
+        if self.confirm != "affected":
             return False
         return not self.confirm_selection()[1].startswith("full")
 
