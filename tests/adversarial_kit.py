@@ -1312,13 +1312,16 @@ def log_problem(project: Project) -> str | None:
 # Loop 3 must end not-SUCCESS, whatever was done to the map.
 
 MAP_PRELUDE = """\
-import glob
 import json
 import os
 from pathlib import Path as P
 
+from pytest_loops.localization.mapstore import MAP_DOMAIN, MapStore
+from pytest_loops.runtime.trust import json_mac
+
 STATE = P(os.environ["XDG_STATE_HOME"]) / "pytest-loops"
-ENTRIES = sorted(glob.glob(str(STATE / "impact" / "*.json")))
+ENTRY = MapStore({root!r}, {config!r}, directory=STATE / "impact").path
+STOLEN = EVIDENCE / "stolen.json"  # the genuine entry, read at some earlier time
 
 
 def forged(body):
@@ -1331,34 +1334,29 @@ def forged(body):
     return body
 
 
+def signed(raw):  # with the run-log key, read from the state directory, for this tree
+    raw["mac"] = json_mac((STATE / "runlog.key").read_bytes(), MAP_DOMAIN, [{root!r}, {config!r}, raw["map"]])
+    return raw
+
+
 def tamper():
-    assert ENTRIES, "no stored impact map to attack"
-    path = P(ENTRIES[0])
-    raw = json.loads(path.read_text())
     how = {how!r}
+    with open(EVIDENCE / "tampered", "a") as f:
+        f.write(f"{{how}}: the entry was {{'there' if ENTRY.exists() else 'not there'}}\\n")
+    source = ENTRY if ENTRY.exists() else STOLEN
+    raw = json.loads(source.read_text())
     if how == "forge-unsigned":  # edited, the old signature kept
         raw["map"] = forged(raw["map"])
-    elif how == "forge-signed":  # edited and signed again with the run-log key, read from the state directory
-        from pytest_loops.localization.mapstore import MAP_DOMAIN
-        from pytest_loops.runtime.trust import json_mac
-
-        key = (STATE / "runlog.key").read_bytes()
-        raw["map"] = forged(raw["map"])
-        raw["mac"] = json_mac(key, MAP_DOMAIN, [raw["map"]["root"], {config!r}, raw["map"]])
+    elif how == "forge-signed":  # edited and signed again
+        raw = signed(dict(raw, map=forged(raw["map"])))
     elif how == "delete":
-        path.unlink()
+        ENTRY.unlink(missing_ok=True)
         return
-    elif how == "swap":  # the map of another tree, made for its root: every path the same
-        other = P({other!r})
-        entry = sorted(glob.glob(str(other / "impact" / "*.json")))[0]
-        raw = json.loads(P(entry).read_text())
-        raw["map"] = forged(raw["map"])
-        from pytest_loops.localization.mapstore import MAP_DOMAIN
-        from pytest_loops.runtime.trust import json_mac
-
-        key = (STATE / "runlog.key").read_bytes()
-        raw["mac"] = json_mac(key, MAP_DOMAIN, [{root!r}, {config!r}, raw["map"]])  # signed for this tree
-    path.write_text(json.dumps(raw))
+    elif how == "swap":  # the map of another tree (made for its root), signed for this one
+        other = json.loads((P({other!r}) / "stolen.json").read_text())
+        raw = signed(dict(other, map=forged(other["map"])))
+    ENTRY.parent.mkdir(parents=True, exist_ok=True)
+    ENTRY.write_text(json.dumps(raw))
 
 
 """
@@ -1424,6 +1422,31 @@ def judged_reasons(project: Project) -> list[str]:
     return reasons
 
 
+def map_entries(project: Project) -> list[Path]:
+    return sorted((project.base / "state" / "pytest-loops" / "impact").glob("*.json"))
+
+
+def steal(project: Project) -> Path:
+    """A copy of the project's stored map in its evidence directory (what an attacker may
+    have read at some time between loops)."""
+    (entry,) = map_entries(project)
+    stolen = project.evidence / "stolen.json"
+    shutil.copyfile(entry, stolen)
+    return stolen
+
+
+def stored_map_problem(project: Project) -> str | None:
+    """The entry left in the store must be the genuine map: test_sub ran sub()."""
+    entries = map_entries(project)
+    if not entries:
+        return None
+    raw = json.loads(entries[0].read_text())
+    deps = raw["map"]["tests"].get("tests/test_calc.py::test_sub", {}).get("deps", {})
+    if not any(block.startswith("calc.py::sub") for block in deps):
+        return f"the stored map left behind is not the genuine one: test_sub ran {sorted(deps)}"
+    return None
+
+
 def map_attack(tmp_path: Path, how: str, when: str) -> tuple[list[Outcome], Project]:
     """The three loops of a map attack (see above); the outcomes in order."""
     other: Path | None = None
@@ -1432,9 +1455,10 @@ def map_attack(tmp_path: Path, how: str, when: str) -> tuple[list[Outcome], Proj
         (tmp_path / "twin").mkdir()
         twin = _map_project(tmp_path / "twin", how, when)
         outcomes.append(_map_loop(twin, "genuine"))
-        other = tmp_path / "twin" / "state" / "pytest-loops"
+        other = steal(twin).parent
     project = _map_project(tmp_path, how, when, other)
     outcomes.append(_map_loop(project, "genuine"))
+    steal(project)
     outcomes.append(_map_loop(project, "tamper-earlier" if when == "earlier" else "genuine"))
     outcomes.append(_map_loop(project, "break"))
     return outcomes, project

@@ -35,10 +35,14 @@ def test_a_tampered_impact_map_earns_nothing(how: str, when: str, tmp_path: Path
         assert outcome.returncode == 0, outcome.tail()
     assert "test(s) stored for the next loop" in " ".join(kit.judged_reasons(project))
     tampered = outcomes[-2].output
-    if when == "earlier":  # the loop that tampered judged by the map it read: affected, SUCCESS  # what changed behind the harness is not left for a later loop
-        word = "was deleted during the loop" if how == "delete" else "changed during the loop: deleted"
-        assert f"loop: the stored impact map {project.base}" in tampered and word in tampered, tampered[-3000:]
+    if when == "earlier" and how != "delete":  # the loop that tampered judged by the map it read;
+        # what was written into the store meanwhile is not left for a later loop
+        note = f"loop: the stored impact map {kit.map_entries(project)[0]} was written during the loop, not by it"
+        assert note in tampered, tampered[-3000:]
+    # the entry was off the disk while each loop ran
+    assert "the entry was not there" in (project.evidence / "tampered").read_text()
     problem = kit.success_problem(attacked)
     assert problem is None, f"{how}/{when}: {problem}\n{attacked.tail()}"
     assert "test_sub" in attacked.output, attacked.tail()
     assert not kit.survivors_problem(project)
+    assert not kit.stored_map_problem(project)

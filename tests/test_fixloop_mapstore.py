@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -70,6 +69,7 @@ def project(green: dict, tmp_path: Path) -> tuple[Path, MapStore]:
     # the copy's files: the same digests, its own stat signatures (re-hashed when read)
     store = MapStore(root, None, directory=tmp_path / "state")
     assert store.save(impact)
+    assert store.settle() == "" and store.path.is_file()  # stored when the loop ends
     return root, store
 
 
@@ -185,25 +185,32 @@ def test_an_unreadable_entry_is_not_used(project, garbage: str) -> None:
     assert check.impact is None and check.map_note.endswith(": not used")
 
 
-def test_an_entry_changed_during_the_loop_is_deleted_at_its_end(project) -> None:
-    root, store = project
+def test_the_entry_is_off_the_disk_while_a_loop_runs_and_back_after(project) -> None:
+    _, store = project
+    genuine = store.path.read_bytes()
     opened = fresh(store)
     assert opened.load() is not None
-    assert opened.settle() == ""  # untouched
-    raw = _forged(json.loads(store.path.read_text()))
-    resign(store, raw, store.root)  # even validly signed: it changed behind the harness
-    note = opened.settle()
-    assert note == f"the stored impact map {store.path} changed during the loop: deleted"
-    assert not store.path.exists()
+    assert not store.path.exists()  # nothing for a revise step to edit or delete
+    assert opened.settle() == ""
+    assert store.path.read_bytes() == genuine
+
+
+def test_a_loop_killed_before_its_end_leaves_no_map(project) -> None:
+    _, store = project
+    assert fresh(store).load() is not None  # ... and never settled
     assert fresh(store).load() is None
 
 
-def test_an_entry_deleted_during_the_loop_is_noted(project) -> None:
+def test_an_entry_written_during_the_loop_is_deleted_and_the_read_one_put_back(project) -> None:
     _, store = project
+    genuine = store.path.read_bytes()
+    raw = _forged(json.loads(genuine))
     opened = fresh(store)
     assert opened.load() is not None
-    store.path.unlink()
-    assert opened.settle() == f"the stored impact map {store.path} was deleted during the loop"
+    resign(store, raw, store.root)  # even validly signed: it was written behind the harness
+    note = opened.settle()
+    assert note == f"the stored impact map {store.path} was written during the loop, not by it: deleted"
+    assert store.path.read_bytes() == genuine
 
 
 def test_an_entry_written_during_a_loop_that_found_none_is_deleted(project) -> None:
@@ -213,8 +220,30 @@ def test_an_entry_written_during_a_loop_that_found_none_is_deleted(project) -> N
     opened = fresh(store)
     assert opened.load() is None and opened.note == ""
     store.path.write_bytes(data)  # planted by a revise step: the harness wrote nothing
-    assert "changed during the loop: deleted" in opened.settle()
+    assert "written during the loop, not by it: deleted" in opened.settle()
     assert not store.path.exists()
+
+
+def test_a_map_the_loop_saved_replaces_the_one_it_read(project, green: dict) -> None:
+    root, store = project
+    opened = fresh(store)
+    assert opened.load() is not None
+    newer = ImpactMap.from_dict(json.loads(json.dumps(green)))
+    assert newer is not None
+    newer.root = store.root
+    newer.tests.pop("test_calc.py::test_both")
+    assert opened.save(newer) and not store.path.exists()  # held until the loop ends
+    assert opened.settle() == ""
+    again = fresh(store).load()
+    assert again is not None and "test_calc.py::test_both" not in again.tests
+
+
+def test_an_unusable_entry_is_not_put_back(project) -> None:
+    _, store = project
+    store.path.write_text("{")
+    opened = fresh(store)
+    assert opened.load() is None and opened.note.endswith(": not used")
+    assert opened.settle() == "" and not store.path.exists()
 
 
 def test_the_entry_is_private_to_the_tree_and_its_config(project, tmp_path: Path) -> None:

@@ -12,10 +12,12 @@ map is kept out of the tree and the artifacts directory, and guarded three ways:
   over the root it was made for and its whole content; a map whose signature
   fails, that was made for another root, or that cannot be read, is not used
   (the judged run runs every test) and the note says why;
-- the loop reads it once, before its first revise step, and holds it in memory;
-  when the loop ends, an entry whose bytes are not the ones it read or wrote
-  (a revise step, or a process it started, replaced, edited or re-signed it) is
-  deleted: what ran during the loop never chooses a later loop's judged tests.
+- the loop reads it once, before its first revise step, holds it in memory and
+  takes the entry off the disk while it runs: a revise step finds nothing to
+  edit, and a loop killed before its end leaves no map (the next one judges
+  every test). When the loop ends, an entry that appeared meanwhile (written by
+  a revise step or a process it started, even signed with the key) is deleted;
+  then the map the loop stored, or else the one it read, is put back.
 
 Whether the map is fresh for the files the revise step changed is the map's own
 rule (:meth:`ImpactMap.affected`): any change it cannot vouch for means every test.
@@ -29,20 +31,12 @@ import os
 from pathlib import Path
 
 from pytest_loops.localization.impact import ImpactMap
-from pytest_loops.localization.spectra import write_json
 from pytest_loops.runtime.trust import KeyFileError, json_mac, mac_matches, runlog_key, state_dir
 
 __all__ = ["MAP_DOMAIN", "MapStore"]
 
 MAP_DOMAIN = "pytest-loops.impact-map/1"
 SUBDIR = "impact"
-
-
-def _digest(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
 
 
 class MapStore:
@@ -54,21 +48,37 @@ class MapStore:
         self.config = config or ""
         name = hashlib.sha256(json.dumps([self.root, self.config]).encode("utf-8")).hexdigest()[:32]
         self.path = (directory if directory is not None else state_dir() / SUBDIR) / f"{name}.json"
-        self.known: str | None = None  # sha256 of the entry's bytes as the harness last read or wrote them
+        self.held: bytes | None = None  # the entry to store when the loop ends
         self.note = ""
 
     def load(self) -> ImpactMap | None:
         """The stored map when its signature holds and it was made for this root, else
-        None with :attr:`note` saying why (empty when there is simply none)."""
-        self.known = _digest(self.path)
-        if self.known is None:
-            self.note = ""
-            return None
+        None with :attr:`note` saying why (empty when there is simply none). The entry
+        is taken off the disk until :meth:`settle`."""
+        impact = self._read()
         try:
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
+            self.path.unlink()
+        except OSError:
+            pass
+        if impact is None:
+            self.held = None
+        return impact
+
+    def _read(self) -> ImpactMap | None:
+        self.note = ""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            self.note = f"the stored impact map {self.path} is unreadable ({exc.strerror or exc}): not used"
+            return None
+        self.held = data
+        try:
+            raw = json.loads(data.decode("utf-8"))
             body, given = raw["map"], raw["mac"]
             key = runlog_key(create=False)
-        except (OSError, ValueError, KeyError, TypeError, KeyFileError) as exc:
+        except (ValueError, KeyError, TypeError, KeyFileError) as exc:
             self.note = f"the stored impact map {self.path} is unreadable ({type(exc).__name__}): not used"
             return None
         expected = json_mac(key, MAP_DOMAIN, [self.root, self.config, body]) if key is not None else None
@@ -86,7 +96,8 @@ class MapStore:
         return impact
 
     def save(self, impact: ImpactMap) -> bool:
-        """Sign and store ``impact`` (made for this root); False when there is no key to sign with."""
+        """Sign ``impact`` (made for this root) and hold it for :meth:`settle` to store;
+        False when there is no key to sign with."""
         try:
             key = runlog_key(create=True)
         except KeyFileError:
@@ -97,24 +108,28 @@ class MapStore:
         signature = json_mac(key, MAP_DOMAIN, [self.root, self.config, body])
         if signature is None:
             return False
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            write_json(self.path, {"map": body, "mac": signature})
-        except OSError:
-            return False
-        self.known = _digest(self.path)
+        self.held = json.dumps({"map": body, "mac": signature}).encode("utf-8")
         return True
 
     def settle(self) -> str:
-        """At the end of a loop: delete an entry that is not the one the harness read or
-        wrote (it changed behind the harness). Returns a note ("" when it was untouched)."""
-        now = _digest(self.path)
-        if now == self.known:
-            return ""
-        if now is None:
-            return f"the stored impact map {self.path} was deleted during the loop"
-        try:
-            self.path.unlink()
-        except OSError as exc:
-            return f"the stored impact map {self.path} changed during the loop and could not be deleted: {exc}"
-        return f"the stored impact map {self.path} changed during the loop: deleted"
+        """At the end of a loop: delete an entry that appeared while it ran, then store the
+        map it holds (the one it saved, else the one it read). Returns a note ("" when
+        nothing appeared)."""
+        note = ""
+        if self.path.exists() or self.path.is_symlink():
+            try:
+                self.path.unlink()
+                note = f"the stored impact map {self.path} was written during the loop, not by it: deleted"
+            except OSError as exc:
+                return f"the stored impact map {self.path} was written during the loop and could not be deleted: {exc}"
+        if self.held is not None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(self.held)
+                os.replace(tmp, self.path)
+            except OSError:
+                pass
+        return note

@@ -8,6 +8,13 @@ or with ``confirm = affected`` and an impact map made before the first revise,
 the tests the changes can reach plus the failing ones. A test that was green in
 the session and fails there is a regression: the loop goes on, and if it ends
 before a revise repairs it, the reason names it.
+
+The map is made in iteration 1 (localization that covered every test) or comes
+from an earlier loop on the tree: a green judged run of every test runs under
+per-test coverage and stores its map, signed, outside the tree
+(:mod:`pytest_loops.localization.mapstore`); it is read before the first revise.
+With such a stored map fresh, the first suspects come from it, and from
+iteration 2 the judged run is the rerun (none in the working tree).
 """
 
 from __future__ import annotations
@@ -155,9 +162,10 @@ class SessionFixCheck:
         impact map (made before the first revise, knowing every test of the session),
         the tests the changes since can reach plus every test that failed; else all.
 
-        The map is the one this object made, held in memory: never one read back from
-        the artifacts directory (a revise step can write there), nor one updated from
-        spectra a process running the revised code wrote."""
+        The map is held in memory: the one this object made, or the signed one stored by
+        an earlier loop's green judged run and read before the first revise; never one
+        read back from the artifacts directory (a revise step can write there), nor one
+        updated from spectra a process running the revised code wrote."""
         everything = self._everything()
         if self.confirm == "full":
             return everything, "full (confirm=full)"
