@@ -120,10 +120,12 @@ def test_a_change_no_test_ran_reaches_only_the_failing_tests(project) -> None:
 
 def test_confirm_full_never_reads_the_store(project) -> None:
     root, store = project
+    genuine = store.path.read_bytes()
     check = SessionFixCheck(["test_calc.py::test_add"], ALL[1:], "", [], rootdir=root, confirm="full",
                             store=fresh(store))
     assert check.impact is None
     assert check.confirm_selection() == (ALL, "full (confirm=full)")
+    assert check.store.settle() == "" and store.path.read_bytes() == genuine  # left alone
 
 
 def test_no_stored_map_judges_everything(project) -> None:

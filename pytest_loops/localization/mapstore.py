@@ -49,12 +49,14 @@ class MapStore:
         name = hashlib.sha256(json.dumps([self.root, self.config]).encode("utf-8")).hexdigest()[:32]
         self.path = (directory if directory is not None else state_dir() / SUBDIR) / f"{name}.json"
         self.held: bytes | None = None  # the entry to store when the loop ends
+        self.opened = False  # load() was called: the entry is this loop's until settle()
         self.note = ""
 
     def load(self) -> ImpactMap | None:
         """The stored map when its signature holds and it was made for this root, else
         None with :attr:`note` saying why (empty when there is simply none). The entry
         is taken off the disk until :meth:`settle`."""
+        self.opened = True
         impact = self._read()
         try:
             self.path.unlink()
@@ -116,6 +118,8 @@ class MapStore:
         map it holds (the one it saved, else the one it read). Returns a note ("" when
         nothing appeared)."""
         note = ""
+        if not self.opened and self.held is None:
+            return ""  # a loop that never read the store (confirm=full) leaves it alone
         if self.path.exists() or self.path.is_symlink():
             try:
                 self.path.unlink()
