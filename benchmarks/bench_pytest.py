@@ -206,8 +206,8 @@ def bench_overhead(pytest: str, root: Path, rounds: int, tests: int, against: Pa
 
 FIRST = "fix-loop, first on the suite"
 REPEAT = "fix-loop, repeat (map present)"
-PHASES = ("iteration 1 (localization within its cap, the fix)", "iteration 2 rerun (under coverage)",
-          "clean-room judged run (the confirm run)")
+PHASES = ("iteration 1 (localization within its cap, the fix)",
+          "iteration 2 rerun (under coverage; none with a fresh map)", "clean-room judged run (the confirm run)")
 
 
 def bench_fixloop(pytest: str, root: Path, rounds: int, tests: int, against: Path | None = None) -> Table:
