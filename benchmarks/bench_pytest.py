@@ -21,8 +21,12 @@ from ``os.wait4``), arms interleaved, medians of ``--rounds`` rounds (default 5;
      from one run.
 2. Fix-loop (one test fails: ``calc.add`` subtracts): ``pytest --loop
    --loop-revise "python fix.py"`` (defaults otherwise: .tine, lessons, suspects,
-   protection), SUCCESS in iteration 2. The minimum is what a user would do by
-   hand, each step timed as a process in the same round: one full run with
+   protection), SUCCESS in iteration 2, in two arms: the first fix-loop on the suite
+   (no impact map: the clean-room judged run runs every test under per-test coverage
+   and stores the map) and a repeat (the map stored by an earlier loop is read; the
+   judged run covers the tests the fix can reach). With ``--against SRC`` the first
+   loop runs again with that version, in the same rounds. The minimum is what a user
+   would do by hand, each step timed as a process in the same round: one full run with
    ``-p no:loop`` + the fix (``python fix.py``) + a rerun of the failing test.
    Also shown against two full runs.
 
@@ -41,6 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -199,25 +204,51 @@ def bench_overhead(pytest: str, root: Path, rounds: int, tests: int, against: Pa
     return table
 
 
-def bench_fixloop(pytest: str, root: Path, rounds: int, tests: int) -> Table:
+FIRST = "fix-loop, first on the suite"
+REPEAT = "fix-loop, repeat (map present)"
+PHASES = ("iteration 1 (localization within its cap, the fix)",
+          "iteration 2 rerun (under coverage; none with a fresh map)", "clean-room judged run (the confirm run)")
+
+
+def bench_fixloop(pytest: str, root: Path, rounds: int, tests: int, against: Path | None = None) -> Table:
+    """Two fix-loops against one minimum: the first on the suite (no impact map: the judged
+    run runs every test, under coverage, and stores the map) and a repeat (the same bug
+    planted again; the stored map is read and the judged run covers the affected tests).
+    Each arm has its own state directory (where the map and the run-log key live)."""
     revise = f"{shlex.quote(sys.executable)} fix.py"
     parts: dict[str, list[float]] = {"full run": [], "fix": [], "rerun of the failing test": []}
-
-    phases: dict[str, list[float]] = {"iteration 1 (localization within its cap, the fix)": [],
-                                      "iteration 2 rerun (under coverage)": [],
-                                      "clean-room judged run (the confirm run)": []}
+    states = Path(tempfile.mkdtemp(prefix="bench-state-"))
+    primed = states / "primed"
+    arms: dict[str, Path | None] = {FIRST: None, REPEAT: None}
+    if against is not None:  # the same first loop with another version of the package
+        arms[FIRST + AGAINST] = against
+    phases: dict[str, dict[str, list[float]]] = {arm: {p: [] for p in PHASES} for arm in arms}
+    scopes: dict[str, set[str]] = {arm: set() for arm in arms}
     notes: list[str] = []
+    counter = iter(range(1 << 30))
 
-    def fixloop() -> Sample:
+    def env_for(arm: str) -> dict[str, str]:
+        env = user_env()
+        if arms[arm] is not None:
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(arms[arm]), env.get("PYTHONPATH", "")) if p)
+        # a first loop sees a fresh state directory (no map); a repeat the primed one
+        env["PYTEST_LOOPS_STATE_DIR"] = str(primed if arm == REPEAT else states / f"fresh-{next(counter)}")
+        return env
+
+    def loop(arm: str, record: bool = True) -> Sample:
         clean(root)
         try:
             sample = run_timed([pytest, "-q", "--loop", "--loop-revise", revise], cwd=root, expect=0,
-                               what="the fix-loop")
+                               env=env_for(arm), what=f"the {arm}")
             for log in (root / ".pytest-loops" / "runs").glob("*.json"):
                 its = json.loads(log.read_text())["iterations"]
-                phases["iteration 1 (localization within its cap, the fix)"].append(its[0]["duration_s"])
-                phases["iteration 2 rerun (under coverage)"].append(its[-1]["verify_duration_s"] or 0.0)
-                phases["clean-room judged run (the confirm run)"].append(its[-1]["clean_room_s"] or 0.0)
+                if not record:
+                    continue
+                got = (its[0]["duration_s"], its[-1]["verify_duration_s"] or 0.0, its[-1]["clean_room_s"] or 0.0)
+                for phase, value in zip(PHASES, got, strict=True):
+                    phases[arm][phase].append(value)
+                judged = (its[-1].get("clean_room") or [{}])[0].get("reason", "")
+                scopes[arm].add(judged.split("(witnessed); ", 1)[-1].split(":", 1)[0])
                 notes.extend(str(it.get("suspects_note")) for it in its if it.get("suspects_note"))
             return sample
         finally:
@@ -237,37 +268,47 @@ def bench_fixloop(pytest: str, root: Path, rounds: int, tests: int) -> Table:
         return Sample(full.seconds + fix.seconds + rerun.seconds, max(full.rss_kb, rerun.rss_kb),
                       full.cpu + fix.cpu + rerun.cpu)
 
-    minimum()  # warm-up
-    for values in parts.values():
-        values.clear()
-    samples = interleaved({"fix-loop": fixloop, "minimum": minimum}, rounds, "fix-loop:")
-    loop = [s.seconds for s in samples["fix-loop"]]
+    try:
+        minimum()  # warm-up
+        loop(REPEAT, record=False)  # primes the repeat arm's state directory: the first loop stores the map
+        for values in parts.values():
+            values.clear()
+        jobs: dict[str, Any] = {arm: (lambda arm=arm: loop(arm)) for arm in arms}
+        jobs["minimum"] = minimum
+        samples = interleaved(jobs, rounds, "fix-loop:")
+    finally:
+        shutil.rmtree(states, ignore_errors=True)
     least = [s.seconds for s in samples["minimum"]]
-    x_min = med([a / b for a, b in zip(loop, least, strict=True)])
-    x_two = med([a / (2 * b) for a, b in zip(loop, parts["full run"], strict=True)])
-    table = Table(f"Fix-loop: {tests} tests, one failing, `pytest --loop --loop-revise 'python fix.py'`, "
-                  f"median of {rounds} interleaved rounds")
-    table.add("fix-loop (defaults)", f"{med(loop):.3f} s", f"minimum {med(least):.3f} s", x_min,
-              f"<= {TARGET_FIXLOOP_X}x minimum", x_min <= TARGET_FIXLOOP_X)
-    loop_cpu = [s.cpu for s in samples["fix-loop"]]
     least_cpu = [s.cpu for s in samples["minimum"]]
-    x_cpu = med([a / b for a, b in zip(loop_cpu, least_cpu, strict=True)])
-    table.add("CPU: fix-loop (defaults)", f"{med(loop_cpu):.3f} s", f"minimum {med(least_cpu):.3f} s", x_cpu,
-              f"<= {TARGET_FIXLOOP_X}x minimum", x_cpu <= TARGET_FIXLOOP_X)
-    table.add("  against two full runs", f"{med(loop):.3f} s", f"2 x full run {2 * med(parts['full run']):.3f} s",
-              x_two)
+    table = Table(f"Fix-loop: {tests} tests, one failing, `pytest --loop --loop-revise 'python fix.py'`, "
+                  f"median of {rounds} interleaved rounds, every arm against the same minimum")
+    for arm in arms:
+        loop_s = [s.seconds for s in samples[arm]]
+        loop_cpu = [s.cpu for s in samples[arm]]
+        x_min = med([a / b for a, b in zip(loop_s, least, strict=True)])
+        x_cpu = med([a / b for a, b in zip(loop_cpu, least_cpu, strict=True)])
+        x_two = med([a / (2 * b) for a, b in zip(loop_s, parts["full run"], strict=True)])
+        target = f"<= {TARGET_FIXLOOP_X}x minimum"
+        table.add(f"CPU: {arm}", f"{med(loop_cpu):.3f} s", f"minimum {med(least_cpu):.3f} s", x_cpu,
+                  target, x_cpu <= TARGET_FIXLOOP_X)
+        table.add(f"wall: {arm}", f"{med(loop_s):.3f} s", f"minimum {med(least):.3f} s", x_min,
+                  target, x_min <= TARGET_FIXLOOP_X)
+        table.add("  against two full runs (wall)", f"{med(loop_s):.3f} s",
+                  f"2 x full run {2 * med(parts['full run']):.3f} s", x_two)
+        for key, values in phases[arm].items():
+            if values:
+                table.add(f"  part: {key}", f"{med(values):.3f} s")
+        if scopes[arm]:
+            table.add("  the judged run", ", ".join(sorted(scopes[arm])))
+        table.add("  peak RSS", mb(med([s.rss_kb for s in samples[arm]])))
     for key, values in parts.items():
         table.add(f"minimum, part: {key}", f"{med(values):.3f} s")
-    for key, values in phases.items():
-        if values:
-            table.add(f"fix-loop, part: {key}", f"{med(values):.3f} s")
-    table.add("peak RSS, fix-loop", mb(med([s.rss_kb for s in samples["fix-loop"]])),
-              f"full run {mb(med([s.rss_kb for s in samples['minimum']]))}")
+    table.add("peak RSS, minimum", mb(med([s.rss_kb for s in samples["minimum"]])))
     print(table.render())
     if notes:
         print("\nsuspects notes: " + "; ".join(sorted(set(notes))))
-    print("\nrounds (s): fix-loop " + ", ".join(f"{x:.3f}" for x in loop) + "; minimum "
-          + ", ".join(f"{x:.3f}" for x in least))
+    print("\nrounds (s): " + "; ".join(f"{arm} " + ", ".join(f"{s.seconds:.3f}" for s in v)
+                                      for arm, v in samples.items()))
     return table
 
 
@@ -285,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     if rounds < 1 or args.tests < FILES:
         parser.error(f"--rounds must be >= 1 and --tests >= {FILES}")
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
-    if args.against is not None and not (args.against / "pytest_loops" / "plugin.py").is_file():
+    if args.against is not None and not (args.against / "pytest_loops" / "pytest_plugin" / "plugin.py").is_file():
         parser.error(f"--against {args.against}: no pytest_loops/pytest_plugin/plugin.py there")
     pytest = console_script("pytest")
     print(f"{machine_line()}\n{pytest}")
@@ -300,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         if "overhead" not in skip:
             bench_overhead(pytest, root, rounds, args.tests, args.against and args.against.resolve())
         if "fixloop" not in skip:
-            bench_fixloop(pytest, root, rounds, args.tests)
+            bench_fixloop(pytest, root, rounds, args.tests, args.against and args.against.resolve())
     finally:
         shutil.rmtree(base, ignore_errors=True)
     print(f"\n(took {time.perf_counter() - began:.0f} s; at the end: {machine_line()})")

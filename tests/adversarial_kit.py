@@ -1292,3 +1292,173 @@ def log_problem(project: Project) -> str | None:
     if "SUCCESS" in logged_verdicts(project):
         return "a run log says SUCCESS"
     return None
+
+
+# ----------------------------------------------------------------------------------
+# attacks on the stored impact map of the session fix-loop
+#
+# A green clean-room run of every test stores a signed impact map outside the tree
+# (pytest_loops.localization.mapstore); a later fix-loop on the same tree judges only
+# the tests its changes can reach. Each case runs three session loops in one project:
+#
+# 1. a genuine fix, SUCCESS: the map is stored;
+# 2. the bug planted again; a revise step that fixes add() genuinely and, in
+#    "earlier" cases, tampers with the stored map for the next loop;
+# 3. the bug planted again; a revise step that fixes add() and breaks sub() -- and,
+#    in "now" cases, tampers with the map in the same step.
+#
+# The tampered map names test_add, not test_sub, as the test that ran sub(): a loop
+# that chose its judged tests by it would judge test_add alone and say SUCCESS.
+# Loop 3 must end not-SUCCESS, whatever was done to the map.
+
+MAP_PRELUDE = """\
+import json
+import os
+from pathlib import Path as P
+
+from pytest_loops.localization.mapstore import MAP_DOMAIN, MapStore
+from pytest_loops.runtime.trust import json_mac
+
+STATE = P(os.environ["XDG_STATE_HOME"]) / "pytest-loops"
+ENTRY = MapStore({root!r}, {config!r}, directory=STATE / "impact").path
+STOLEN = EVIDENCE / "stolen.json"  # the genuine entry, read at some earlier time
+
+
+def forged(body):
+    # sub() ran in test_add, test_sub ran nothing of calc.py: a change to sub() reaches test_add alone
+    tests = body["tests"]
+    sub = {{b: fp for b, fp in tests["tests/test_calc.py::test_sub"]["deps"].items() if b.startswith("calc.py::")}}
+    tests["tests/test_calc.py::test_add"]["deps"].update(sub)
+    for block in sub:
+        del tests["tests/test_calc.py::test_sub"]["deps"][block]
+    return body
+
+
+def signed(raw):  # with the run-log key, read from the state directory, for this tree
+    raw["mac"] = json_mac((STATE / "runlog.key").read_bytes(), MAP_DOMAIN, [{root!r}, {config!r}, raw["map"]])
+    return raw
+
+
+def tamper():
+    how = {how!r}
+    with open(EVIDENCE / "tampered", "a") as f:
+        f.write(f"{{how}}: the entry was {{'there' if ENTRY.exists() else 'not there'}}\\n")
+    source = ENTRY if ENTRY.exists() else STOLEN
+    raw = json.loads(source.read_text())
+    if how == "forge-unsigned":  # edited, the old signature kept
+        raw["map"] = forged(raw["map"])
+    elif how == "forge-signed":  # edited and signed again
+        raw = signed(dict(raw, map=forged(raw["map"])))
+    elif how == "delete":
+        ENTRY.unlink(missing_ok=True)
+        return
+    elif how == "swap":  # the map of another tree (made for its root), signed for this one
+        other = json.loads((P({other!r}) / "stolen.json").read_text())
+        raw = signed(dict(other, map=forged(other["map"])))
+    ENTRY.parent.mkdir(parents=True, exist_ok=True)
+    ENTRY.write_text(json.dumps(raw))
+
+
+"""
+FIX_ADD = 'edit("calc.py", "a - b  # BUG", "a + b")\n'
+BREAK_SUB = 'edit("calc.py", "def sub(a, b):\\n    return a - b", "def sub(a, b):\\n    return a - b + 1")\n'
+MAP_TAMPERING = ("forge-unsigned", "forge-signed", "delete", "swap")
+MAP_WHEN = ("earlier", "now")
+# what each loop's revise step does, by the phase written beside it: one script, outside
+# the tree, the same in every loop (a revise script in the tree that changed between loops
+# would make the map stale, and every judged run full, without any defence being tested)
+MAP_PHASES = """\
+PHASE = (EVIDENCE / "phase").read_text().strip()
+if PHASE == "genuine":
+    edit("calc.py", "a - b  # BUG", "a + b")
+elif PHASE == "tamper-earlier":
+    edit("calc.py", "a - b  # BUG", "a + b")
+    tamper()
+elif PHASE == "break":
+    edit("calc.py", "a - b  # BUG", "a + b")
+    edit("calc.py", "def sub(a, b):\\n    return a - b", "def sub(a, b):\\n    return a - b + 1")
+    if {now!r}:
+        tamper()
+"""
+
+
+def _map_loop(project: Project, phase: str) -> Outcome:
+    """One session loop whose revise step is the phase's; the bug planted first."""
+    (project.evidence / "phase").write_text(phase)
+    (project.root / "calc.py").write_text(BUGGY_CALC)
+    command = [project.python, "-m", "pytest", "-p", "no:cacheprovider", "--loop-suspects", "off", "--loop-tine",
+               "off", "--loop", "--loop-revise", f"python {project.evidence / 'revise.py'}", "--loop-max-iter",
+               "2"]
+    out_path = project.evidence / f"output-{phase}.txt"
+    with open(out_path, "wb") as out:
+        proc = subprocess.Popen(command, cwd=project.root, env=project.env, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        timed_out = False
+        try:
+            proc.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return Outcome("session", command, proc.returncode, out_path.read_text(errors="replace"), timed_out)
+
+
+def _map_project(tmp_path: Path, how: str, when: str, other: Path | None = None) -> Project:
+    project = build_project(tmp_path, Attack(f"impact-map-{how}-{when}", "", modes=("session",)), "session")
+    (project.root / "revise.py").unlink()
+    prelude = REVISE_PRELUDE.format(evidence=str(project.evidence))
+    tampering = MAP_PRELUDE.format(how=how, other=str(other or ""), root=os.path.realpath(project.root),
+                                   config=str(project.root / "pyproject.toml"))
+    (project.evidence / "revise.py").write_text(prelude + tampering + MAP_PHASES.format(now=when == "now"))
+    return project
+
+
+def judged_reasons(project: Project) -> list[str]:
+    """The reasons of the clean-room judged runs in the project's run logs."""
+    reasons = []
+    for log in sorted((project.root / ".pytest-loops" / "runs").glob("*.json")):
+        for it in json.loads(log.read_text()).get("iterations", []):
+            reasons += [c.get("reason", "") for c in it.get("clean_room") or []]
+    return reasons
+
+
+def map_entries(project: Project) -> list[Path]:
+    return sorted((project.base / "state" / "pytest-loops" / "impact").glob("*.json"))
+
+
+def steal(project: Project) -> Path:
+    """A copy of the project's stored map in its evidence directory (what an attacker may
+    have read at some time between loops)."""
+    (entry,) = map_entries(project)
+    stolen = project.evidence / "stolen.json"
+    shutil.copyfile(entry, stolen)
+    return stolen
+
+
+def stored_map_problem(project: Project) -> str | None:
+    """The entry left in the store must be the genuine map: test_sub ran sub()."""
+    entries = map_entries(project)
+    if not entries:
+        return None
+    raw = json.loads(entries[0].read_text())
+    deps = raw["map"]["tests"].get("tests/test_calc.py::test_sub", {}).get("deps", {})
+    if not any(block.startswith("calc.py::sub") for block in deps):
+        return f"the stored map left behind is not the genuine one: test_sub ran {sorted(deps)}"
+    return None
+
+
+def map_attack(tmp_path: Path, how: str, when: str) -> tuple[list[Outcome], Project]:
+    """The three loops of a map attack (see above); the outcomes in order."""
+    other: Path | None = None
+    outcomes = []
+    if how == "swap":  # another tree at another path, with its own green loop and map
+        (tmp_path / "twin").mkdir()
+        twin = _map_project(tmp_path / "twin", how, when)
+        outcomes.append(_map_loop(twin, "genuine"))
+        other = steal(twin).parent
+    project = _map_project(tmp_path, how, when, other)
+    outcomes.append(_map_loop(project, "genuine"))
+    steal(project)
+    outcomes.append(_map_loop(project, "tamper-earlier" if when == "earlier" else "genuine"))
+    outcomes.append(_map_loop(project, "break"))
+    return outcomes, project

@@ -48,8 +48,9 @@ def test_over_the_cap_localization_is_skipped_with_a_reason(project: Project) ->
     run_dir = next(p for p in (project.artifacts / "runs").iterdir() if p.is_dir())
     assert not (run_dir / "iter-001" / "spectra.json").exists()
     assert not (run_dir / "impact.json").exists()
-    # no map: the judged run is the full one
-    assert log["iterations"][-1]["clean_room"][0]["reason"].endswith("full (no impact map)")
+    # no map: the judged run is the full one, measured: the next loop has a map
+    assert log["iterations"][-1]["clean_room"][0]["reason"].endswith(
+        "full (no impact map); impact map of 2 test(s) stored for the next loop")
 
 
 @pytest.mark.slow
@@ -182,3 +183,78 @@ def test_the_judged_run_uses_the_sessions_xdist_workers(project: Project) -> Non
     (log,) = project.run_logs()
     judged = log["iterations"][-1]["clean_room"][0]
     assert " -n 2 " in judged["command"] and judged["passed"]
+
+
+def outside_revise(project: Project, name: str, files: dict[str, str]) -> str:
+    """A revise command (a script beside the project, not in it) that writes ``files``."""
+    script = project.path.parent / f"{name}-revise.py"
+    script.write_text(f"from pathlib import Path\nfor name, text in {files!r}.items():\n"
+                      "    Path(name).write_text(text)\n")
+    return f"python {script}"
+
+
+def judged_reasons(project: Project) -> list[str]:
+    return [log["iterations"][-1]["clean_room"][0]["reason"]
+            for log in sorted(project.run_logs(), key=lambda log: log.get("started") or log.get("run_id") or "")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [[], ["--loop-exitcode=verdict"]], ids=["plain", "verdict"])
+def test_a_repeat_loop_judges_the_affected_tests_by_the_stored_map(project: Project, args) -> None:
+    project.write("test_calc.py", CALC_TESTS)
+    project.write("test_more.py", "import calc\n\n\ndef test_sub_again():\n    assert calc.sub(9, 4) == 5\n")
+    revise = project.scripted_revise({1: {"calc.py": GOOD_CALC}})
+    loop = ["--loop", "--loop-revise", revise, "--loop-suspects-cap=0.001s", *args]
+    first = project.run(*loop)
+    assert first.ret == 0, first.stdout.str()
+    assert "impact map of 3 test(s) stored for the next loop" in first.stdout.str() or \
+        any("stored for the next loop" in r for r in judged_reasons(project))
+    project.write("calc.py", BUGGY_CALC)  # the same bug again
+    second = project.run(*loop)
+    out = second.stdout.str()
+    assert second.ret == 0, out
+    # the first prompt's suspects come from the map, without a run under coverage
+    second.stdout.fnmatch_lines(["*iter 1/6  FAIL*suspects: 1 function(s) the failing tests ran that changed "
+                                 "since the last green run (the impact map); no run under coverage*"])
+    reasons = judged_reasons(project)
+    assert len(reasons) == 2
+    assert any(r.startswith("clean room: all 1 test(s) passed (witnessed); affected: ") for r in reasons), reasons
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_with_a_stored_map_a_revise_that_breaks_another_test_never_ends_success(project: Project,
+                                                                              attack: str) -> None:
+    project.write("consts.py", "LIMIT = 10\n")
+    project.write("limit.txt", "10\n")
+    project.write("conftest.py", "import pytest\n\n\n@pytest.fixture\ndef limit():\n    return 10\n")
+    project.write("test_calc.py", CALC_TESTS)
+    project.write("test_limits.py", """\
+        from pathlib import Path
+
+        import consts
+
+        FROM_FILE = int((Path(__file__).parent / "limit.txt").read_text())
+
+
+        def test_constant():
+            assert consts.LIMIT == 10
+
+
+        def test_fixture(limit):
+            assert limit == 10
+
+
+        def test_data_file():
+            assert FROM_FILE == 10
+        """)
+    # revise scripts outside the tree: between the loops only calc.py differs, so the map is fresh
+    first = project.run("--loop", "--loop-revise", outside_revise(project, "genuine", {"calc.py": GOOD_CALC}),
+                        "--loop-suspects=off")
+    assert first.ret == 0 and "stored for the next loop" in " ".join(judged_reasons(project))
+    project.write("calc.py", BUGGY_CALC)
+    revise = outside_revise(project, "attack", ATTACKS[attack])
+    result = project.run("--loop", "--loop-revise", revise, "--loop-suspects=off", "--loop-max-iter=3")
+    out = result.stdout.str()
+    assert result.ret != 0, out
+    assert "SUCCESS" not in out and "repaired" not in result.stdout.lines[-1], out

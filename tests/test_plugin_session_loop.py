@@ -69,7 +69,8 @@ def test_repairs_failing_tests_rerunning_only_them_then_one_confirm_run(project:
     (log,) = project.run_logs()
     assert log["iterations"][-1]["checks"][0]["reason"] == "rerun: 2 test(s) passed; the clean-room run confirms"
     assert log["iterations"][-1]["clean_room"][0]["reason"] == (
-        "clean room: all 3 test(s) passed (witnessed); full (no impact map)")
+        "clean room: all 3 test(s) passed (witnessed); full (no impact map); "
+        "impact map of 3 test(s) stored for the next loop")
     iteration = session_run_dir(project) / "iter-002"
     assert (iteration / "failing.ids").read_text().split() == ["test_calc.py::test_add",
                                                                "test_calc.py::test_add_again"]

@@ -50,7 +50,7 @@ from pytest_loops.localization.spectra import FAILING, Spectra, is_test_file, wr
 from pytest_loops.progress import treehash
 from pytest_loops.progress.matching import DEFAULT_EXCLUDES
 
-__all__ = ["MAP_FORMAT", "ImpactMap", "Selection", "peer_tests"]
+__all__ = ["MAP_FORMAT", "ImpactMap", "Selection", "peer_tests", "snapshot"]
 
 # Directories that are never part of the code under test (virtualenvs, tool caches).
 _NEVER_TRACKED = (*DEFAULT_EXCLUDES, ".venv", "venv", ".tox", ".nox", "node_modules",
@@ -210,6 +210,12 @@ def _snapshot(root: str, exclude: Sequence[str],
     return files
 
 
+def snapshot(root: str | os.PathLike[str], exclude: Sequence[str] = ()) -> tuple[dict[str, list[Any]], int]:
+    """Every tracked file under ``root`` as a map's baseline records it, and when (ns)."""
+    at = time.time_ns()
+    return _snapshot(os.path.realpath(os.fspath(root)), exclude), at
+
+
 def _digest(path: str) -> str:
     """A file's digest, or a marker of why there is none (never blocks on a FIFO)."""
     result = treehash.hash_file(path)
@@ -277,15 +283,21 @@ class ImpactMap:
 
     @classmethod
     def from_spectra(cls, spectra: Spectra, workdir: str | os.PathLike[str] | None = None, *,
-                     exclude: Sequence[str] = ()) -> ImpactMap:
+                     exclude: Sequence[str] = (),
+                     before: tuple[dict[str, list[Any]], int] | None = None) -> ImpactMap:
         """A fresh map (a new baseline) from a run of every test under coverage.
 
         ``exclude``: globs (relative to the root, or file names) of files that
         are not inputs of the tests, e.g. files the tests themselves write.
+        ``before``: the :func:`snapshot` taken just before that run (and when),
+        so files the run itself wrote are not part of the baseline; default: now.
         """
         root = os.path.realpath(os.fspath(workdir)) if workdir is not None else spectra.root
-        snapshot_at = time.time_ns()
-        files = _snapshot(root, exclude)
+        if before is not None:
+            files, snapshot_at = before
+        else:
+            snapshot_at = time.time_ns()
+            files = _snapshot(root, exclude)
         blocks = _BlockCache(root)
         measured = sorted({f for per_test in spectra.lines.values() for f in per_test}
                           | set(spectra.shared))
@@ -395,6 +407,26 @@ class ImpactMap:
             parts.append("no code change since the last run")
         return Selection(ordered, False, f"{len(ordered)} of {len(tests)} test(s): " + "; ".join(parts))
 
+    def changed_suspects(self, workdir: str | os.PathLike[str], failing: Sequence[str]) -> list[tuple[str, float]]:
+        """The functions that changed since the map was made and that the ``failing`` tests
+        ran when it was made, by Ochiai over the map's tests (``[("file::name", score)]``,
+        best first); [] when the map cannot say (another root, changes it cannot vouch for)."""
+        root = os.path.realpath(os.fspath(workdir))
+        if root != self.root or self.incomplete:
+            return []
+        why = self._stale_files(root)
+        if isinstance(why, str):
+            return []
+        changed, _ = why
+        bad = set(failing)
+        ranked: list[tuple[str, float]] = []
+        for block in changed:
+            ran = {t for t, r in self.tests.items() if block in r.deps}
+            hits = len(ran & bad)
+            if hits:
+                ranked.append((block, hits / ((len(bad) * len(ran)) ** 0.5)))
+        return sorted(ranked, key=lambda item: (-item[1], item[0]))
+
     def _stale_files(self, root: str) -> str | tuple[set[str], dict[str, dict[str, str]]]:
         """A reason to run everything, or (changed function blocks, current functions of
         every Python file that changed since the baseline or is dirty)."""
@@ -457,6 +489,14 @@ class ImpactMap:
         """The saved map, or None when it is missing, unreadable or of another format."""
         try:
             raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return cls.from_dict(raw)
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> ImpactMap | None:
+        """The map :meth:`to_dict` gave, or None when ``raw`` is not one of this format."""
+        try:
             if not isinstance(raw, dict) or raw.get("format") != MAP_FORMAT:
                 return None
             tests = {str(t): _TestRecord(str(r["outcome"]), {str(b): str(fp) for b, fp in r["deps"].items()})

@@ -186,7 +186,8 @@ def localize(context: LoopContext, failed: list[CheckResult]) -> Path | None:
         context.suspects_note = note
     precollected = context.iteration_dir / SPECTRA_FILE
     if note and not precollected.is_file():
-        return None  # the check decided: localization was skipped (over its cap) or failed
+        ranked = context.iteration_dir / "suspects.json"  # the check ranked them itself (from a map)
+        return ranked if context.suspects and ranked.is_file() else None
     tests = failing_tests(failed)
     if not tests:
         return None
@@ -228,6 +229,55 @@ def _publish(context: LoopContext, spectra: Any) -> Path:
     target.write_text(payload, encoding="utf-8")
     (context.run_dir / "suspects.json").write_text(payload, encoding="utf-8")
     return target
+
+
+def publish_blocks(context: LoopContext, blocks: Sequence[tuple[str, float]]) -> int:
+    """Suspects named by function (``("file::name", score)``, from an impact map) rather
+    than by line: each one's ``def`` line, for the prompt and ``suspects.json``. Returns
+    how many could be placed in the current files."""
+    import ast
+
+    from pytest_loops.localization.suspects import Suspect, format_suspects
+
+    trees: dict[str, Any] = {}
+    suspects: list[Suspect] = []
+    for block, score in blocks[:TOP]:
+        path, name = block.rsplit("::", 1)
+        if path not in trees:
+            try:
+                text = (Path(context.workdir) / path).read_text(encoding="utf-8")
+                trees[path] = (ast.parse(text), text.splitlines())
+            except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+                trees[path] = None
+        if trees[path] is None:
+            continue
+        tree, lines = trees[path]
+        node = _find_def(tree, name.split("#", 1)[0].split("."))
+        if node is None:
+            continue
+        suspects.append(Suspect(file=path, line=node.lineno, score=round(score, 4),
+                                source=lines[node.lineno - 1].strip(), scope=f"{name.split('#', 1)[0]}()"))
+    if not suspects:
+        return 0
+    context.suspects = format_suspects(suspects, limit=TOP)
+    payload = json.dumps([s.to_dict() for s in suspects], indent=2)
+    (context.iteration_dir / "suspects.json").write_text(payload, encoding="utf-8")
+    (context.run_dir / "suspects.json").write_text(payload, encoding="utf-8")
+    return len(suspects)
+
+
+def _find_def(tree: Any, names: list[str]) -> Any:
+    import ast
+
+    body = tree.body
+    node = None
+    for part in names:
+        node = next((n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                     and n.name == part), None)
+        if node is None:
+            return None
+        body = node.body
+    return node if not isinstance(node, ast.ClassDef) else None
 
 
 def _read_note(context: LoopContext) -> str:

@@ -8,12 +8,21 @@ or with ``confirm = affected`` and an impact map made before the first revise,
 the tests the changes can reach plus the failing ones. A test that was green in
 the session and fails there is a regression: the loop goes on, and if it ends
 before a revise repairs it, the reason names it.
+
+The map is made in iteration 1 (localization that covered every test) or comes
+from an earlier loop on the tree: a green judged run of every test runs under
+per-test coverage and stores its map, signed, outside the tree
+(:mod:`pytest_loops.localization.mapstore`); it is read before the first revise.
+With such a stored map fresh, the first suspects come from it, and from
+iteration 2 the judged run is the rerun (none in the working tree).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +60,18 @@ def passed_ids(output_file: str | None, tail: str) -> set[str]:
     return passed
 
 
+@dataclass(frozen=True)
+class _Mapping:
+    """A judged run measured under per-test coverage: its plugin, environment, data file,
+    root in the clean room, and the room's files just before it ran."""
+
+    plugin: str
+    env: dict[str, str]
+    data: Path
+    root: Path
+    before: tuple[dict[str, list[Any]], int]
+
+
 class SessionFixCheck:
     """Answers `pytest_loop_run_check` for the session fix-loop's one check.
 
@@ -65,7 +86,7 @@ class SessionFixCheck:
                  report_s: dict[str, float] | None = None,
                  plain_run_s: float = 0.0, startup_s: float = 0.0, collect_s: float = 0.0, test_files: int = 0,
                  cap: tuple[str, float] | None = None,
-                 localize: bool = False, confirm: str = "full", workers: Any = None) -> None:
+                 localize: bool = False, confirm: str = "full", workers: Any = None, store: Any = None) -> None:
         from pytest_loops.localization.localize import DEFAULT_CAP
 
         self.original_failing = list(failing)
@@ -86,7 +107,14 @@ class SessionFixCheck:
         self.confirm = confirm
         self.workers = workers
         self._times: dict[str, float] = {}  # the last rerun's JUnit times (by node id)
-        self.impact: Any = None  # the impact map made in iteration 1, before any revise
+        # the impact map: the stored one (read before any revise), or one made in iteration 1
+        self.store: Any = store
+        self.impact: Any = None
+        self.map_note = ""
+        if store is not None and confirm == "affected":
+            self.impact = store.load()
+            self.map_note = store.note
+        self.stored: Any = self.impact
 
     def _run(self, ids: list[str], context: LoopContext, label: str, spectra: Path | None = None,
              peers: list[str] | None = None) -> tuple[CommandResult, set[str]]:
@@ -134,9 +162,10 @@ class SessionFixCheck:
         impact map (made before the first revise, knowing every test of the session),
         the tests the changes since can reach plus every test that failed; else all.
 
-        The map is the one this object made, held in memory: never one read back from
-        the artifacts directory (a revise step can write there), nor one updated from
-        spectra a process running the revised code wrote."""
+        The map is held in memory: the one this object made, or the signed one stored by
+        an earlier loop's green judged run and read before the first revise; never one
+        read back from the artifacts directory (a revise step can write there), nor one
+        updated from spectra a process running the revised code wrote."""
         everything = self._everything()
         if self.confirm == "full":
             return everything, "full (confirm=full)"
@@ -145,7 +174,7 @@ class SessionFixCheck:
 
         impact = self.impact
         if impact is None or self.rootdir is None:
-            return everything, "full (no impact map)"
+            return everything, f"full (no impact map: {self.map_note})" if self.map_note else "full (no impact map)"
         current = _snapshot(impact.root, impact.exclude, impact.files, impact.snapshot_at)
         for path in sorted(set(current) | set(impact.files)):
             now, then = current.get(path), impact.files.get(path)
@@ -169,9 +198,13 @@ class SessionFixCheck:
         extra = list(self.pytest_args)
         if self.workers:
             extra += ["-n", str(self.workers)]
+        extra_env = {"PYTEST_LOOPS_JUDGE": channel.value, "PYTHONSAFEPATH": "1"}
+        mapping = self._mapping(room, ids)
+        if mapping is not None:  # every test, one process: measured for the next loop's map
+            extra = ["-p", mapping.plugin, *extra]
+            extra_env.update(mapping.env)
         argv = room.pytest_command([f"@{args_file}"], extra)
-        cmd = context.run_command(shlex.join(argv), label="confirm",
-                                  extra_env={"PYTEST_LOOPS_JUDGE": channel.value, "PYTHONSAFEPATH": "1"})
+        cmd = context.run_command(shlex.join(argv), label="confirm", extra_env=extra_env)
         if context.budget_hit:
             return self._result(check, cmd, False, "killed during the clean-room run: the budget ran out")
         record = channel.read()
@@ -182,12 +215,59 @@ class SessionFixCheck:
         failing = [node for node in ids if node not in record.passed]
         if failing or cmd.exit_code != 0:
             self.failing = failing or self.failing
+            if self.localize:  # with a fresh map, the next prompt's suspects come from it
+                self._map_suspects(context, self.failing)
             self.regressions = [node for node in failing if node in self.green]
             what = (f"{len(failing)} failing: " + ", ".join(failing[:5]) if failing
                     else f"pytest exited {cmd.exit_code}")
             return self._result(check, cmd, False, self._reason(f"clean room, {scope}: {what}"))
+        recorded = self._record_map(mapping, ids, record.passed) if mapping is not None else ""
         return self._result(check, cmd, True,
-                            f"clean room: all {len(ids)} test(s) passed (witnessed); {scope}")
+                            f"clean room: all {len(ids)} test(s) passed (witnessed); {scope}{recorded}")
+
+    # -- the impact map of the next loop ------------------------------------------------------
+
+    def _mapping(self, room: Any, ids: list[str]) -> _Mapping | None:
+        """How the judged run is measured when it runs every test and no map chose it,
+        so that a later loop on this tree can judge only what its changes reach."""
+        if (self.store is None or self.confirm != "affected" or self.workers or self.rootdir is None
+                or ids != self._everything()):
+            return None
+        from pytest_loops.localization.impact import snapshot
+        from pytest_loops.localization.spectra import PLUGIN, spectra_command
+        from pytest_loops.runtime.cleanroom import relative_to_room
+
+        root = relative_to_room(os.path.realpath(self.rootdir), room)
+        if not str(root).startswith(room.root + os.sep) and str(root) != room.root:
+            return None  # the rootdir is outside the tree the clean room copies
+        data = Path(room.parent) / "judged-spectra.json"
+        _, env = spectra_command(root, [], data_file=data, base_env=room.env)
+        env.pop(CHILD_ENV, None)
+        return _Mapping(PLUGIN, env, data, root, snapshot(root))
+
+    def _record_map(self, mapping: _Mapping, ids: list[str], witnessed: set[str]) -> str:
+        """Store the map of a green judged run of every test; the note for its reason."""
+        from pytest_loops.localization.impact import ImpactMap, snapshot
+        from pytest_loops.localization.spectra import SpectraError, read_spectra
+
+        try:
+            spectra = read_spectra(mapping.data)
+        except SpectraError:
+            return "; no impact map: the run's coverage was unusable"
+        # the coverage must agree with the witness: every test ran, passed, and ran some code
+        if not set(ids) <= set(spectra.passed) or not set(ids) <= witnessed:
+            return "; no impact map: the coverage and the witness disagree"
+        before, _ = mapping.before
+        after, _ = snapshot(mapping.root)
+        if any(p.endswith(".py") and after.get(p, [None])[0] != entry[0] for p, entry in before.items()):
+            return "; no impact map: the run changed Python files of the tree"
+        impact = ImpactMap.from_spectra(spectra, mapping.root, before=mapping.before)
+        if impact.incomplete or any(not impact.tests[t].deps for t in ids if t in impact.tests):
+            return "; no impact map: not every test was measured"
+        impact.root = os.path.realpath(str(self.rootdir))
+        if not self.store.save(impact):
+            return "; no impact map: it could not be signed and stored"
+        return f"; impact map of {len(ids)} test(s) stored for the next loop"
 
     # -- localization within its cap ------------------------------------------------------
 
@@ -226,6 +306,8 @@ class SessionFixCheck:
         if its estimate fits the cap; a fresh impact map when it covered every test."""
         from pytest_loops.localization.localize import SPECTRA_FILE, estimate_cost
 
+        if self._map_suspects(context):
+            return
         peers = self._peers(self.failing)
         # a run of its own makes the failing tests' reports again (coverage pauses there,
         # so a rerun that runs anyway pays them with or without it)
@@ -256,12 +338,39 @@ class SessionFixCheck:
             except (SpectraError, OSError, ValueError):
                 pass
 
+    def _map_fresh(self) -> bool:
+        """Whether the stored impact map (a green judged run's, read before the first revise)
+        can vouch for the changes since it was made (see confirm_selection). A map this loop
+        made in iteration 1 does not count here: the loop then measures the rerun itself."""
+        if self.impact is None or self.impact is not self.stored or self.rootdir is None:
+            return False
+        if self.confirm != "affected":
+            return False
+        return not self.confirm_selection()[1].startswith("full")
+
+    def _map_suspects(self, context: LoopContext, failing: list[str] | None = None) -> bool:
+        """Suspects without a run under coverage: the functions the failing tests ran in the
+        last green run that changed since (a fresh impact map). False when there are none."""
+        if not self._map_fresh():
+            return False
+        from pytest_loops.localization.localize import publish_blocks
+
+        blocks = self.impact.changed_suspects(self.rootdir, failing or self.failing)
+        placed = publish_blocks(context, blocks) if blocks else 0
+        if not placed:
+            return False
+        self._note(context, f"suspects: {placed} function(s) the failing tests ran that changed since the "
+                            "last green run (the impact map); no run under coverage")
+        return True
+
     def _rerun_spectra(self, context: LoopContext, ids: list[str]) -> tuple[list[str], Path | None, str]:
         """Iteration >= 2: peers to add to the rerun and where its spectra go (None: the
         rerun runs plain), or the reason localization is skipped."""
         from pytest_loops.localization.localize import SPECTRA_FILE, estimate_cost
 
         if not self.localize:
+            return [], None, ""
+        if self._map_fresh():  # a failing rerun's suspects come from the map: it runs plain
             return [], None, ""
         peers = self._peers(ids)
         rerun_files = {t.split("::", 1)[0] for t in ids}
@@ -300,6 +409,9 @@ class SessionFixCheck:
                                duration_s=0.0, output_tail=self.first_output[-4000:],
                                reason=f"{len(self.failing)} test(s) failed in the session: "
                                       + ", ".join(self.failing[:5]), failing_tests=tuple(self.failing))
+        deferred = self._deferred(check, context)
+        if deferred is not None:
+            return deferred
         from pytest_loops.localization.localize import affected_tests
 
         # the failing tests, plus green ones whose executed code the revise changed
@@ -314,6 +426,8 @@ class SessionFixCheck:
         elif spectra is not None:
             self._after_rerun(context, spectra, peers)
         still = [node for node in [*ids, *peers] if node not in passed]
+        if still and self.localize and spectra is None and not skipped:
+            self._map_suspects(context, still)
         if still:
             self.failing = still
             self.regressions = [node for node in still if node in self.green]
@@ -321,6 +435,20 @@ class SessionFixCheck:
         self.regressions = []
         return self._result(check, cmd, True, f"rerun: {len(ids) + len(peers)} test(s) passed; "
                                               "the clean-room run confirms")
+
+    def _deferred(self, check: Check, context: LoopContext) -> CheckResult | None:
+        """With a fresh impact map, no rerun in the working tree: the clean-room judged run,
+        which must pass before SUCCESS anyway, runs the failing tests and the affected ones
+        (one pytest process instead of two). Only where the engine judges in a clean room
+        (real processes); None: rerun here."""
+        from pytest_loops.runtime.process import ProcessRunner
+
+        if not isinstance(context.runner, ProcessRunner) or not self._map_fresh():
+            return None
+        ids, scope = self.confirm_selection()
+        return CheckResult(name=check.name, kind=check.kind.value, passed=True, exit_code=0, duration_s=0.0,
+                           output_tail="", reason=f"no rerun here: the clean-room run judges {len(ids)} "
+                                                  f"test(s) ({scope})")
 
     def _reason(self, text: str) -> str:
         if self.regressions:
@@ -337,19 +465,25 @@ def run_session_loop(session: SessionState) -> LoopResult:
     check = Check(CheckKind.HOOK, CHECK_NAME, options={"session_fix": True})
     spec = session.spec_for(SESSION_LOOP_NAME, "make the failing tests pass: " + name_list(session.failed_nodeids),
                             (check,), values)
+    from pytest_loops.localization.mapstore import MapStore
+    from pytest_loops.pytest_plugin.terminal import live_write
+
+    inipath = session.config.inipath
+    store = MapStore(session.rootdir, str(inipath) if inipath else None)  # read before any revise
     fixer = SessionFixCheck(session.failed_nodeids, session.passed_nodeids, first_output, session.child_args(),
-                            **fixloop_options(session))
+                            store=store, **fixloop_options(session))
     pm = session.config.pluginmanager
     pm.register(fixer, "loop-session-fix")
     try:
         if reporter is not None:
-            from pytest_loops.pytest_plugin.terminal import live_write
-
             banner = shown(f"loop: {len(session.failed_nodeids)} failing test(s), revise: {spec.revise}")
             live_write(session.config, lambda reporter: reporter.write_sep("=", banner))
         return session.run_loop(spec)
     finally:
         pm.unregister(fixer)
+        note = store.settle()
+        if note and reporter is not None:
+            live_write(session.config, lambda reporter: reporter.write_line(shown(f"loop: {note}")))
 
 
 def fixloop_options(session: SessionState) -> dict[str, Any]:
