@@ -53,6 +53,26 @@ def test_over_the_cap_localization_is_skipped_with_a_reason(project: Project) ->
         "full (no impact map); impact map of 2 test(s) stored for the next loop")
 
 
+@pytest.mark.parametrize("variable", ["CI", "BUILD_NUMBER"])
+def test_a_ci_job_records_no_impact_map_and_says_so(project: Project, monkeypatch, variable: str) -> None:
+    """A CI job's state directory is thrown away with it: its judged run is not measured
+    for a map no later loop would read, and its reason says why."""
+    monkeypatch.setenv(variable, "1")
+    project.write("test_calc.py", CALC_TESTS)
+    revise = project.scripted_revise({1: {"calc.py": GOOD_CALC}})
+    result = project.run("--loop", "--loop-revise", revise, "--loop-suspects-cap=0.001s")
+    assert result.ret == 0, result.stdout.str()
+    (log,) = project.run_logs()
+    assert log["iterations"][-1]["clean_room"][0]["reason"].endswith(
+        "full (no impact map); no impact map recorded: a CI job (CI or BUILD_NUMBER is set)")
+    monkeypatch.delenv(variable)
+    project.write("calc.py", BUGGY_CALC)  # the next loop has no map to read
+    again = project.run("--loop", "--loop-revise", revise, "--loop-suspects-cap=0.001s")
+    assert again.ret == 0, again.stdout.str()
+    assert any(r.endswith("full (no impact map); impact map of 2 test(s) stored for the next loop")
+               for r in (log["iterations"][-1]["clean_room"][0]["reason"] for log in project.run_logs()))
+
+
 @pytest.mark.slow
 def test_spectra_come_from_the_rerun_and_the_judged_run_covers_the_affected_tests(project: Project) -> None:
     project.write("test_calc.py", CALC_TESTS)

@@ -42,6 +42,8 @@ from pytest_loops.spec import Check, CheckKind
 hookimpl = pluggy.HookimplMarker("pytest")
 
 CHECK_NAME = "the failing tests pass"
+CI_VARIABLES = ("CI", "BUILD_NUMBER")
+"""Set (non-empty) in a CI job, as pytest reads them: no impact map is recorded there."""
 
 
 def passed_ids(output_file: str | None, tail: str) -> set[str]:
@@ -111,6 +113,7 @@ class SessionFixCheck:
         self.store: Any = store
         self.impact: Any = None
         self.map_note = ""
+        self.unrecorded = ""  # why a green judged run of every test stored no map, when it says
         if store is not None and confirm == "affected":
             self.impact = store.load()
             self.map_note = store.note
@@ -221,7 +224,7 @@ class SessionFixCheck:
             what = (f"{len(failing)} failing: " + ", ".join(failing[:5]) if failing
                     else f"pytest exited {cmd.exit_code}")
             return self._result(check, cmd, False, self._reason(f"clean room, {scope}: {what}"))
-        recorded = self._record_map(mapping, ids, record.passed) if mapping is not None else ""
+        recorded = self._record_map(mapping, ids, record.passed) if mapping is not None else self.unrecorded
         return self._result(check, cmd, True,
                             f"clean room: all {len(ids)} test(s) passed (witnessed); {scope}{recorded}")
 
@@ -232,6 +235,11 @@ class SessionFixCheck:
         so that a later loop on this tree can judge only what its changes reach."""
         if (self.store is None or self.confirm != "affected" or self.workers or self.rootdir is None
                 or ids != self._everything()):
+            return None
+        if any(os.environ.get(name) for name in CI_VARIABLES):
+            # a CI job's state directory does not outlive it: measuring would cost its
+            # judged run (up to twice the time under coverage) for a map no loop reads
+            self.unrecorded = "; no impact map recorded: a CI job (CI or BUILD_NUMBER is set)"
             return None
         from pytest_loops.localization.impact import snapshot
         from pytest_loops.localization.spectra import PLUGIN, spectra_command
