@@ -70,8 +70,14 @@ def loop_marked(items: list[pytest.Item]) -> list[pytest.Item]:
                                          or marked(node.parent))
         return known
 
-    return [item for item in items
-            if any(m.name == "loop" for m in item.own_markers) or marked(item.parent)]
+    found = []
+    for item in items:
+        known = parents.get(id(item.parent))  # the items of one module share it
+        if known is None:
+            known = marked(item.parent)
+        if known or any(m.name == "loop" for m in item.own_markers):
+            found.append(item)
+    return found
 
 
 def _number(value: Any) -> str:
