@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     if rounds < 1 or args.tests < FILES:
         parser.error(f"--rounds must be >= 1 and --tests >= {FILES}")
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
-    if args.against is not None and not (args.against / "pytest_loops" / "plugin.py").is_file():
+    if args.against is not None and not (args.against / "pytest_loops" / "pytest_plugin" / "plugin.py").is_file():
         parser.error(f"--against {args.against}: no pytest_loops/pytest_plugin/plugin.py there")
     pytest = console_script("pytest")
     print(f"{machine_line()}\n{pytest}")
