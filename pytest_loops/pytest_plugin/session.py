@@ -251,7 +251,8 @@ class LoopSession(SessionState):
 
     @pytest.hookimpl
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        self.startup_s = _process_age()
+        if self.settings["revise"] and not self.is_worker:  # the session fix-loop's cost model
+            self.startup_s = _process_age()
         self.session_t0 = time.perf_counter()
         if self._workers():  # an xdist controller collects nothing: its workers' loops report here
             self.has_loops = bool(self.settings["revise"])  # and each worker says what it found
