@@ -57,6 +57,9 @@ class LoopReports:
 
     def __init__(self, session: Any) -> None:  # a session.LoopSession
         self.session = session
+        # the tests' outcomes and times are the session fix-loop's alone: without a revise
+        # command only the reports of loops (their properties) are read
+        self.every_report = bool(session.settings["revise"])
 
     @pytest.hookimpl
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -68,7 +71,8 @@ class LoopReports:
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.session.logreport(report)
+        if self.every_report or getattr(report, "user_properties", None):
+            self.session.logreport(report)
 
     @pytest.hookimpl
     def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config):
