@@ -28,13 +28,14 @@ from pytest_loops.pytest_plugin.options import (
 )
 from pytest_loops.settings import (
     BY_NAME,
+    ENV_NAMES,
     MARKER_KEYS,
     PYTEST_DEFAULTS,
+    Resolved,
     env_layer,
     option_rows,
     resolve,
 )
-from pytest_loops.sources.config import ENV_NAMES, Resolved, read_runner_config
 
 MARKER = (
     "loop(" + ", ".join(f"{key}=None" for key in MARKER_KEYS) + "): under --loop, when this test fails, run "
@@ -103,6 +104,8 @@ def build_settings(config: pytest.Config, environ: Mapping[str, str] | None = No
             where = "--loop-config" if config.getoption("loop_config") else "ini loop_config"
             raise LoopUsageError(f"{config_file!r} is not a file (looked for {path})", location=where,
                                  fix="give a loop-runner yaml file; a relative path is from the rootdir")
+        from pytest_loops.sources.config import read_runner_config
+
         file_layer = read_runner_config(path)
         file_layer.pop("unknown_keys", None)
         file_layer.pop("verify", None)

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from pytest_loops.errors import LoopUsageError
-from pytest_loops.pytest_plugin.items import LoopFileCollector
 from pytest_loops.pytest_plugin.options import (
     is_usage_exit,
     marker_layer,
@@ -22,8 +21,10 @@ from pytest_loops.pytest_plugin.options import (
     usage_exit,
 )
 from pytest_loops.pytest_plugin.session_hooks import (
+    LOOP_REPORTS,
     MARKER_LOOPS,
     REPORT_TIMER,
+    LoopReports,
     MarkerLoops,
     ReportTimer,
 )
@@ -38,7 +39,6 @@ from pytest_loops.pytest_plugin.terminal import (
     shown,
     summary_rows,
 )
-from pytest_loops.results import CheckResult
 from pytest_loops.settings import GUARD_KEYS
 from pytest_loops.spec import Check, CheckKind, LoopSpec
 from pytest_loops.verdict import EXIT_INTERNAL, EXIT_USAGE, Verdict
@@ -49,6 +49,35 @@ LOOP_FILE_ENDINGS = (".loop", ".loop.yaml", ".loop.yml")
 
 # workeroutput key: a usage error an xdist worker found, raised by the controller
 USAGE_ERROR_KEY = "loop_usage_error"
+# workeroutput key: whether an xdist worker collected anything to loop
+FOUND_KEY = "loop_found"
+
+NOTHING_TO_LOOP = ("loop: nothing to loop: no collected test carries a loop marker, no loop file was "
+                   "collected and no revise command is set")
+
+
+def loop_marked(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The items with a loop marker on themselves or on a parent (a class, a module),
+    as ``item.get_closest_marker("loop")`` finds it; each parent is looked at once."""
+    parents: dict[int, bool] = {}
+
+    def marked(node: Any) -> bool:
+        if node is None:
+            return False
+        known = parents.get(id(node))
+        if known is None:
+            known = parents[id(node)] = (any(m.name == "loop" for m in node.own_markers)
+                                         or marked(node.parent))
+        return known
+
+    found = []
+    for item in items:
+        known = parents.get(id(item.parent))  # the items of one module share it
+        if known is None:
+            known = marked(item.parent)
+        if known or any(m.name == "loop" for m in item.own_markers):
+            found.append(item)
+    return found
 
 
 def _number(value: Any) -> str:
@@ -82,6 +111,9 @@ class LoopSession(SessionState):
         from pytest_loops.sources import is_loop_file
 
         if is_loop_file(file_path):
+            from pytest_loops.pytest_plugin.items import LoopFileCollector
+
+            self.loop_files += 1
             return LoopFileCollector.from_parent(parent, path=file_path)
         return None
 
@@ -120,31 +152,41 @@ class LoopSession(SessionState):
 
     @pytest.hookimpl
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Reject a bad `@pytest.mark.loop(...)` (or a loop file's revise step that cannot
-        start) before anything runs."""
+        """Decide, once, whether this session has anything to loop (a test with a loop
+        marker, a loop file, a revise command): only then are the per-report hooks
+        registered. Reject a bad `@pytest.mark.loop(...)` (or a loop file's revise step
+        that cannot start) before anything runs."""
+        marked = loop_marked(items)
+        self.has_loops = bool(marked or self.loop_files or self.settings["revise"])
+        if self.has_loops:
+            self.watch_reports()
         if self.collect_usage_errors:
             self._usage_at_collection(self.collect_usage_errors[0], items)
             return
-        marked = False
-        for item in items:
+        for item in marked:
             marker = item.get_closest_marker("loop")
-            if marker is not None:
-                marked = True
-                try:
-                    layer = marker_layer(marker, item.nodeid)
-                    if layer.get("revise"):
-                        from pytest_loops.runtime.preflight import check_revise
+            assert marker is not None
+            try:
+                layer = marker_layer(marker, item.nodeid)
+                if layer.get("revise"):
+                    from pytest_loops.runtime.preflight import check_revise
 
-                        check_revise(layer["revise"], self.rootdir,
-                                     f"{item.nodeid}: @pytest.mark.loop(revise=...)")
-                except LoopUsageError as exc:
-                    self._usage_at_collection(str(exc), items)
-                    return
+                    check_revise(layer["revise"], self.rootdir,
+                                 f"{item.nodeid}: @pytest.mark.loop(revise=...)")
+            except LoopUsageError as exc:
+                self._usage_at_collection(str(exc), items)
+                return
         pm = self.config.pluginmanager
         if marked and pm.get_plugin(MARKER_LOOPS) is None:  # without a marker, no test pays for it
             pm.register(MarkerLoops(self), MARKER_LOOPS)
         if self.settings["revise"] and not self.is_worker and pm.get_plugin(REPORT_TIMER) is None:
             pm.register(ReportTimer(self), REPORT_TIMER)  # the session fix-loop's cost model
+
+    def watch_reports(self) -> None:
+        """Register the per-report hooks (session_hooks.LoopReports), once."""
+        pm = self.config.pluginmanager
+        if pm.get_plugin(LOOP_REPORTS) is None:
+            pm.register(LoopReports(self), LOOP_REPORTS)
 
     def _usage_at_collection(self, message: str, items: list[pytest.Item]) -> None:
         if self.is_worker:
@@ -160,8 +202,12 @@ class LoopSession(SessionState):
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        """On the xdist controller: a worker found a bad marker; fail as a usage error."""
-        message = (getattr(node, "workeroutput", None) or {}).get(USAGE_ERROR_KEY)
+        """On the xdist controller: whether the worker had anything to loop; a worker
+        that found a bad marker fails the session as a usage error."""
+        output = getattr(node, "workeroutput", None) or {}
+        if output.get(FOUND_KEY, True):  # a worker that did not say: assume it had
+            self.has_loops = True
+        message = output.get(USAGE_ERROR_KEY)
         if message:
             if self.exitcode == "verdict":
                 usage_exit(self.config, message)
@@ -174,6 +220,8 @@ class LoopSession(SessionState):
         marker = item.get_closest_marker("loop")
         if marker is None:
             return report
+        from pytest_loops.results import CheckResult
+
         values = self.settings.with_layer("marker", marker_layer(marker, item.nodeid))
         check = Check.test_passes(item.nodeid, options={"pytest_args": self.child_args()})
         spec = self.spec_for(item.nodeid, f"make {item.nodeid} pass", (check,), values)
@@ -199,38 +247,25 @@ class LoopSession(SessionState):
         if reporter is not None and not self.is_worker and reporter.verbosity <= 0:
             reporter.write_fspath_result(item.nodeid, "")
 
-    @pytest.hookimpl
-    def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config):
-        if report.when != "call" or not report.passed or not getattr(report, "user_properties", None):
-            return None
-        props = dict(report.user_properties)
-        if (report.when == "call" and report.passed and is_loop_report(props) and props["verdict"] == "SUCCESS"
-                and int(str(props.get("iterations", 1))) > 1):  # passed only after a repair
-            return "repaired", "L", ("REPAIRED", {"green": True})
-        return None
-
     # -- collecting outcomes (on the controller under xdist) -----------------------------------
 
     @pytest.hookimpl
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-
-        self.startup_s = _process_age()
+        if self.settings["revise"] and not self.is_worker:  # the session fix-loop's cost model
+            self.startup_s = _process_age()
         self.session_t0 = time.perf_counter()
-
-    @pytest.hookimpl
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-
-        if self.session_t0 is not None:
-            self.collect_s = time.perf_counter() - self.session_t0
-            self.test_files = len({item.nodeid.split("::", 1)[0] for item in session.items})
+        if self._workers():  # an xdist controller collects nothing: its workers' loops report here
+            self.has_loops = bool(self.settings["revise"])  # and each worker says what it found
+            self.watch_reports()
 
     @pytest.hookimpl
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self.collection_errors += 1
 
-    @pytest.hookimpl
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+    def logreport(self, report: pytest.TestReport) -> None:
+        """One test report (LoopReports.pytest_runtest_logreport): the loops' rows, the
+        tests' outcomes and durations for the session fix-loop."""
         props = dict(getattr(report, "user_properties", ()) or ())
         if not hasattr(report, "context"):  # a subtest's time is inside its test's call already
             self.durations[report.nodeid] = self.durations.get(report.nodeid, 0.0) + (report.duration or 0.0)
@@ -268,6 +303,7 @@ class LoopSession(SessionState):
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker:
+            self.config.workeroutput[FOUND_KEY] = bool(self.has_loops)  # type: ignore[attr-defined]  # xdist
             return
         if self.session_t0 is not None:
             import time
@@ -421,6 +457,8 @@ class LoopSession(SessionState):
             report = None
         if report:
             terminalreporter.write_line(f"loops: HTML report: {report}")
+        if self.has_loops is False and not self.is_worker and not self.rows:
+            terminalreporter.write_line(NOTHING_TO_LOOP)
 
     def write_report(self) -> str | None:
         """--loop-report FILE: this session's loops in one HTML file."""

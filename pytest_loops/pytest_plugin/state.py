@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shlex
 import signal
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,12 +25,12 @@ from pytest_loops.pytest_plugin.options import (
     usage_exit,
 )
 from pytest_loops.pytest_plugin.terminal import live_write, settings_line
-from pytest_loops.results import LoopResult
 from pytest_loops.settings import GUARD_KEYS, Resolved, spec_origin
 from pytest_loops.spec import Check, Guards, LoopSpec
 
 if TYPE_CHECKING:
     from pytest_loops.core.engine import Engine
+    from pytest_loops.results import LoopResult
 
 # context.ARTIFACTS_DIRNAME, named here so a session with nothing to loop never imports the engine
 ARTIFACTS_DIRNAME = ".pytest-loops"
@@ -63,6 +62,10 @@ class SessionState:
         self._passed_set: set[str] = set()
         self.usage_message = ""  # a usage error that stopped the running session
         self.collect_usage_errors: list[str] = []  # found while collecting loop files
+        self.loop_files = 0  # loop files collected
+        # anything to loop (a loop marker, a loop file, a revise command): None until
+        # collection has decided it (on an xdist controller: until a worker said so)
+        self.has_loops: bool | None = None
         self.announced: set[tuple[Any, Any]] = set()  # loops whose settings line the controller printed
         # failed reports per test as pytest counted them in session.testsfailed: one test
         # with subtests can fail several times (each subtest, and maybe the test itself)
@@ -82,7 +85,7 @@ class SessionState:
         self.test_files = 0
         self.artifact_errors: list[str] = []  # artifacts the loops could not write (one line at the end)
         workerinput = getattr(config, "workerinput", None)
-        self.testrunuid = workerinput["testrunuid"] if workerinput else uuid.uuid4().hex
+        self._testrunuid: str | None = workerinput["testrunuid"] if workerinput else None
         # authenticates the results the check items of a loop share: made on the
         # controller when first needed, in memory only (never the environment or a file),
         # and handed to xdist workers through workerinput (pytest_configure_node). A
@@ -97,6 +100,15 @@ class SessionState:
             if len(given) >= 16:
                 self._session_key = given
         config.stash[SESSION_KEY] = self
+
+    @property
+    def testrunuid(self) -> str:
+        """This run's id (an xdist worker's is its controller's), made when first needed."""
+        if self._testrunuid is None:
+            import uuid
+
+            self._testrunuid = uuid.uuid4().hex
+        return self._testrunuid
 
     @property
     def session_key(self) -> bytes:

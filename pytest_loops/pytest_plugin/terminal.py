@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from pytest_loops.redact import make_redactor, redact, secret_values, strip_control
-from pytest_loops.results import IterationRecord, LoopResult
+from pytest_loops.redact import MIN_SECRET_LENGTH, make_redactor, redact, secret_values, strip_control
 from pytest_loops.spec import LoopSpec
+
+if TYPE_CHECKING:
+    from pytest_loops.results import IterationRecord, LoopResult
 
 hookimpl = pluggy.HookimplMarker("pytest")
 
@@ -206,11 +208,14 @@ def current_redactor() -> Any:
 def mask_report(report: Any) -> None:
     """Secret values out of a test or collect report: its failure text, captured
     output and properties (what the terminal, JUnit XML and xdist carry). A failure
-    text that held a secret becomes plain text."""
-    if not anything_to_mask():
+    text that held a secret becomes plain text. A report carrying none of them (a
+    passing test that printed nothing) is not looked at further."""
+    longrepr = getattr(report, "longrepr", None)
+    sections = getattr(report, "sections", None)
+    props = getattr(report, "user_properties", None)
+    if (longrepr is None and not sections and not props) or not anything_to_mask():
         return
     scrub = current_redactor()
-    longrepr = getattr(report, "longrepr", None)
     if isinstance(longrepr, tuple):  # a skip: (path, line, reason)
         report.longrepr = tuple(scrub(x) if isinstance(x, str) else x for x in longrepr)
     elif longrepr is not None:
@@ -221,7 +226,6 @@ def mask_report(report: Any) -> None:
     sections = getattr(report, "sections", None)
     if sections:
         report.sections = [(scrub(title), scrub(content)) for title, content in sections]
-    props = getattr(report, "user_properties", None)
     if props:
         report.user_properties = [(name, scrub(value) if isinstance(value, str) else value)
                                   for name, value in props]
@@ -235,9 +239,13 @@ class _MaskedStream:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        if anything_to_mask():
+        # a text shorter than the shortest value masked (a progress letter) holds no secret
+        if len(text) >= MIN_SECRET_LENGTH and anything_to_mask():
             text = current_redactor()(text)
         return self._stream.write(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
