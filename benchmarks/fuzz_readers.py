@@ -48,8 +48,8 @@ from pytest_loops import LoopUsageError
 from pytest_loops.artifacts.runlog import RunLogWriter, load_runlog  # noqa: E402
 from pytest_loops.cli import main as cli  # noqa: E402
 from pytest_loops.cli.runview import load_run  # noqa: E402
+from pytest_loops.defaults import validate_guard_values  # noqa: E402
 from pytest_loops.sources.config import read_runner_config  # noqa: E402
-from pytest_loops.spec import validate_guard_values  # noqa: E402
 from pytest_loops.testing import InstantRunner  # noqa: E402
 
 ACCEPTED, REFUSED, BAD = "accepted", "refused", "BAD"

@@ -22,9 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_loops.errors import LoopUsageError
-from pytest_loops.limits import short_repr
-from pytest_loops.spec import (
+from pytest_loops.defaults import (
     DEFAULT_BUDGET_SECONDS,
     DEFAULT_ESCALATE_AFTER,
     DEFAULT_MAX_ITER,
@@ -33,6 +31,8 @@ from pytest_loops.spec import (
     NO_PROGRESS_SIGNALS,
     validate_guard_values,
 )
+from pytest_loops.errors import LoopUsageError
+from pytest_loops.limits import short_repr
 
 ON_OFF = ("on", "off")
 TAKES_VALUE = object()  # an alias flag that takes the setting's value (not a constant)

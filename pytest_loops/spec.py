@@ -16,17 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_loops.defaults import (
+    DEFAULT_BUDGET_SECONDS,
+    DEFAULT_ESCALATE_AFTER,
+    DEFAULT_MAX_ITER,
+    DEFAULT_NO_PROGRESS_K,
+    NO_PROGRESS_SIGNALS,
+    validate_guard_values,
+)
 from pytest_loops.errors import LoopUsageError
-
-DEFAULT_MAX_ITER = 6
-DEFAULT_BUDGET_SECONDS = 900.0
-DEFAULT_NO_PROGRESS_K = 2
-DEFAULT_ESCALATE_AFTER = 0
-DEFAULT_OUTPUT_CAP = 16 << 20  # bytes of a command's output kept: the first and last halves
-NO_PROGRESS_SIGNALS = ("state", "failure", "both")
-"""What the no-progress guard watches: the state fingerprint (default), the
-failure signature (the same failure K times in a row, even when files changed),
-or both (either one stops the loop)."""
 
 
 class CheckKind(enum.StrEnum):
@@ -106,10 +104,6 @@ class Check:
         return data
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 @dataclass(frozen=True)
 class Guards:
     """The stop rules. 0 turns a guard off, except max_iter, which is always on."""
@@ -133,38 +127,6 @@ class Guards:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def validate_guard_values(**values: Any) -> list[tuple[str, str]]:
-    """Return (name, message) for each invalid guard value given; [] when all are valid.
-
-    One rule set shared by every source (flags, config files, ini, markers, loop files).
-    """
-    problems: list[tuple[str, str]] = []
-    for name, value in values.items():
-        if value is None:
-            continue
-        if name == "budget_seconds":
-            if not _is_number(value) or value < 0:
-                problems.append(
-                    (name, f"{value!r} is not a valid budget_seconds; "
-                           "valid: a number of seconds >= 0 (0 turns the budget off)")
-                )
-            continue
-        is_int = isinstance(value, int) and not isinstance(value, bool)
-        if name == "max_iter":
-            if not is_int or value < 1:
-                problems.append(
-                    (name, f"{value!r} is not a valid max_iter; valid: an integer >= 1 (the cap is always on)")
-                )
-        elif name in ("no_progress_k", "escalate_after"):
-            if not is_int or value < 0:
-                problems.append(
-                    (name, f"{value!r} is not a valid {name}; valid: an integer >= 0 (0 turns it off)")
-                )
-        else:  # pragma: no cover - programming error
-            raise KeyError(name)
-    return problems
 
 
 @dataclass(frozen=True)

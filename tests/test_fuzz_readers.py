@@ -529,7 +529,7 @@ STRUCTURES = st.one_of(
 
 
 def valid_layer(layer: dict[str, Any]) -> None:
-    from pytest_loops.spec import validate_guard_values
+    from pytest_loops.defaults import validate_guard_values
 
     guards = {k: layer[k] for k in ("max_iter", "budget_seconds", "no_progress_k", "escalate_after") if k in layer}
     assert validate_guard_values(**guards) == []
@@ -593,7 +593,7 @@ RAW = st.one_of(st.text(max_size=8), st.sampled_from(["1", " 2 ", "0", "-1", "1.
 @given(name=st.sampled_from(GUARD_KEYS), raw=RAW)
 def test_parse_guard_on_any_value(name, raw):
     """The one parser behind --max-iter, --loop-max-iter, ini, env and YAML values."""
-    from pytest_loops.spec import validate_guard_values
+    from pytest_loops.defaults import validate_guard_values
 
     try:
         value = parse_guard(name, raw, "--flag")

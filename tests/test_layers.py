@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_loops"
-BASE = {"errors", "verdict", "spec", "results", "settings", "limits", "redact", "deadline"}
+BASE = {"errors", "verdict", "defaults", "spec", "results", "settings", "limits", "redact", "deadline"}
 LAYERS = ["base", "progress", "runtime", "core", "localization", "artifacts", "sources",
           "pytest_plugin", "cli"]
 ENTRY = {"pytest_loops", "pytest_loops.__main__"}

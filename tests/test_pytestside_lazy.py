@@ -22,7 +22,7 @@ HEAVY = ("pytest_loops.core.engine", "pytest_loops.sources.loopfile", "pytest_lo
          "pytest_loops.artifacts.finishers", "pytest_loops.pytest_plugin.items", "pytest_loops.results",
          "yaml", "filelock", "opentine")
 # all an unused plugin may import: its options and the settings table they come from
-UNUSED = {"pytest_loops", "pytest_loops.errors", "pytest_loops.limits", "pytest_loops.spec", "pytest_loops.verdict",
+UNUSED = {"pytest_loops", "pytest_loops.errors", "pytest_loops.limits", "pytest_loops.defaults", "pytest_loops.verdict",
           "pytest_loops.settings", "pytest_loops.core", "pytest_loops.core.hookspecs", "pytest_loops.pytest_plugin",
           "pytest_loops.pytest_plugin.plugin", "pytest_loops.pytest_plugin.options"}
 

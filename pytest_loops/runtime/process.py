@@ -36,11 +36,11 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
+from pytest_loops.defaults import DEFAULT_OUTPUT_CAP
 from pytest_loops.results import CommandResult
 from pytest_loops.runtime import reaper
 from pytest_loops.runtime.capture import Capture, grow_pipe
 from pytest_loops.runtime.reaper import Proc, read_small, read_stat, snapshot
-from pytest_loops.spec import DEFAULT_OUTPUT_CAP
 
 __all__ = ["ProcessRunner", "TerminationGuard", "TAG_VARIABLE", "DEFAULT_OUTPUT_CAP", "pid_alive"]
 

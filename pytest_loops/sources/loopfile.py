@@ -14,6 +14,7 @@ import os
 import re
 from collections.abc import Callable
 
+from pytest_loops.defaults import NO_PROGRESS_SIGNALS
 from pytest_loops.errors import LoopFileError
 from pytest_loops.sources import phrases
 from pytest_loops.sources.loopdraft import (
@@ -27,7 +28,7 @@ from pytest_loops.sources.loopdraft import (
 from pytest_loops.sources.model import Flow, LoopFile
 from pytest_loops.sources.phrases import Predicate, Problem
 from pytest_loops.sources.reading import read_text
-from pytest_loops.spec import NO_PROGRESS_SIGNALS, CheckKind, IgnoredLine, slugify
+from pytest_loops.spec import CheckKind, IgnoredLine, slugify
 
 # Why a line is kept but not acted on. Shown by `pytest-loops show`.
 WHY_CONFIG = "config tier: kept as written, not acted on"
