@@ -129,27 +129,40 @@ RUNLOG_KEYS = [
 ]
 
 
-def test_steps_one_per_check_guard_revise_and_a_final_verdict(tmp_path):
+def test_one_step_per_iteration_between_a_start_and_a_verdict_step(tmp_path):
     path = Path(write_tine(make_result(3), tmp_path / "run.tine"))
     steps = steps_of(path)
-    kinds = [s.kind.value for s in steps]
-    # start, then per iteration: 2 checks, 1 guard decision, 1 revise (not after the last)
-    assert kinds == ["think"] + ["tool", "tool", "think", "tool"] * 2 + ["tool", "tool", "think", "done"]
-    check = steps[1]
-    assert check.inputs["name"] == '"make lint" passes'
-    assert check.inputs["arguments"] == {"iteration": 1, "index": 0, "kind": "command",
-                                         "command": "make lint"}
-    assert steps[2].inputs["arguments"]["node_id"] == "tests/test_p.py::test_parse"
-    assert set(steps[2].outputs) >= {"exit_code", "passed", "duration_s", "output_digest", "tail"}
-    guard = steps[3]
-    assert guard.inputs["text"].startswith("iteration 1: no guard fired")
-    assert "1/2 checks pass" in guard.inputs["text"]
-    assert "budget_left_s=800.0" in guard.inputs["text"]
-    assert steps[-2].inputs["text"].startswith("iteration 3: guard max_iter stops the loop")
+    assert [s.kind.value for s in steps] == ["think", "tool", "tool", "tool", "done"]
+    assert steps[0].outputs["schema"] == "pytest-loops.tine/2"
+    assert {s.tool_info["name"] for s in steps[1:4]} == {"iteration"}
+    assert steps[1].inputs == {"name": "iteration", "arguments": {
+        "iteration": 1, "checks": ['"make lint" passes', 'the test "tests/test_p.py::test_parse" passes'],
+        "revise": "./agent.sh"}}
+    assert "revise" not in steps[3].inputs["arguments"]  # no revise after the last iteration
+    first = steps[1].outputs
+    lint, parse = first["checks"]
+    assert lint["command"] == "make lint" and lint["kind"] == "command"
+    assert lint["passed"] is True and lint["exit_code"] == 0
+    assert parse["node_id"] == "tests/test_p.py::test_parse"
+    assert set(parse) >= {"exit_code", "passed", "duration_s", "output_digest", "tail"}
+    assert first["revise"]["exit_code"] == 0 and first["revise"]["tail"] == "edited src/parser.py"
+    assert "revise" not in steps[3].outputs
+    assert first["decision"] == "no guard fired, loop goes on; 1/2 checks pass; state changed; revise exit 0"
+    assert first["guards_seen"] == {"max_iter": 3, "budget_left_s": 800.0}
+    assert steps[3].outputs["decision"].startswith("guard max_iter stops the loop")
+    assert steps[3].outputs["guard"] == "max_iter"
+    assert steps[1].duration == 2.0
     done = steps[-1]
     assert done.outputs["verdict"] == "MAX_ITER"
     assert done.outputs["reason"] == "the iteration cap was reached"
     assert all(isinstance(s.outputs, dict) for s in steps)
+
+
+def check_outputs(path, iteration: int = 1, index: int = 1) -> dict:
+    """What the step of iteration ``iteration`` holds for its check number ``index``."""
+    step = [s for s in steps_of(Path(path))
+            if (s.inputs.get("arguments") or {}).get("iteration") == iteration][0]
+    return step.outputs["checks"][index]
 
 
 def test_verdict_lives_in_a_step_not_only_in_metadata(tmp_path, monkeypatch):
@@ -187,12 +200,12 @@ def test_output_digest_covers_the_full_output_file(tmp_path):
     record.checks[1] = CheckResult(name=record.checks[1].name, kind="pytest", passed=False,
                                    exit_code=1, duration_s=1.0, output_tail="E   the end",
                                    output_file=str(full))
-    steps = steps_of(Path(write_tine(result, tmp_path / "run.tine")))
-    check = steps[2].outputs
+    path = write_tine(result, tmp_path / "run.tine")
+    check = check_outputs(path)
     assert check["output_digest"] == "sha256:" + hashlib.sha256(full.read_bytes()).hexdigest()
     assert check["tail"].endswith("E   the end")
     assert check["tail"].count("\n") < 25  # a short tail, the rest stays in our file
-    no_file = steps[1].outputs  # "lint ok", no output file: the tail is digested
+    no_file = check_outputs(path, index=0)  # "lint ok", no output file: the tail is digested
     assert no_file["output_digest"] == "sha256:" + hashlib.sha256(b"lint ok").hexdigest()
 
 
@@ -233,7 +246,7 @@ def test_identical_iterations_never_collapse(tmp_path):
     result = make_result(4, identical=True)
     path = Path(write_tine(result, tmp_path / "run.tine"))
     steps = steps_of(path)
-    assert len(steps) == 1 + 4 * 3 + 3 + 1  # start, checks+guard per iteration, 3 revises, done
+    assert len(steps) == 1 + 4 + 1  # start, one per iteration, done
     assert len({s.id for s in steps}) == len(steps)
     assert [it["iter"] for it in load_tine_summary(path)["iterations"]] == [1, 2, 3, 4]
 
@@ -262,7 +275,7 @@ MULTILINE = "\n".join([
 
 def test_secret_looking_lines_are_masked_by_us_and_nothing_after_them_is_lost(tmp_path):
     path = Path(write_tine(make_result(1, tail=MULTILINE), tmp_path / "run.tine"))
-    stored = steps_of(path)[2].outputs["tail"]
+    stored = check_outputs(path)["tail"]
     assert stored == tail_text(MULTILINE)  # what we wrote is what the file holds
     for kept in ("test_parse FAILED", "line after the token", "KeyError: 'token'", "last line",
                  "E   assert parse('x') == 1"):
@@ -278,7 +291,7 @@ def test_what_opentine_would_still_cut_is_refitted_line_by_line(tmp_path):
     tail = "first line\nsshkey: abc123\nthird line\nfourth line"
     assert "sshkey: abc123" in premask(tail)
     path = Path(write_tine(make_result(1, tail=tail), tmp_path / "run.tine"))
-    stored = steps_of(path)[2].outputs["tail"]
+    stored = check_outputs(path)["tail"]
     assert stored == "first line\nsshkey [REDACTED]\nthird line\nfourth line"
     assert verify_tine(path)[0]
 
@@ -286,8 +299,8 @@ def test_what_opentine_would_still_cut_is_refitted_line_by_line(tmp_path):
 def test_private_key_blocks_are_masked_whole(tmp_path):
     tail = ("before\n-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\n\nMIIEabc+/=\n"
             "QUJD\n-----END RSA PRIVATE KEY-----\nafter")
-    stored = steps_of(Path(write_tine(make_result(1, tail=tail), tmp_path / "r.tine")))[2]
-    assert stored.outputs["tail"] == "before\n[REDACTED PRIVATE KEY]\nafter"
+    stored = check_outputs(write_tine(make_result(1, tail=tail), tmp_path / "r.tine"))
+    assert stored["tail"] == "before\n[REDACTED PRIVATE KEY]\nafter"
 
 
 def test_saved_once_when_nothing_needs_refitting(tmp_path, monkeypatch):
@@ -320,7 +333,7 @@ def test_plain_lines_survive_any_mix_of_secret_looking_lines(tmp_path, noise):
     path = Path(write_tine(make_result(1, tail=tail), tmp_path / "fuzz.tine"))
     ok, message = verify_tine(path)
     assert ok, message
-    stored = steps_of(path)[2].outputs["tail"]
+    stored = check_outputs(path)["tail"]
     window = tail_text(tail)
     for i in range(len(noise)):
         if f"keep-{i}\n" in window + "\n":
@@ -538,8 +551,8 @@ def test_a_digest_the_engine_already_computed_is_kept(tmp_path):
     result.iterations[0].checks[0] = CheckResult(
         name=first.name, kind="command", passed=True, exit_code=0, duration_s=0.1,
         output_tail="tail only", output_digest="abc123", output_file=str(tmp_path / "gone.txt"))
-    steps = steps_of(Path(write_tine(result, tmp_path / "run.tine")))
-    assert steps[1].outputs["output_digest"] == "sha256:abc123"
+    path = write_tine(result, tmp_path / "run.tine")
+    assert check_outputs(path, index=0)["output_digest"] == "sha256:abc123"
 
 
 def test_verify_refuses_two_keys_and_a_short_key(tmp_path):

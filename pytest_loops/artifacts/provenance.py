@@ -1,9 +1,11 @@
 """The `.tine` provenance file of a finished loop, and reading it back.
 
-One opentine run per loop: a start step (the spec), one tool step per check run,
-one think step per guard decision, one tool step per revise, and a done step
-with the verdict and reason. Steps are covered by opentine's integrity digest;
-run metadata is not, so everything a reader must trust lives in steps.
+One opentine run per loop: a start step (the spec), one step per iteration (its
+checks, the guards' decision, its revise step) and a done step with the verdict
+and reason. Steps are covered by opentine's integrity digest; run metadata is
+not, so everything a reader must trust lives in steps. Files of the first shape
+(`pytest-loops.tine/1`: a step per check, per guard decision and per revise) are
+still read (:mod:`pytest_loops.artifacts.tineread`).
 
 opentine costs 150-250 ms to import, so it is imported inside the functions that
 need it, never when this module is imported.
@@ -11,12 +13,14 @@ need it, never when this module is imported.
 
 from __future__ import annotations
 
+import calendar
 import hashlib
 import math
 import os
 import re
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,12 +28,15 @@ from typing import Any
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.redact import make_redactor, strip_control
 from pytest_loops.results import CheckResult, IterationRecord, LoopResult
+from pytest_loops.spec import LoopSpec
 
 Scrub = Callable[[str], str]
 
-SCHEMA = "pytest-loops.tine/1"
+SCHEMA = "pytest-loops.tine/2"
+SCHEMA_V1 = "pytest-loops.tine/1"  # a step per check, guard decision and revise
 MIN_HMAC_KEY_BYTES = 16
-CHECK_TOOL = "check"
+ITERATION_TOOL = "iteration"
+CHECK_TOOL = "check"  # the first shape's steps
 REVISE_TOOL = "revise"
 _REFITS = 2  # re-saves allowed when opentine's redaction changed what was written
 
@@ -435,16 +442,14 @@ Payload = tuple[str, dict[str, Any], dict[str, Any], float, "dict[str, Any] | No
 
 
 def _payloads(result: LoopResult, scrub: Scrub) -> list[Payload]:
-    """Every step of the run, as plain JSON-safe, env-redacted dicts."""
+    """Every step of the run, as plain JSON-safe, env-redacted dicts: a start step,
+    one step per iteration, the verdict step."""
     spec = result.spec
     node_ids = {c.name: c.node_id for c in spec.checks}
+    run_dir = os.fspath(result.run_dir) if result.run_dir else None
     steps: list[Payload] = [_start_step(result)]
     for record in result.iterations:
-        for index, check in enumerate(record.checks):
-            steps.append(_check_step(record.iter, index, check, node_ids.get(check.name), scrub))
-        steps.append(_guard_step(record))
-        if record.revise_exit is not None or record.revise_duration_s is not None:
-            steps.append(_revise_step(record, spec.revise, scrub))
+        steps.append(_iteration_step(record, spec, node_ids, run_dir, scrub))
     steps.append(_done_step(result))
     memo: dict[str, str] = {}
     return [(kind, _jsonable(i, scrub, memo), _jsonable(o, scrub, memo), d, t)
@@ -462,54 +467,173 @@ def _start_step(result: LoopResult) -> Payload:
         "started_at": result.started_at,
         "log_path": result.log_path,
         "run_dir": result.run_dir,
+        "iteration_dir": ITERATION_DIR,
         "memory_page": result.memory_page,
         "artifacts": dict(result.artifacts),
     }
     return ("think", {"text": text}, outputs, 0.0, None)
 
 
-def _check_step(iteration: int, index: int, check: CheckResult, node_id: str | None,
-                scrub: Scrub) -> Payload:
-    arguments: dict[str, Any] = {"iteration": iteration, "index": index, "kind": check.kind}
-    if check.command:
-        arguments["command"] = check.command
-    if node_id:
-        arguments["node_id"] = node_id
-    outputs = {
-        "exit_code": check.exit_code,
-        "passed": bool(check.passed),
-        "duration_s": nonneg_seconds(check.duration_s),
-        "output_digest": output_digest(check.output_file, check.output_tail, check.output_digest),
-        "tail": file_tail(check.output_file, check.output_tail, scrub=scrub),
-        "output_file": check.output_file,
-        "reason": check.reason,
-        "runs": check.runs if check.runs != 1 else None,
-        "timed_out": bool(check.timed_out),
-        "needs_human": bool(check.needs_human),
-    }
-    _drop_empty(outputs, "output_file", "reason", "runs", "timed_out", "needs_human")
-    inputs = {"name": check.name, "arguments": arguments}
-    return ("tool", inputs, outputs, check.duration_s, {"name": CHECK_TOOL})
+def _iteration_step(record: IterationRecord, spec: LoopSpec, node_ids: Mapping[str, str | None],
+                    run_dir: str | None, scrub: Scrub) -> Payload:
+    """One iteration in one tool step: its checks and its revise step (arguments:
+    the checks' names and the revise command; outputs: what each gave), and the
+    guards' decision.
 
-
-def _guard_step(record: IterationRecord) -> Payload:
-    outputs = {
-        "iteration": record.iter,
-        "started_at": record.started_at,
+    Only what differs from one iteration to the next is a new string (digests,
+    tails, the state hash): the iteration's time is a number, a lesson keeps its
+    words and loses its time stamp to a number, an output file in the iteration's
+    own directory is its file name. opentine's save-time redaction costs per
+    character of each distinct string, so that is most of what a .tine costs.
+    """
+    n = record.iter
+    folder = _iteration_folder(run_dir, n)
+    outputs: dict[str, Any] = {
+        "decision": guard_text(record),
+        "checks": [_check_entry(check, node_ids.get(check.name), folder, scrub) for check in record.checks],
         "passed": bool(record.passed),
         "verify_exit": record.verify_exit,
         "duration_s": nonneg_seconds(record.duration_s),
         "verify_duration_s": nonneg_seconds(record.verify_duration_s),
+        "elapsed_s": nonneg_seconds(record.elapsed_s),
         "state_hash": record.state_hash,
         "state_changed": record.state_changed,
         "unchanged_streak": record.unchanged_streak,
         "guard": record.guard,
         "guards_seen": dict(record.guards_seen),
-        "lesson": record.lesson,
-        "elapsed_s": nonneg_seconds(record.elapsed_s),
     }
-    _drop_empty(outputs, "verify_duration_s", "state_hash", "guard", "guards_seen", "lesson")
-    return ("think", {"text": guard_text(record)}, outputs, 0.0, None)
+    outputs.update(_compact_started(record.started_at))
+    if record.lesson:
+        outputs.update(_compact_lesson(record.lesson, spec.name, n))
+    if record.revise_exit is not None or record.revise_duration_s is not None:
+        revise: dict[str, Any] = {
+            "exit_code": record.revise_exit,
+            "duration_s": nonneg_seconds(record.revise_duration_s),
+            "output_digest": output_digest(record.revise_output_file, record.revise_tail, None),
+            "tail": file_tail(record.revise_output_file, record.revise_tail, scrub=scrub),
+        }
+        revise.update(_output_path(record.revise_output_file, folder))
+        _drop_empty(revise, "tail")
+        outputs["revise"] = revise
+    _drop_empty(outputs, "verify_duration_s", "state_hash", "guard", "guards_seen")
+    arguments: dict[str, Any] = {"iteration": n, "checks": [check.name for check in record.checks]}
+    if "revise" in outputs:
+        arguments["revise"] = spec.revise
+    return ("tool", {"name": ITERATION_TOOL, "arguments": arguments}, outputs,
+            record.duration_s, {"name": ITERATION_TOOL})
+
+
+def _check_entry(check: CheckResult, node_id: str | None, folder: str | None,
+                 scrub: Scrub) -> dict[str, Any]:
+    entry: dict[str, Any] = {  # its name is in the step's arguments
+        "kind": check.kind,
+        "command": check.command,
+        "node_id": node_id,
+        "exit_code": check.exit_code,
+        "passed": bool(check.passed),
+        "duration_s": nonneg_seconds(check.duration_s),
+        "output_digest": output_digest(check.output_file, check.output_tail, check.output_digest),
+        "tail": file_tail(check.output_file, check.output_tail, scrub=scrub),
+        "reason": check.reason,
+        "runs": check.runs if check.runs != 1 else None,
+        "timed_out": bool(check.timed_out),
+        "needs_human": bool(check.needs_human),
+    }
+    entry.update(_output_path(check.output_file, folder))
+    _drop_empty(entry, "command", "node_id", "tail", "reason", "runs", "timed_out", "needs_human")
+    return entry
+
+
+# The run directory's layout as the engine writes it: each iteration's outputs in
+# `iter-NNN/`. An output file there is recorded by its name alone (`output_name`),
+# any other by its whole path (`output_file`).
+ITERATION_DIR = "iter-{iteration:03d}"
+
+
+def _iteration_folder(run_dir: str | None, iteration: int) -> str | None:
+    return os.path.join(run_dir, ITERATION_DIR.format(iteration=iteration)) if run_dir else None
+
+
+def _output_path(output_file: str | None, folder: str | None) -> dict[str, str]:
+    if not output_file:
+        return {}
+    output_file = os.fspath(output_file)
+    if folder is not None:
+        name = os.path.basename(output_file)
+        if name and os.path.join(folder, name) == output_file:
+            return {"output_name": name}
+    return {"output_file": output_file}
+
+
+def output_path(outputs: Mapping[str, Any], run_dir: Any, iteration: int,
+                iteration_dir: Any = ITERATION_DIR) -> str | None:
+    """The output file a step's ``output_name`` / ``output_file`` stands for."""
+    name = outputs.get("output_name")
+    if isinstance(name, str) and name and isinstance(run_dir, str) and run_dir:
+        folder = iteration_dir if isinstance(iteration_dir, str) else ITERATION_DIR
+        try:
+            return os.path.join(run_dir, folder.format(iteration=iteration), name)
+        except (ValueError, KeyError, IndexError, AttributeError):
+            return None
+    path = outputs.get("output_file")
+    return path if isinstance(path, str) else None
+
+
+_ISO_MS = re.compile(r"\A(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.(\d{3})Z\Z")
+_LESSON = re.compile(r"\A- (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) (.*) iter (\d+): ", re.DOTALL)
+
+
+def _epoch(stamp: str, layout: str) -> int | None:
+    try:
+        return calendar.timegm(time.strptime(stamp, layout))
+    except (ValueError, OverflowError):
+        return None
+
+
+def _compact_started(text: Any) -> dict[str, Any]:
+    """``{"started_at_ms": epoch milliseconds}`` when that gives back ``text``
+    exactly (the engine's `...T12:00:00.123Z`), else ``{"started_at": text}``."""
+    match = _ISO_MS.match(text) if isinstance(text, str) else None
+    seconds = _epoch(match.group(1), "%Y-%m-%dT%H:%M:%S") if match else None
+    if match and seconds is not None:
+        ms = seconds * 1000 + int(match.group(2))
+        if expand_time_ms(ms) == text:
+            return {"started_at_ms": ms}
+    return {"started_at": text}
+
+
+def expand_time_ms(ms: Any) -> str | None:
+    """The UTC time stamp (`...T12:00:00.123Z`) a ``started_at_ms`` field stands for."""
+    if isinstance(ms, bool) or not isinstance(ms, int):
+        return None
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def _compact_lesson(lesson: str, loop_name: str, iteration: int) -> dict[str, Any]:
+    """A lesson line (`- TIME LOOP iter N: words`) as its words and its time in
+    seconds, when those give it back exactly; else the line as it is."""
+    match = _LESSON.match(lesson)
+    if match and match.group(2) == loop_name and match.group(3) == str(iteration):
+        seconds = _epoch(match.group(1), "%Y-%m-%dT%H:%M:%SZ")
+        if seconds is not None:
+            words = lesson[match.end():]
+            if expand_lesson(words, seconds, loop_name, iteration) == lesson:
+                return {"lesson": words, "lesson_at_s": seconds}
+    return {"lesson": lesson}
+
+
+def expand_lesson(words: str, seconds: Any, loop_name: Any, iteration: int) -> str:
+    """The lesson line an iteration step's ``lesson`` and ``lesson_at_s`` stand for."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int):
+        return words
+    try:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+    except (ValueError, OverflowError, OSError):
+        return words
+    return f"- {stamp} {loop_name} iter {iteration}: {words}"
 
 
 def _drop_empty(outputs: dict[str, Any], *keys: str) -> None:
@@ -521,7 +645,12 @@ def _drop_empty(outputs: dict[str, Any], *keys: str) -> None:
 
 
 def guard_text(record: IterationRecord) -> str:
-    """One sentence: what the guards saw after this iteration's checks."""
+    """One sentence: what the guards decided after this iteration's checks.
+
+    The same words from one iteration to the next where nothing differs (the
+    iteration number, times and what the guards saw are fields of the step), so
+    a long loop gives opentine's redaction few distinct strings to scan.
+    """
     total = len(record.checks)
     passed = sum(1 for c in record.checks if c.passed)
     if record.state_changed is None:
@@ -530,29 +659,14 @@ def guard_text(record: IterationRecord) -> str:
         state = "state changed"
     else:
         state = f"state unchanged ({record.unchanged_streak} in a row)"
-    seen = ", ".join(f"{k}={_short(v)}" for k, v in sorted(record.guards_seen.items()))
     decision = f"guard {record.guard} stops the loop" if record.guard else (
         "all checks pass" if record.passed else "no guard fired, loop goes on")
     # The decision first: `tine show` cuts long text.
-    text = (f"iteration {record.iter}: {decision}; {passed}/{total} checks pass; {state}; "
-            f"{nonneg_seconds(record.elapsed_s):.1f}s elapsed")
-    return text + (f" (guards saw {seen})" if seen else "")
-
-
-def _revise_step(record: IterationRecord, command: str | None, scrub: Scrub) -> Payload:
-    outputs = {
-        "exit_code": record.revise_exit,
-        "duration_s": nonneg_seconds(record.revise_duration_s),
-        "output_digest": output_digest(record.revise_output_file, record.revise_tail, None),
-        "tail": file_tail(record.revise_output_file, record.revise_tail, scrub=scrub),
-        "output_file": record.revise_output_file,
-    }
-    inputs = {"name": REVISE_TOOL, "arguments": {"iteration": record.iter, "command": command}}
-    return ("tool", inputs, outputs, record.revise_duration_s or 0.0, {"name": REVISE_TOOL})
+    revised = "" if record.revise_exit is None else f"; revise exit {record.revise_exit}"
+    return f"{decision}; {passed}/{total} checks pass; {state}{revised}"
 
 
 def _done_step(result: LoopResult) -> Payload:
-    lessons = [r.lesson for r in result.iterations if r.lesson]
     outputs = {
         "verdict": result.verdict.value,
         "exit_code": result.exit_code,
@@ -561,7 +675,6 @@ def _done_step(result: LoopResult) -> Payload:
         "started_at": result.started_at,
         "ended_at": result.ended_at,
         "elapsed_s": nonneg_seconds(result.elapsed_s),
-        "lessons": lessons,
     }
     text = f"verdict {result.verdict.value} after {result.iterations_run} iterations: {result.reason}"
     return ("done", {"text": text}, outputs, 0.0, None)
@@ -582,13 +695,6 @@ def output_digest(output_file: str | None, tail: str, known: str | None) -> str:
     if known:
         return known if known.startswith("sha256:") else "sha256:" + known
     return "sha256:" + hashlib.sha256((tail or "").encode("utf-8", "replace")).hexdigest()
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.1f}" if math.isfinite(value) else str(value)
-    text = str(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _save(payloads: list[Payload], metadata: dict[str, Any], succeeded: bool, target: Path,
