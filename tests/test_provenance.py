@@ -141,9 +141,9 @@ def test_one_step_per_iteration_between_a_start_and_a_verdict_step(tmp_path):
     assert "revise" not in steps[3].inputs["arguments"]  # no revise after the last iteration
     first = steps[1].outputs
     lint, parse = first["checks"]
-    assert lint["command"] == "make lint" and lint["kind"] == "command"
     assert lint["passed"] is True and lint["exit_code"] == 0
-    assert parse["node_id"] == "tests/test_p.py::test_parse"
+    assert "tail" not in lint  # a passing check's output is its digest alone
+    assert not {"kind", "command", "node_id"} & (set(lint) | set(parse))  # as the spec declares them
     assert set(parse) >= {"exit_code", "passed", "duration_s", "output_digest", "tail"}
     assert first["revise"]["exit_code"] == 0 and first["revise"]["tail"] == "edited src/parser.py"
     assert "revise" not in steps[3].outputs
@@ -249,6 +249,23 @@ def test_identical_iterations_never_collapse(tmp_path):
     assert len(steps) == 1 + 4 + 1  # start, one per iteration, done
     assert len({s.id for s in steps}) == len(steps)
     assert [it["iter"] for it in load_tine_summary(path)["iterations"]] == [1, 2, 3, 4]
+
+
+def test_a_check_the_spec_does_not_declare_keeps_its_kind_and_command(tmp_path):
+    result = make_result(1)
+    record = result.iterations[0]
+    record.checks.append(CheckResult(name="extra", kind="pytest", passed=True, exit_code=0, duration_s=0.1,
+                                     command="pytest -x"))
+    lint = record.checks[0]
+    record.checks[0] = CheckResult(name=lint.name, kind="human", passed=False, exit_code=None,
+                                   duration_s=0.0, command=None, needs_human=True)
+    summary = load_tine_summary(write_tine(result, tmp_path / "run.tine"))
+    checks = summary["iterations"][0]["checks"]
+    assert [(c["name"], c["kind"], c["command"]) for c in checks] == [
+        ('"make lint" passes', "human", None),
+        ('the test "tests/test_p.py::test_parse" passes', "pytest", None),
+        ("extra", "pytest", "pytest -x")]
+    assert checks[0]["needs_human"] is True and checks[0]["exit_code"] is None
 
 
 def test_two_checks_with_one_name_stay_two_steps(tmp_path):

@@ -445,11 +445,11 @@ def _payloads(result: LoopResult, scrub: Scrub) -> list[Payload]:
     """Every step of the run, as plain JSON-safe, env-redacted dicts: a start step,
     one step per iteration, the verdict step."""
     spec = result.spec
-    node_ids = {c.name: c.node_id for c in spec.checks}
+    declared = {c.name: (c.kind.value, c.command) for c in spec.checks}
     run_dir = os.fspath(result.run_dir) if result.run_dir else None
     steps: list[Payload] = [_start_step(result)]
     for record in result.iterations:
-        steps.append(_iteration_step(record, spec, node_ids, run_dir, scrub))
+        steps.append(_iteration_step(record, spec, declared, run_dir, scrub))
     steps.append(_done_step(result))
     memo: dict[str, str] = {}
     return [(kind, _jsonable(i, scrub, memo), _jsonable(o, scrub, memo), d, t)
@@ -474,8 +474,9 @@ def _start_step(result: LoopResult) -> Payload:
     return ("think", {"text": text}, outputs, 0.0, None)
 
 
-def _iteration_step(record: IterationRecord, spec: LoopSpec, node_ids: Mapping[str, str | None],
-                    run_dir: str | None, scrub: Scrub) -> Payload:
+def _iteration_step(record: IterationRecord, spec: LoopSpec,
+                    declared: Mapping[str, tuple[str, str | None]], run_dir: str | None,
+                    scrub: Scrub) -> Payload:
     """One iteration in one tool step: its checks and its revise step (arguments:
     the checks' names and the revise command; outputs: what each gave), and the
     guards' decision.
@@ -484,13 +485,16 @@ def _iteration_step(record: IterationRecord, spec: LoopSpec, node_ids: Mapping[s
     tails, the state hash): the iteration's time is a number, a lesson keeps its
     words and loses its time stamp to a number, an output file in the iteration's
     own directory is its file name. opentine's save-time redaction costs per
-    character of each distinct string, so that is most of what a .tine costs.
+    character of each distinct string, so that is most of what a .tine costs;
+    the rest is per value, so a value the reader knows otherwise is left out: a
+    field at its default, a check's kind and command as the spec declares them
+    (its node id is in the spec), the verify exit that the checks imply.
     """
     n = record.iter
     folder = _iteration_folder(run_dir, n)
     outputs: dict[str, Any] = {
         "decision": guard_text(record),
-        "checks": [_check_entry(check, node_ids.get(check.name), folder, scrub) for check in record.checks],
+        "checks": [_check_entry(check, declared.get(check.name), folder, scrub) for check in record.checks],
         "passed": bool(record.passed),
         "verify_exit": record.verify_exit,
         "duration_s": nonneg_seconds(record.duration_s),
@@ -515,7 +519,12 @@ def _iteration_step(record: IterationRecord, spec: LoopSpec, node_ids: Mapping[s
         revise.update(_output_path(record.revise_output_file, folder))
         _drop_empty(revise, "tail")
         outputs["revise"] = revise
-    _drop_empty(outputs, "verify_duration_s", "state_hash", "guard", "guards_seen")
+    _drop_empty(outputs, "passed", "verify_duration_s", "state_hash", "unchanged_streak", "guard",
+                "guards_seen")
+    if outputs["state_changed"] is None:
+        del outputs["state_changed"]
+    if record.checks and record.verify_exit == (0 if all(c.passed for c in record.checks) else 1):
+        del outputs["verify_exit"]  # what the checks imply
     arguments: dict[str, Any] = {"iteration": n, "checks": [check.name for check in record.checks]}
     if "revise" in outputs:
         arguments["revise"] = spec.revise
@@ -523,24 +532,28 @@ def _iteration_step(record: IterationRecord, spec: LoopSpec, node_ids: Mapping[s
             record.duration_s, {"name": ITERATION_TOOL})
 
 
-def _check_entry(check: CheckResult, node_id: str | None, folder: str | None,
+def _check_entry(check: CheckResult, declared: tuple[str, str | None] | None, folder: str | None,
                  scrub: Scrub) -> dict[str, Any]:
     entry: dict[str, Any] = {  # its name is in the step's arguments
-        "kind": check.kind,
-        "command": check.command,
-        "node_id": node_id,
         "exit_code": check.exit_code,
         "passed": bool(check.passed),
         "duration_s": nonneg_seconds(check.duration_s),
         "output_digest": output_digest(check.output_file, check.output_tail, check.output_digest),
-        "tail": file_tail(check.output_file, check.output_tail, scrub=scrub),
+        # a passing check's output is its digest alone: no reader shows it, and each
+        # distinct tail costs opentine's redaction about a millisecond
+        "tail": "" if check.passed else file_tail(check.output_file, check.output_tail, scrub=scrub),
         "reason": check.reason,
         "runs": check.runs if check.runs != 1 else None,
         "timed_out": bool(check.timed_out),
         "needs_human": bool(check.needs_human),
     }
     entry.update(_output_path(check.output_file, folder))
-    _drop_empty(entry, "command", "node_id", "tail", "reason", "runs", "timed_out", "needs_human")
+    _drop_empty(entry, "tail", "reason", "runs", "timed_out", "needs_human")
+    kind, command = declared or ("", None)
+    if check.kind != kind or declared is None:
+        entry["kind"] = check.kind
+    if check.command != command or declared is None and check.command is not None:
+        entry["command"] = check.command
     return entry
 
 

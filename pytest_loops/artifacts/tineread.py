@@ -254,10 +254,14 @@ def _iteration_from_step(arguments: Mapping[str, Any], outputs: Mapping[str, Any
                                number)
     record["lesson"] = lesson if isinstance(lesson, str) and lesson else None
     run_dir, layout = start.get("run_dir"), start.get("iteration_dir", ITERATION_DIR)
+    # a check's kind and command are left out where they are what the spec declares
+    declared = {c.get("name"): c for c in (start.get("spec") or {}).get("checks") or []}
     for name, entry in zip(names, entries, strict=True):
         if not isinstance(entry, Mapping):
             raise TypeError(f"iteration {number}: a check is {type(entry).__name__}, not an object")
-        check = _check_from_step({"name": name}, entry, entry)
+        spec_check = declared.get(name) or {}
+        check = _check_from_step({"name": name}, {"kind": spec_check.get("kind", "command"),
+                                                  "command": spec_check.get("command"), **entry}, entry)
         check["output_file"] = output_path(entry, run_dir, number, layout)
         record["checks"].append(check)
     revise = outputs.get("revise")
