@@ -611,3 +611,141 @@ def test_write_tine_is_whole_or_absent(tmp_path, monkeypatch):
     write_tine(make_result(), target)
     assert verify_tine(target)[0] is True
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.tine"]
+
+
+# --------------------------------------------------------------------------- the first shape, the compact forms
+
+SCHEMA1 = Path(__file__).with_name("tinefiles") / "schema1.tine"
+
+
+def test_a_file_of_the_first_shape_is_still_verified_read_shown_and_diffed(tmp_path):
+    """tests/tinefiles/schema1.tine was written by the first shape's writer (a step
+    per check, per guard decision and per revise) from ``make_result(3)``."""
+    old = tmp_path / "old.tine"
+    old.write_bytes(SCHEMA1.read_bytes())
+    ok, message = verify_tine(old)
+    assert ok and "(13 steps, verdict MAX_ITER)" in message, message
+    result = make_result(3)
+    result.iterations[0].revise_output_file = "runs/fix-parser/iter-001/revise.out"
+    new = Path(write_tine(result, tmp_path / "new.tine"))
+    assert len(steps_of(new)) == 5
+    was, now = load_tine_summary(old), load_tine_summary(new)
+    assert (was["schema"], now["schema"]) == ("pytest-loops.tine/1", "pytest-loops.tine/2")
+    for summary in (was, now):  # the first shape kept a passing check's tail too
+        for record in summary["iterations"]:
+            record["checks"][0]["output_tail"] = ""
+    assert {**was, "schema": None} == {**now, "schema": None}
+    assert was["lessons"] == ["lesson 1", "lesson 2", "lesson 3"]
+    assert was["iterations"][0]["revise_output_file"] == "runs/fix-parser/iter-001/revise.out"
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "pytest_loops", *args], capture_output=True, text=True,
+                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+    shown = cli("show", str(old))
+    assert shown.returncode == 0, shown.stderr
+    assert "verdict: MAX_ITER" in shown.stdout and "lesson 3" in shown.stdout
+    assert "E   assert 1 == 2" in shown.stdout  # the last failure's tail
+    assert shown.stdout == cli("show", str(new)).stdout
+    diffed = cli("diff", str(old), str(new))
+    assert diffed.returncode == 0, diffed.stderr
+    assert "runs are identical at loop level" in diffed.stdout
+
+
+def engine_shaped(iterations: int, tmp_path: Path, *, name: str = "fix parser") -> LoopResult:
+    """Times, lessons and output files as the engine writes them."""
+    result = make_result(iterations)
+    result.spec = LoopSpec(name=name, goal=result.spec.goal, revise=result.spec.revise,
+                           checks=result.spec.checks, guards=result.spec.guards)
+    run_dir = tmp_path / "runs" / "loop"
+    result.run_dir = str(run_dir)
+    for record in result.iterations:
+        i = record.iter
+        folder = run_dir / f"iter-{i:03d}"
+        folder.mkdir(parents=True)
+        (folder / "check-2.out").write_text(f"E   assert {i} == 2\n")
+        (folder / "revise.out").write_text("edited\n")
+        record.started_at = f"2026-12-03T14:40:{i:02d}.{i * 7:03d}Z"
+        record.lesson = f"- 2026-12-03T14:40:{i:02d}Z {name} iter {i}: exit 1, state moved: assert {i} == 2."
+        check = record.checks[1]
+        record.checks[1] = CheckResult(name=check.name, kind=check.kind, passed=False, exit_code=1,
+                                       duration_s=1.0, output_tail="", output_file=str(folder / "check-2.out"))
+        if record.revise_exit is not None:
+            record.revise_output_file = str(folder / "revise.out")
+    return result
+
+
+def test_times_lessons_and_output_files_are_compact_in_the_file_and_exact_when_read(tmp_path):
+    result = engine_shaped(3, tmp_path)
+    path = Path(write_tine(result, tmp_path / "run.tine"))
+    first = steps_of(path)[1].outputs
+    assert first["started_at_ms"] == 1796308801007
+    assert (first["lesson"], first["lesson_at_s"]) == ("exit 1, state moved: assert 1 == 2.", 1796308801)
+    assert first["checks"][1]["output_name"] == "check-2.out" and first["revise"]["output_name"] == "revise.out"
+    summary = load_tine_summary(path)
+    for record, read in zip(result.iterations, summary["iterations"], strict=True):
+        assert read["started_at"] == record.started_at
+        assert read["lesson"] == record.lesson
+        assert read["checks"][1]["output_file"] == record.checks[1].output_file
+        assert read["revise_output_file"] == record.revise_output_file
+    assert summary["lessons"] == [r.lesson for r in result.iterations]
+
+
+def test_what_has_no_compact_form_is_recorded_as_it_is(tmp_path):
+    result = engine_shaped(2, tmp_path)
+    first, second = result.iterations
+    first.started_at = "2026-12-03T14:40:01+00:00"  # another layout
+    first.lesson = "- 2026-12-03T14:40:01Z another loop iter 1: exit 1."  # another loop's name
+    second.lesson = "- 2026-12-03T14:40:02Z fix parser iter 7: exit 1."  # another iteration
+    second.started_at = "2026-02-30T00:00:00.000Z"  # no such day
+    elsewhere = tmp_path / "elsewhere.out"
+    elsewhere.write_text("E   boom\n")
+    first.checks[1] = CheckResult(name=first.checks[1].name, kind="pytest", passed=False, exit_code=1,
+                                  duration_s=1.0, output_file=str(elsewhere))
+    first.revise_output_file = str(tmp_path / "runs" / "loop" / "iter-002" / "revise.out")  # not its own
+    path = Path(write_tine(result, tmp_path / "run.tine"))
+    stored = steps_of(path)[1].outputs
+    assert stored["started_at"] == first.started_at and "started_at_ms" not in stored
+    assert stored["lesson"] == first.lesson and "lesson_at_s" not in stored
+    assert stored["checks"][1]["output_file"] == str(elsewhere)
+    assert stored["revise"]["output_file"] == first.revise_output_file
+    summary = load_tine_summary(path)
+    assert [r["started_at"] for r in summary["iterations"]] == [first.started_at, second.started_at]
+    assert summary["lessons"] == [first.lesson, second.lesson]
+    assert summary["iterations"][0]["checks"][1]["output_file"] == str(elsewhere)
+    assert summary["iterations"][0]["revise_output_file"] == first.revise_output_file
+
+
+def test_a_long_loop_gives_opentines_redaction_few_new_strings_per_iteration(tmp_path, monkeypatch):
+    """opentine's save-time redaction costs per character of each distinct string:
+    an iteration adds its step's id and what truly differs, not its times, its
+    output files' paths or its lesson's time stamp."""
+    from opentine import redaction
+
+    def scanned(iterations: int) -> set[str]:
+        seen: set[str] = set()
+        real = redaction.redact_text
+        with monkeypatch.context() as m:
+            m.setattr(redaction, "redact_text", lambda value: seen.add(value) or real(value))
+            write_tine(engine_shaped(iterations, tmp_path / str(iterations)), tmp_path / f"{iterations}.tine")
+        return seen
+
+    few, many = scanned(5), scanned(25)
+    # per iteration: the step's id, and what differs in this loop: the failing check's
+    # output digest and tail, the state hash, the lesson's words
+    assert len(many) - len(few) == 20 * 5
+    assert not [s for s in many if "T14:40:" in s or "/iter-0" in s or "iter-0" in s or s.startswith("- ")]
+
+
+def test_a_compact_lesson_keeps_secrets_out(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENTINE_COMPRESS", "0")
+    monkeypatch.setenv("LOOP_NAME_TOKEN", SECRET)
+    result = engine_shaped(2, tmp_path, name=f"loop {SECRET}")
+    result.iterations[0].lesson = (f"- 2026-12-03T14:40:01Z loop {SECRET} iter 1: "
+                                   f"exit 1, state moved: printed {SECRET}.")
+    path = Path(write_tine(result, tmp_path / "run.tine"))
+    assert SECRET not in path.read_text()
+    assert "lesson_at_s" in steps_of(path)[1].outputs
+    lessons = load_tine_summary(path)["lessons"]
+    assert lessons[0] == ("- 2026-12-03T14:40:01Z loop [REDACTED:LOOP_NAME_TOKEN] iter 1: exit 1, "
+                          "state moved: printed [REDACTED:LOOP_NAME_TOKEN].")
