@@ -13,18 +13,23 @@ need it, never when this module is imported.
 
 from __future__ import annotations
 
-import calendar
 import hashlib
 import math
 import os
 import re
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_loops.artifacts.tineshape import (
+    ITERATION_DIR,
+    compact_lesson,
+    compact_output,
+    compact_started,
+    iteration_folder,
+)
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.redact import make_redactor, strip_control
 from pytest_loops.results import CheckResult, IterationRecord, LoopResult
@@ -491,7 +496,7 @@ def _iteration_step(record: IterationRecord, spec: LoopSpec,
     (its node id is in the spec), the verify exit that the checks imply.
     """
     n = record.iter
-    folder = _iteration_folder(run_dir, n)
+    folder = iteration_folder(run_dir, n)
     outputs: dict[str, Any] = {
         "decision": guard_text(record),
         "checks": [_check_entry(check, declared.get(check.name), folder, scrub) for check in record.checks],
@@ -506,9 +511,9 @@ def _iteration_step(record: IterationRecord, spec: LoopSpec,
         "guard": record.guard,
         "guards_seen": dict(record.guards_seen),
     }
-    outputs.update(_compact_started(record.started_at))
+    outputs.update(compact_started(record.started_at))
     if record.lesson:
-        outputs.update(_compact_lesson(record.lesson, spec.name, n))
+        outputs.update(compact_lesson(record.lesson, spec.name, n))
     if record.revise_exit is not None or record.revise_duration_s is not None:
         revise: dict[str, Any] = {
             "exit_code": record.revise_exit,
@@ -516,7 +521,7 @@ def _iteration_step(record: IterationRecord, spec: LoopSpec,
             "output_digest": output_digest(record.revise_output_file, record.revise_tail, None),
             "tail": file_tail(record.revise_output_file, record.revise_tail, scrub=scrub),
         }
-        revise.update(_output_path(record.revise_output_file, folder))
+        revise.update(compact_output(record.revise_output_file, folder))
         _drop_empty(revise, "tail")
         outputs["revise"] = revise
     _drop_empty(outputs, "passed", "verify_duration_s", "state_hash", "unchanged_streak", "guard",
@@ -547,7 +552,7 @@ def _check_entry(check: CheckResult, declared: tuple[str, str | None] | None, fo
         "timed_out": bool(check.timed_out),
         "needs_human": bool(check.needs_human),
     }
-    entry.update(_output_path(check.output_file, folder))
+    entry.update(compact_output(check.output_file, folder))
     _drop_empty(entry, "tail", "reason", "runs", "timed_out", "needs_human")
     kind, command = declared or ("", None)
     if check.kind != kind or declared is None:
@@ -555,98 +560,6 @@ def _check_entry(check: CheckResult, declared: tuple[str, str | None] | None, fo
     if check.command != command or declared is None and check.command is not None:
         entry["command"] = check.command
     return entry
-
-
-# The run directory's layout as the engine writes it: each iteration's outputs in
-# `iter-NNN/`. An output file there is recorded by its name alone (`output_name`),
-# any other by its whole path (`output_file`).
-ITERATION_DIR = "iter-{iteration:03d}"
-
-
-def _iteration_folder(run_dir: str | None, iteration: int) -> str | None:
-    return os.path.join(run_dir, ITERATION_DIR.format(iteration=iteration)) if run_dir else None
-
-
-def _output_path(output_file: str | None, folder: str | None) -> dict[str, str]:
-    if not output_file:
-        return {}
-    output_file = os.fspath(output_file)
-    if folder is not None:
-        name = os.path.basename(output_file)
-        if name and os.path.join(folder, name) == output_file:
-            return {"output_name": name}
-    return {"output_file": output_file}
-
-
-def output_path(outputs: Mapping[str, Any], run_dir: Any, iteration: int,
-                iteration_dir: Any = ITERATION_DIR) -> str | None:
-    """The output file a step's ``output_name`` / ``output_file`` stands for."""
-    name = outputs.get("output_name")
-    if isinstance(name, str) and name and isinstance(run_dir, str) and run_dir:
-        folder = iteration_dir if isinstance(iteration_dir, str) else ITERATION_DIR
-        try:
-            return os.path.join(run_dir, folder.format(iteration=iteration), name)
-        except (ValueError, KeyError, IndexError, AttributeError):
-            return None
-    path = outputs.get("output_file")
-    return path if isinstance(path, str) else None
-
-
-_ISO_MS = re.compile(r"\A(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.(\d{3})Z\Z")
-_LESSON = re.compile(r"\A- (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) (.*) iter (\d+): ", re.DOTALL)
-
-
-def _epoch(stamp: str, layout: str) -> int | None:
-    try:
-        return calendar.timegm(time.strptime(stamp, layout))
-    except (ValueError, OverflowError):
-        return None
-
-
-def _compact_started(text: Any) -> dict[str, Any]:
-    """``{"started_at_ms": epoch milliseconds}`` when that gives back ``text``
-    exactly (the engine's `...T12:00:00.123Z`), else ``{"started_at": text}``."""
-    match = _ISO_MS.match(text) if isinstance(text, str) else None
-    seconds = _epoch(match.group(1), "%Y-%m-%dT%H:%M:%S") if match else None
-    if match and seconds is not None:
-        ms = seconds * 1000 + int(match.group(2))
-        if expand_time_ms(ms) == text:
-            return {"started_at_ms": ms}
-    return {"started_at": text}
-
-
-def expand_time_ms(ms: Any) -> str | None:
-    """The UTC time stamp (`...T12:00:00.123Z`) a ``started_at_ms`` field stands for."""
-    if isinstance(ms, bool) or not isinstance(ms, int):
-        return None
-    try:
-        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
-    except (ValueError, OverflowError, OSError):
-        return None
-
-
-def _compact_lesson(lesson: str, loop_name: str, iteration: int) -> dict[str, Any]:
-    """A lesson line (`- TIME LOOP iter N: words`) as its words and its time in
-    seconds, when those give it back exactly; else the line as it is."""
-    match = _LESSON.match(lesson)
-    if match and match.group(2) == loop_name and match.group(3) == str(iteration):
-        seconds = _epoch(match.group(1), "%Y-%m-%dT%H:%M:%SZ")
-        if seconds is not None:
-            words = lesson[match.end():]
-            if expand_lesson(words, seconds, loop_name, iteration) == lesson:
-                return {"lesson": words, "lesson_at_s": seconds}
-    return {"lesson": lesson}
-
-
-def expand_lesson(words: str, seconds: Any, loop_name: Any, iteration: int) -> str:
-    """The lesson line an iteration step's ``lesson`` and ``lesson_at_s`` stand for."""
-    if isinstance(seconds, bool) or not isinstance(seconds, int):
-        return words
-    try:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
-    except (ValueError, OverflowError, OSError):
-        return words
-    return f"- {stamp} {loop_name} iter {iteration}: {words}"
 
 
 def _drop_empty(outputs: dict[str, Any], *keys: str) -> None:

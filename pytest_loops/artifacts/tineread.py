@@ -16,16 +16,13 @@ from typing import Any
 
 from pytest_loops.artifacts.provenance import (
     CHECK_TOOL,
-    ITERATION_DIR,
     ITERATION_TOOL,
     MIN_HMAC_KEY_BYTES,
     REVISE_TOOL,
     SCHEMA_V1,
-    expand_lesson,
-    expand_time_ms,
     one_line,
-    output_path,
 )
+from pytest_loops.artifacts.tineshape import ITERATION_DIR, expand_lesson, expand_time_ms, output_path
 from pytest_loops.limits import MAX_RUN_BYTES, MiB
 
 # --------------------------------------------------------------------------- verifying
