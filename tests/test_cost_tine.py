@@ -156,3 +156,32 @@ def test_writes_from_two_threads_at_once_leave_opentine_as_found(tmp_path):
         assert ok, message
     for step in steps_of(tmp_path / "b-2.tine"):
         assert SECRET not in str(step.outputs)
+
+
+def test_opentine_leaves_a_hex_digest_as_it_is_so_the_writer_need_not_scan_one():
+    """The writer does not give opentine's redaction the digests of a write (step
+    ids, output digests, state hashes): this pins that it would leave them as they
+    are. Should opentine start to change them, this fails and the skip must go."""
+    import hashlib
+
+    from opentine.redaction import redact_text
+
+    for i in range(200):
+        digest = hashlib.sha256(f"output {i}".encode()).hexdigest()
+        assert redact_text(digest) == digest
+        assert redact_text("sha256:" + digest) == "sha256:" + digest
+
+
+def test_only_the_digests_of_the_write_skip_the_scan(tmp_path, monkeypatch):
+    from opentine import Run, redaction
+
+    seen: list[str] = []
+    real = redaction.redact_text
+    monkeypatch.setattr(redaction, "redact_text", lambda v: seen.append(v) or real(v))
+    hexy = "ab" * 32  # a tail that merely looks like a digest is scanned
+    path = write_tine(make_result(3, tail=hexy), tmp_path / "run.tine")
+    steps = Run.load(path).steps
+    digests = {part["output_digest"] for s in steps for part in parts_of(s.outputs or {})}
+    assert digests and not digests & set(seen)
+    assert not {s.id for s in steps} & set(seen)
+    assert hexy in seen and "h1" in seen  # a state hash that is no digest is scanned

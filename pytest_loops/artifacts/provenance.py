@@ -19,7 +19,7 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -234,7 +234,7 @@ def write_tine(
         # Only then is the file read back and re-saved with the changed strings
         # masked line by line, so nothing else is lost.
         with _RedactionMemo() as memo:
-            _save(payloads, metadata, result.succeeded, tmp, sign_key, algorithm)
+            _save(payloads, metadata, result.succeeded, tmp, sign_key, algorithm, memo)
             for _ in range(_REFITS):
                 if memo.unchanged():
                     break
@@ -243,7 +243,7 @@ def write_tine(
                     break
                 payloads = _refit(payloads, stored, Run)
                 memo.reset_changes()
-                _save(payloads, metadata, result.succeeded, tmp, sign_key, algorithm)
+                _save(payloads, metadata, result.succeeded, tmp, sign_key, algorithm, memo)
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -373,6 +373,16 @@ class _RedactionMemo:
             self._patched = []
             self._active = False
             self._lock.release()
+
+    def known_clean(self, values: Iterable[Any]) -> None:
+        """Strings that are sha256 digests in lowercase hex (opentine's step ids, the
+        outputs' digests and state hashes of this write) are not scanned: a digest
+        holds no secret, opentine's redaction leaves them as they are
+        (tests/test_cost_tine.py pins it), and each costs it about 0.1 ms."""
+        cache = self._cache
+        for value in values:
+            if isinstance(value, str) and _HEX_DIGEST.match(value):
+                cache.setdefault(value, value)
 
     def unchanged(self) -> bool:
         return self._active and not self._changed
@@ -624,7 +634,7 @@ def output_digest(output_file: str | None, tail: str, known: str | None) -> str:
 
 
 def _save(payloads: list[Payload], metadata: dict[str, Any], succeeded: bool, target: Path,
-          sign_key: Any, algorithm: str) -> None:
+          sign_key: Any, algorithm: str, memo: _RedactionMemo | None = None) -> None:
     from opentine import Run, RunStatus
 
     run = Run(metadata=metadata, tags=["pytest-loops", str(metadata.get("verdict", "")).lower()])
@@ -633,11 +643,31 @@ def _save(payloads: list[Payload], metadata: dict[str, Any], succeeded: bool, ta
         # the step holds its own copy: the payload shares it, so only one is kept
         if step is not None and step.inputs == inputs and step.outputs == outputs:
             payloads[index] = (kind, step.inputs, step.outputs, duration, tool_info)
+    if memo is not None:
+        memo.known_clean([run.id, *(step.id for step in run.steps)])
+        memo.known_clean(_digests(payloads))
     run.status = RunStatus.completed if succeeded else RunStatus.failed
     if sign_key is None:
         run.save(target)
     else:
         run.save(target, sign_key=sign_key, sign_algorithm=algorithm)
+
+
+_HEX_DIGEST = re.compile(r"\A(?:sha256:)?[0-9a-f]{64}\Z")
+
+
+def _digests(payloads: list[Payload]) -> list[Any]:
+    """The digests the steps hold: the spec's, and per iteration its checks' and
+    revise step's output digests and its state hash."""
+    found = []
+    for _, _, outputs, _, tool_info in payloads:
+        found.append(outputs.get("spec_digest"))  # the start step's
+        if (tool_info or {}).get("name") != ITERATION_TOOL:
+            continue
+        found.append(outputs.get("state_hash"))
+        for part in [*outputs.get("checks", ()), outputs.get("revise") or {}]:
+            found.append(part.get("output_digest"))
+    return found
 
 
 def _bodies(payloads: list[Payload]) -> list[dict[str, Any]]:
