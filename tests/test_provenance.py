@@ -670,7 +670,8 @@ def engine_shaped(iterations: int, tmp_path: Path, *, name: str = "fix parser") 
         record.lesson = f"- 2026-12-03T14:40:{i:02d}Z {name} iter {i}: exit 1, state moved: assert {i} == 2."
         check = record.checks[1]
         record.checks[1] = CheckResult(name=check.name, kind=check.kind, passed=False, exit_code=1,
-                                       duration_s=1.0, output_tail="", output_file=str(folder / "check-2.out"))
+                                       duration_s=1.0, output_tail="", output_file=str(folder / "check-2.out"),
+                                       reason="exit 1")
         if record.revise_exit is not None:
             record.revise_output_file = str(folder / "revise.out")
     return result
@@ -683,7 +684,9 @@ def test_times_lessons_and_output_files_are_compact_in_the_file_and_exact_when_r
     assert first["started_at_ms"] == 1796308801007
     assert (first["lesson"], first["lesson_at_s"]) == ("exit 1, state moved: assert 1 == 2.", 1796308801)
     assert first["checks"][1]["output_name"] == "check-2.out" and first["revise"]["output_name"] == "revise.out"
+    assert "reason" not in first["checks"][1]  # "exit 1": what the exit code says
     summary = load_tine_summary(path)
+    assert [c["reason"] for c in summary["iterations"][0]["checks"]] == ["", "exit 1"]
     for record, read in zip(result.iterations, summary["iterations"], strict=True):
         assert read["started_at"] == record.started_at
         assert read["lesson"] == record.lesson

@@ -557,13 +557,14 @@ def _check_entry(check: CheckResult, declared: tuple[str, str | None] | None, fo
         # a passing check's output is its digest alone: no reader shows it, and each
         # distinct tail costs opentine's redaction about a millisecond
         "tail": "" if check.passed else file_tail(check.output_file, check.output_tail, scrub=scrub),
-        "reason": check.reason,
         "runs": check.runs if check.runs != 1 else None,
         "timed_out": bool(check.timed_out),
         "needs_human": bool(check.needs_human),
     }
     entry.update(compact_output(check.output_file, folder))
-    _drop_empty(entry, "tail", "reason", "runs", "timed_out", "needs_human")
+    _drop_empty(entry, "tail", "runs", "timed_out", "needs_human")
+    if check.reason != ("" if check.passed else f"exit {check.exit_code}"):  # else the reader's default
+        entry["reason"] = check.reason
     kind, command = declared or ("", None)
     if check.kind != kind or declared is None:
         entry["kind"] = check.kind

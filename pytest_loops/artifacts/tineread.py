@@ -260,6 +260,8 @@ def _iteration_from_step(arguments: Mapping[str, Any], outputs: Mapping[str, Any
         check = _check_from_step({"name": name}, {"kind": spec_check.get("kind", "command"),
                                                   "command": spec_check.get("command"), **entry}, entry)
         check["output_file"] = output_path(entry, run_dir, number, layout)
+        if "reason" not in entry:
+            check["reason"] = "" if check["passed"] else f"exit {check['exit_code']}"
         record["checks"].append(check)
     revise = outputs.get("revise")
     if isinstance(revise, Mapping):

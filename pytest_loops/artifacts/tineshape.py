@@ -59,13 +59,16 @@ def output_path(outputs: Mapping[str, Any], run_dir: Any, iteration: int,
 
 
 _ISO_MS = re.compile(r"\A(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.(\d{3})Z\Z")
-_LESSON = re.compile(r"\A- (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) (.*) iter (\d+): ", re.DOTALL)
+_LESSON = re.compile(r"\A- (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)Z (.*) iter (\d+): ", re.DOTALL)
 
 
-def _epoch(stamp: str, layout: str) -> int | None:
+def _epoch(stamp: str) -> int | None:
+    """Seconds since the epoch of a UTC `YYYY-MM-DDTHH:MM:SS` (a day that does not
+    exist gives a wrong number, which the caller's round trip then refuses)."""
     try:
-        return calendar.timegm(time.strptime(stamp, layout))
-    except (ValueError, OverflowError):
+        date, clock = stamp.split("T")
+        return calendar.timegm((*map(int, date.split("-")), *map(int, clock.split(":")), 0, 0, 0))
+    except (ValueError, OverflowError, TypeError):
         return None
 
 
@@ -73,7 +76,7 @@ def compact_started(text: Any) -> dict[str, Any]:
     """``{"started_at_ms": epoch milliseconds}`` when that gives back ``text``
     exactly (the engine's `...T12:00:00.123Z`), else ``{"started_at": text}``."""
     match = _ISO_MS.match(text) if isinstance(text, str) else None
-    seconds = _epoch(match.group(1), "%Y-%m-%dT%H:%M:%S") if match else None
+    seconds = _epoch(match.group(1)) if match else None
     if match and seconds is not None:
         ms = seconds * 1000 + int(match.group(2))
         if expand_time_ms(ms) == text:
@@ -96,7 +99,7 @@ def compact_lesson(lesson: str, loop_name: str, iteration: int) -> dict[str, Any
     seconds, when those give it back exactly; else the line as it is."""
     match = _LESSON.match(lesson)
     if match and match.group(2) == loop_name and match.group(3) == str(iteration):
-        seconds = _epoch(match.group(1), "%Y-%m-%dT%H:%M:%SZ")
+        seconds = _epoch(match.group(1))
         if seconds is not None:
             words = lesson[match.end():]
             if expand_lesson(words, seconds, loop_name, iteration) == lesson:
