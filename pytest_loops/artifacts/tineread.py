@@ -157,7 +157,8 @@ def _summary_from_steps(steps: list[Any], metadata: Mapping[str, Any], *,
         if kind == "think" and "spec" in outputs and not start:
             start = outputs
         elif kind == "tool" and (step.tool_info or {}).get("name") == ITERATION_TOOL:
-            record = _iteration_from_step(inputs.get("arguments") or {}, outputs, start)
+            record = _iteration_from_step(inputs.get("arguments") or {},
+                                          {"duration_s": step.duration, **outputs}, start)
             iterations[record["iter"]] = record
             if record["lesson"]:
                 lessons.append(record["lesson"])
