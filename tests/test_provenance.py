@@ -667,6 +667,7 @@ def engine_shaped(iterations: int, tmp_path: Path, *, name: str = "fix parser") 
         (folder / "revise.out").write_text("edited\n")
         record.started_at = f"2026-12-03T14:40:{i:02d}.{i * 7:03d}Z"
         record.state_hash = "sha256:" + hashlib.sha256(f"state {i}".encode()).hexdigest()
+        record.guards_seen = {"iteration": f"{i}/{iterations}", "elapsed_s": float(i), "budget_left_s": 800.0 - i}
         record.lesson = f"- 2026-12-03T14:40:{i:02d}Z {name} iter {i}: exit 1, state moved: assert {i} == 2."
         check = record.checks[1]
         record.checks[1] = CheckResult(name=check.name, kind=check.kind, passed=False, exit_code=1,
@@ -687,6 +688,8 @@ def test_times_lessons_and_output_files_are_compact_in_the_file_and_exact_when_r
     assert "reason" not in first["checks"][1]  # "exit 1": what the exit code says
     summary = load_tine_summary(path)
     assert [c["reason"] for c in summary["iterations"][0]["checks"]] == ["", "exit 1"]
+    assert "iteration" not in first["guards_seen"] and first["guards_saw_iteration"] is True
+    assert [r["guards_seen"] for r in summary["iterations"]] == [r.guards_seen for r in result.iterations]
     for record, read in zip(result.iterations, summary["iterations"], strict=True):
         assert read["started_at"] == record.started_at
         assert read["lesson"] == record.lesson
@@ -702,6 +705,7 @@ def test_what_has_no_compact_form_is_recorded_as_it_is(tmp_path):
     first.lesson = "- 2026-12-03T14:40:01Z another loop iter 1: exit 1."  # another loop's name
     second.lesson = "- 2026-12-03T14:40:02Z fix parser iter 7: exit 1."  # another iteration
     second.started_at = "2026-02-30T00:00:00.000Z"  # no such day
+    second.guards_seen["iteration"] = "2/9"  # not this loop's cap
     elsewhere = tmp_path / "elsewhere.out"
     elsewhere.write_text("E   boom\n")
     first.checks[1] = CheckResult(name=first.checks[1].name, kind="pytest", passed=False, exit_code=1,
@@ -718,6 +722,8 @@ def test_what_has_no_compact_form_is_recorded_as_it_is(tmp_path):
     assert summary["lessons"] == [first.lesson, second.lesson]
     assert summary["iterations"][0]["checks"][1]["output_file"] == str(elsewhere)
     assert summary["iterations"][0]["revise_output_file"] == first.revise_output_file
+    assert steps_of(path)[2].outputs["guards_seen"]["iteration"] == "2/9"
+    assert summary["iterations"][1]["guards_seen"] == second.guards_seen
 
 
 def test_a_long_loop_gives_opentines_redaction_few_new_strings_per_iteration(tmp_path, monkeypatch):

@@ -521,6 +521,10 @@ def _iteration_step(record: IterationRecord, spec: LoopSpec,
         "guard": record.guard,
         "guards_seen": dict(record.guards_seen),
     }
+    if outputs["guards_seen"].get("iteration") == f"{n}/{spec.guards.max_iter}":
+        # the guards' `iteration: N/MAX`, a new string each iteration, as a flag
+        del outputs["guards_seen"]["iteration"]
+        outputs["guards_saw_iteration"] = True
     outputs.update(compact_started(record.started_at))
     if record.lesson:
         outputs.update(compact_lesson(record.lesson, spec.name, n))

@@ -244,6 +244,9 @@ def _iteration_from_step(arguments: Mapping[str, Any], outputs: Mapping[str, Any
     record = _empty_iteration(number)
     record.update({k: outputs[k] for k in _ITERATION_KEYS if k in outputs})
     record["passed"] = bool(record["passed"])
+    if outputs.get("guards_saw_iteration") is True:  # `N/MAX`, left out of the file
+        guards = (start.get("spec") or {}).get("guards") or {}
+        record["guards_seen"] = {**record["guards_seen"], "iteration": f"{number}/{guards.get('max_iter')}"}
     record["started_at"] = (expand_time_ms(outputs["started_at_ms"]) if "started_at_ms" in outputs
                             else outputs.get("started_at"))
     lesson = outputs.get("lesson")
