@@ -36,7 +36,7 @@ if "--source" in sys.argv[:-1]:  # an older build's package, for --baseline
 else:
     sys.path.insert(0, str(REPO))
 
-from pytest_loops.artifacts import provenance, tineread  # noqa: E402
+from pytest_loops.artifacts import provenance, tinememo, tineread  # noqa: E402
 from pytest_loops.results import CheckResult, IterationRecord, LoopResult  # noqa: E402
 from pytest_loops.spec import Check, Guards, LoopSpec  # noqa: E402
 from pytest_loops.verdict import Verdict  # noqa: E402
@@ -224,7 +224,7 @@ def main() -> int:
             if not memo:
                 provenance._save(payloads, metadata, False, out / "save.tine", None, "")
                 return
-            with provenance._RedactionMemo():
+            with tinememo.RedactionMemo():
                 provenance._save(payloads, metadata, False, out / "save.tine", None, "")
 
         save_s = median_time(lambda: save(True), repeat)

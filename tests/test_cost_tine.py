@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_loops.artifacts import provenance
+from pytest_loops.artifacts import tinememo
 from pytest_loops.artifacts.provenance import write_tine
 from pytest_loops.artifacts.tineread import load_tine_summary, verify_tine
 from pytest_loops.results import CheckResult, IterationRecord, LoopResult
@@ -114,7 +114,7 @@ def test_a_file_written_without_the_memo_reads_and_verifies_the_same(tmp_path, m
     result = make_result(3, tail=f"x\ntoken={SECRET}\ny")
     new = write_tine(result, tmp_path / "new.tine")
     with monkeypatch.context() as m:  # the writer as it was: every string scanned, read back
-        m.setattr(provenance._RedactionMemo, "_install", lambda self: self)
+        m.setattr(tinememo.RedactionMemo, "_install", lambda self: self)
         old = write_tine(result, tmp_path / "old.tine")
     for path in (old, new):
         ok, message = verify_tine(path)
