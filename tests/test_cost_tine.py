@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_loops.artifacts import provenance
+from pytest_loops.artifacts import tinememo
 from pytest_loops.artifacts.provenance import write_tine
 from pytest_loops.artifacts.tineread import load_tine_summary, verify_tine
 from pytest_loops.results import CheckResult, IterationRecord, LoopResult
@@ -45,13 +45,19 @@ def steps_of(path):
     return Run.load(path).steps
 
 
+def parts_of(outputs):
+    """An iteration step's checks and its revise step."""
+    return [*outputs.get("checks", []), *([outputs["revise"]] if "revise" in outputs else [])]
+
+
 def test_a_secret_in_several_steps_is_redacted_in_every_one_and_the_file_verifies(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENTINE_COMPRESS", "0")  # plain JSON: the bytes can be searched
     tail = f"first line\nsshkey: {SECRET}\nlast line"  # opentine's pattern, not our premask's
     path = write_tine(make_result(3, tail=tail), tmp_path / "run.tine")
     ok, message = verify_tine(path)
     assert ok, message
-    with_tails = [s.outputs["tail"] for s in steps_of(path) if "tail" in (s.outputs or {})]
+    with_tails = [part["tail"] for s in steps_of(path) for part in parts_of(s.outputs or {})
+                  if "tail" in part]
     assert len(with_tails) == 5  # three checks, two revise steps: the same string five times
     for stored in with_tails:
         assert SECRET not in stored
@@ -108,7 +114,7 @@ def test_a_file_written_without_the_memo_reads_and_verifies_the_same(tmp_path, m
     result = make_result(3, tail=f"x\ntoken={SECRET}\ny")
     new = write_tine(result, tmp_path / "new.tine")
     with monkeypatch.context() as m:  # the writer as it was: every string scanned, read back
-        m.setattr(provenance._RedactionMemo, "_install", lambda self: self)
+        m.setattr(tinememo.RedactionMemo, "_install", lambda self: self)
         old = write_tine(result, tmp_path / "old.tine")
     for path in (old, new):
         ok, message = verify_tine(path)
@@ -150,3 +156,32 @@ def test_writes_from_two_threads_at_once_leave_opentine_as_found(tmp_path):
         assert ok, message
     for step in steps_of(tmp_path / "b-2.tine"):
         assert SECRET not in str(step.outputs)
+
+
+def test_opentine_leaves_a_hex_digest_as_it_is_so_the_writer_need_not_scan_one():
+    """The writer does not give opentine's redaction the digests of a write (step
+    ids, output digests, state hashes): this pins that it would leave them as they
+    are. Should opentine start to change them, this fails and the skip must go."""
+    import hashlib
+
+    from opentine.redaction import redact_text
+
+    for i in range(200):
+        digest = hashlib.sha256(f"output {i}".encode()).hexdigest()
+        assert redact_text(digest) == digest
+        assert redact_text("sha256:" + digest) == "sha256:" + digest
+
+
+def test_only_the_digests_of_the_write_skip_the_scan(tmp_path, monkeypatch):
+    from opentine import Run, redaction
+
+    seen: list[str] = []
+    real = redaction.redact_text
+    monkeypatch.setattr(redaction, "redact_text", lambda v: seen.append(v) or real(v))
+    hexy = "ab" * 32  # a tail that merely looks like a digest is scanned
+    path = write_tine(make_result(3, tail=hexy), tmp_path / "run.tine")
+    steps = Run.load(path).steps
+    digests = {part["output_digest"] for s in steps for part in parts_of(s.outputs or {})}
+    assert digests and not digests & set(seen)
+    assert not {s.id for s in steps} & set(seen)
+    assert hexy in seen and "h1" in seen  # a state hash that is no digest is scanned

@@ -476,13 +476,17 @@ def edited_step(doc: dict[str, Any], kind: str, tool: str | None = None, failed:
 
 # Edits the fuzzers found that once crashed the .tine reader (exit 70).
 TINE_EDITS = {
-    "check arguments not an object": lambda doc: edited_step(doc, "tool", "check")["inputs"].update(
+    "iteration arguments not an object": lambda doc: edited_step(doc, "tool", "iteration")["inputs"].update(
         arguments="TIMEOUT"),
-    "check tail not a string": lambda doc: edited_step(doc, "tool", "check", failed=True)["outputs"].update(
+    "check tail not a string": lambda doc: edited_step(doc, "tool", "iteration")["outputs"]["checks"][0].update(
         tail=[[]]),
-    "iteration number null": lambda doc: next(
-        step for step in doc["graph"]["steps"].values()
-        if step["kind"] == "think" and "iteration" in step["outputs"])["outputs"].update(iteration=None),
+    "iteration number null": lambda doc: edited_step(doc, "tool", "iteration")["inputs"]["arguments"].update(
+        iteration=None),
+    "checks not a list": lambda doc: edited_step(doc, "tool", "iteration")["outputs"].update(checks="x"),
+    "a check not an object": lambda doc: edited_step(doc, "tool", "iteration")["outputs"].update(
+        checks=["x"]),
+    "check names and results do not pair": lambda doc: edited_step(doc, "tool", "iteration")[
+        "inputs"]["arguments"].update(checks=[]),
     "start artifacts not an object": lambda doc: next(
         step for step in doc["graph"]["steps"].values()
         if step["kind"] == "think" and "spec" in step["outputs"])["outputs"].update(artifacts="x"),
@@ -493,10 +497,25 @@ TINE_EDITS = {
 }
 
 
-@pytest.mark.parametrize("edit", list(TINE_EDITS))
-def test_an_edited_tine_is_refused_in_one_line_and_fails_verify(tmp_path, corpus, edit):
-    doc = tine_json(corpus["tine"])
-    TINE_EDITS[edit](doc)
+# The same on a file of the first shape (a step per check, guard decision and revise).
+TINE_V1 = Path(__file__).with_name("tinefiles") / "schema1.tine"
+TINE_V1_EDITS = {
+    "check arguments not an object": lambda doc: edited_step(doc, "tool", "check")["inputs"].update(
+        arguments="TIMEOUT"),
+    "check tail not a string": lambda doc: edited_step(doc, "tool", "check", failed=True)["outputs"].update(
+        tail=[[]]),
+    "iteration number null": lambda doc: next(
+        step for step in doc["graph"]["steps"].values()
+        if step["kind"] == "think" and "iteration" in step["outputs"])["outputs"].update(iteration=None),
+}
+EDITS = [*((name, "tine", edit) for name, edit in TINE_EDITS.items()),
+         *((f"first shape: {name}", "tine/1", edit) for name, edit in TINE_V1_EDITS.items())]
+
+
+@pytest.mark.parametrize(("edit", "source", "change"), EDITS, ids=[e[0] for e in EDITS])
+def test_an_edited_tine_is_refused_in_one_line_and_fails_verify(tmp_path, corpus, edit, source, change):
+    doc = tine_json(corpus["tine"] if source == "tine" else TINE_V1.read_bytes())
+    change(doc)
     path = tmp_path / "edited.tine"
     path.write_text(dump(doc), encoding="utf-8")
     with pytest.raises(LoopUsageError) as info:

@@ -129,27 +129,40 @@ RUNLOG_KEYS = [
 ]
 
 
-def test_steps_one_per_check_guard_revise_and_a_final_verdict(tmp_path):
+def test_one_step_per_iteration_between_a_start_and_a_verdict_step(tmp_path):
     path = Path(write_tine(make_result(3), tmp_path / "run.tine"))
     steps = steps_of(path)
-    kinds = [s.kind.value for s in steps]
-    # start, then per iteration: 2 checks, 1 guard decision, 1 revise (not after the last)
-    assert kinds == ["think"] + ["tool", "tool", "think", "tool"] * 2 + ["tool", "tool", "think", "done"]
-    check = steps[1]
-    assert check.inputs["name"] == '"make lint" passes'
-    assert check.inputs["arguments"] == {"iteration": 1, "index": 0, "kind": "command",
-                                         "command": "make lint"}
-    assert steps[2].inputs["arguments"]["node_id"] == "tests/test_p.py::test_parse"
-    assert set(steps[2].outputs) >= {"exit_code", "passed", "duration_s", "output_digest", "tail"}
-    guard = steps[3]
-    assert guard.inputs["text"].startswith("iteration 1: no guard fired")
-    assert "1/2 checks pass" in guard.inputs["text"]
-    assert "budget_left_s=800.0" in guard.inputs["text"]
-    assert steps[-2].inputs["text"].startswith("iteration 3: guard max_iter stops the loop")
+    assert [s.kind.value for s in steps] == ["think", "tool", "tool", "tool", "done"]
+    assert steps[0].outputs["schema"] == "pytest-loops.tine/2"
+    assert {s.tool_info["name"] for s in steps[1:4]} == {"iteration"}
+    assert steps[1].inputs == {"name": "iteration", "arguments": {
+        "iteration": 1, "checks": ['"make lint" passes', 'the test "tests/test_p.py::test_parse" passes'],
+        "revise": "./agent.sh"}}
+    assert "revise" not in steps[3].inputs["arguments"]  # no revise after the last iteration
+    first = steps[1].outputs
+    lint, parse = first["checks"]
+    assert lint["passed"] is True and lint["exit_code"] == 0
+    assert "tail" not in lint  # a passing check's output is its digest alone
+    assert not {"kind", "command", "node_id"} & (set(lint) | set(parse))  # as the spec declares them
+    assert set(parse) >= {"exit_code", "passed", "duration_s", "output_digest", "tail"}
+    assert first["revise"]["exit_code"] == 0 and first["revise"]["tail"] == "edited src/parser.py"
+    assert "revise" not in steps[3].outputs
+    assert first["decision"] == "no guard fired, loop goes on; 1/2 checks pass; state changed; revise exit 0"
+    assert first["guards_seen"] == {"max_iter": 3, "budget_left_s": 800.0}
+    assert steps[3].outputs["decision"].startswith("guard max_iter stops the loop")
+    assert steps[3].outputs["guard"] == "max_iter"
+    assert steps[1].duration == 2.0
     done = steps[-1]
     assert done.outputs["verdict"] == "MAX_ITER"
     assert done.outputs["reason"] == "the iteration cap was reached"
     assert all(isinstance(s.outputs, dict) for s in steps)
+
+
+def check_outputs(path, iteration: int = 1, index: int = 1) -> dict:
+    """What the step of iteration ``iteration`` holds for its check number ``index``."""
+    step = [s for s in steps_of(Path(path))
+            if (s.inputs.get("arguments") or {}).get("iteration") == iteration][0]
+    return step.outputs["checks"][index]
 
 
 def test_verdict_lives_in_a_step_not_only_in_metadata(tmp_path, monkeypatch):
@@ -187,12 +200,12 @@ def test_output_digest_covers_the_full_output_file(tmp_path):
     record.checks[1] = CheckResult(name=record.checks[1].name, kind="pytest", passed=False,
                                    exit_code=1, duration_s=1.0, output_tail="E   the end",
                                    output_file=str(full))
-    steps = steps_of(Path(write_tine(result, tmp_path / "run.tine")))
-    check = steps[2].outputs
+    path = write_tine(result, tmp_path / "run.tine")
+    check = check_outputs(path)
     assert check["output_digest"] == "sha256:" + hashlib.sha256(full.read_bytes()).hexdigest()
     assert check["tail"].endswith("E   the end")
     assert check["tail"].count("\n") < 25  # a short tail, the rest stays in our file
-    no_file = steps[1].outputs  # "lint ok", no output file: the tail is digested
+    no_file = check_outputs(path, index=0)  # "lint ok", no output file: the tail is digested
     assert no_file["output_digest"] == "sha256:" + hashlib.sha256(b"lint ok").hexdigest()
 
 
@@ -233,9 +246,26 @@ def test_identical_iterations_never_collapse(tmp_path):
     result = make_result(4, identical=True)
     path = Path(write_tine(result, tmp_path / "run.tine"))
     steps = steps_of(path)
-    assert len(steps) == 1 + 4 * 3 + 3 + 1  # start, checks+guard per iteration, 3 revises, done
+    assert len(steps) == 1 + 4 + 1  # start, one per iteration, done
     assert len({s.id for s in steps}) == len(steps)
     assert [it["iter"] for it in load_tine_summary(path)["iterations"]] == [1, 2, 3, 4]
+
+
+def test_a_check_the_spec_does_not_declare_keeps_its_kind_and_command(tmp_path):
+    result = make_result(1)
+    record = result.iterations[0]
+    record.checks.append(CheckResult(name="extra", kind="pytest", passed=True, exit_code=0, duration_s=0.1,
+                                     command="pytest -x"))
+    lint = record.checks[0]
+    record.checks[0] = CheckResult(name=lint.name, kind="human", passed=False, exit_code=None,
+                                   duration_s=0.0, command=None, needs_human=True)
+    summary = load_tine_summary(write_tine(result, tmp_path / "run.tine"))
+    checks = summary["iterations"][0]["checks"]
+    assert [(c["name"], c["kind"], c["command"]) for c in checks] == [
+        ('"make lint" passes', "human", None),
+        ('the test "tests/test_p.py::test_parse" passes', "pytest", None),
+        ("extra", "pytest", "pytest -x")]
+    assert checks[0]["needs_human"] is True and checks[0]["exit_code"] is None
 
 
 def test_two_checks_with_one_name_stay_two_steps(tmp_path):
@@ -262,7 +292,7 @@ MULTILINE = "\n".join([
 
 def test_secret_looking_lines_are_masked_by_us_and_nothing_after_them_is_lost(tmp_path):
     path = Path(write_tine(make_result(1, tail=MULTILINE), tmp_path / "run.tine"))
-    stored = steps_of(path)[2].outputs["tail"]
+    stored = check_outputs(path)["tail"]
     assert stored == tail_text(MULTILINE)  # what we wrote is what the file holds
     for kept in ("test_parse FAILED", "line after the token", "KeyError: 'token'", "last line",
                  "E   assert parse('x') == 1"):
@@ -278,7 +308,7 @@ def test_what_opentine_would_still_cut_is_refitted_line_by_line(tmp_path):
     tail = "first line\nsshkey: abc123\nthird line\nfourth line"
     assert "sshkey: abc123" in premask(tail)
     path = Path(write_tine(make_result(1, tail=tail), tmp_path / "run.tine"))
-    stored = steps_of(path)[2].outputs["tail"]
+    stored = check_outputs(path)["tail"]
     assert stored == "first line\nsshkey [REDACTED]\nthird line\nfourth line"
     assert verify_tine(path)[0]
 
@@ -286,8 +316,8 @@ def test_what_opentine_would_still_cut_is_refitted_line_by_line(tmp_path):
 def test_private_key_blocks_are_masked_whole(tmp_path):
     tail = ("before\n-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\n\nMIIEabc+/=\n"
             "QUJD\n-----END RSA PRIVATE KEY-----\nafter")
-    stored = steps_of(Path(write_tine(make_result(1, tail=tail), tmp_path / "r.tine")))[2]
-    assert stored.outputs["tail"] == "before\n[REDACTED PRIVATE KEY]\nafter"
+    stored = check_outputs(write_tine(make_result(1, tail=tail), tmp_path / "r.tine"))
+    assert stored["tail"] == "before\n[REDACTED PRIVATE KEY]\nafter"
 
 
 def test_saved_once_when_nothing_needs_refitting(tmp_path, monkeypatch):
@@ -320,7 +350,7 @@ def test_plain_lines_survive_any_mix_of_secret_looking_lines(tmp_path, noise):
     path = Path(write_tine(make_result(1, tail=tail), tmp_path / "fuzz.tine"))
     ok, message = verify_tine(path)
     assert ok, message
-    stored = steps_of(path)[2].outputs["tail"]
+    stored = check_outputs(path)["tail"]
     window = tail_text(tail)
     for i in range(len(noise)):
         if f"keep-{i}\n" in window + "\n":
@@ -538,8 +568,8 @@ def test_a_digest_the_engine_already_computed_is_kept(tmp_path):
     result.iterations[0].checks[0] = CheckResult(
         name=first.name, kind="command", passed=True, exit_code=0, duration_s=0.1,
         output_tail="tail only", output_digest="abc123", output_file=str(tmp_path / "gone.txt"))
-    steps = steps_of(Path(write_tine(result, tmp_path / "run.tine")))
-    assert steps[1].outputs["output_digest"] == "sha256:abc123"
+    path = write_tine(result, tmp_path / "run.tine")
+    assert check_outputs(path, index=0)["output_digest"] == "sha256:abc123"
 
 
 def test_verify_refuses_two_keys_and_a_short_key(tmp_path):
@@ -581,3 +611,152 @@ def test_write_tine_is_whole_or_absent(tmp_path, monkeypatch):
     write_tine(make_result(), target)
     assert verify_tine(target)[0] is True
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.tine"]
+
+
+# --------------------------------------------------------------------------- the first shape, the compact forms
+
+SCHEMA1 = Path(__file__).with_name("tinefiles") / "schema1.tine"
+
+
+def test_a_file_of_the_first_shape_is_still_verified_read_shown_and_diffed(tmp_path):
+    """tests/tinefiles/schema1.tine was written by the first shape's writer (a step
+    per check, per guard decision and per revise) from ``make_result(3)``."""
+    old = tmp_path / "old.tine"
+    old.write_bytes(SCHEMA1.read_bytes())
+    ok, message = verify_tine(old)
+    assert ok and "(13 steps, verdict MAX_ITER)" in message, message
+    result = make_result(3)
+    result.iterations[0].revise_output_file = "runs/fix-parser/iter-001/revise.out"
+    new = Path(write_tine(result, tmp_path / "new.tine"))
+    assert len(steps_of(new)) == 5
+    was, now = load_tine_summary(old), load_tine_summary(new)
+    assert (was["schema"], now["schema"]) == ("pytest-loops.tine/1", "pytest-loops.tine/2")
+    for summary in (was, now):  # the first shape kept a passing check's tail too
+        for record in summary["iterations"]:
+            record["checks"][0]["output_tail"] = ""
+    assert {**was, "schema": None} == {**now, "schema": None}
+    assert was["lessons"] == ["lesson 1", "lesson 2", "lesson 3"]
+    assert was["iterations"][0]["revise_output_file"] == "runs/fix-parser/iter-001/revise.out"
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "pytest_loops", *args], capture_output=True, text=True,
+                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+    shown = cli("show", str(old))
+    assert shown.returncode == 0, shown.stderr
+    assert "verdict: MAX_ITER" in shown.stdout and "lesson 3" in shown.stdout
+    assert "E   assert 1 == 2" in shown.stdout  # the last failure's tail
+    assert shown.stdout == cli("show", str(new)).stdout
+    diffed = cli("diff", str(old), str(new))
+    assert diffed.returncode == 0, diffed.stderr
+    assert "runs are identical at loop level" in diffed.stdout
+
+
+def engine_shaped(iterations: int, tmp_path: Path, *, name: str = "fix parser") -> LoopResult:
+    """Times, lessons and output files as the engine writes them."""
+    result = make_result(iterations)
+    result.spec = LoopSpec(name=name, goal=result.spec.goal, revise=result.spec.revise,
+                           checks=result.spec.checks, guards=result.spec.guards)
+    run_dir = tmp_path / "runs" / "loop"
+    result.run_dir = str(run_dir)
+    for record in result.iterations:
+        i = record.iter
+        folder = run_dir / f"iter-{i:03d}"
+        folder.mkdir(parents=True)
+        (folder / "check-2.out").write_text(f"E   assert {i} == 2\n")
+        (folder / "revise.out").write_text("edited\n")
+        record.started_at = f"2026-12-03T14:40:{i:02d}.{i * 7:03d}Z"
+        record.state_hash = "sha256:" + hashlib.sha256(f"state {i}".encode()).hexdigest()
+        record.guards_seen = {"iteration": f"{i}/{iterations}", "elapsed_s": float(i), "budget_left_s": 800.0 - i}
+        record.lesson = f"- 2026-12-03T14:40:{i:02d}Z {name} iter {i}: exit 1, state moved: assert {i} == 2."
+        check = record.checks[1]
+        record.checks[1] = CheckResult(name=check.name, kind=check.kind, passed=False, exit_code=1,
+                                       duration_s=1.0, output_tail="", output_file=str(folder / "check-2.out"),
+                                       reason="exit 1")
+        if record.revise_exit is not None:
+            record.revise_output_file = str(folder / "revise.out")
+    return result
+
+
+def test_times_lessons_and_output_files_are_compact_in_the_file_and_exact_when_read(tmp_path):
+    result = engine_shaped(3, tmp_path)
+    path = Path(write_tine(result, tmp_path / "run.tine"))
+    first = steps_of(path)[1].outputs
+    assert first["started_at_ms"] == 1796308801007
+    assert (first["lesson"], first["lesson_at_s"]) == ("exit 1, state moved: assert 1 == 2.", 1796308801)
+    assert first["checks"][1]["output_name"] == "check-2.out" and first["revise"]["output_name"] == "revise.out"
+    assert "reason" not in first["checks"][1]  # "exit 1": what the exit code says
+    summary = load_tine_summary(path)
+    assert [c["reason"] for c in summary["iterations"][0]["checks"]] == ["", "exit 1"]
+    assert "iteration" not in first["guards_seen"] and first["guards_saw_iteration"] is True
+    assert [r["guards_seen"] for r in summary["iterations"]] == [r.guards_seen for r in result.iterations]
+    for record, read in zip(result.iterations, summary["iterations"], strict=True):
+        assert read["started_at"] == record.started_at
+        assert read["lesson"] == record.lesson
+        assert read["checks"][1]["output_file"] == record.checks[1].output_file
+        assert read["revise_output_file"] == record.revise_output_file
+    assert summary["lessons"] == [r.lesson for r in result.iterations]
+
+
+def test_what_has_no_compact_form_is_recorded_as_it_is(tmp_path):
+    result = engine_shaped(2, tmp_path)
+    first, second = result.iterations
+    first.started_at = "2026-12-03T14:40:01+00:00"  # another layout
+    first.lesson = "- 2026-12-03T14:40:01Z another loop iter 1: exit 1."  # another loop's name
+    second.lesson = "- 2026-12-03T14:40:02Z fix parser iter 7: exit 1."  # another iteration
+    second.started_at = "2026-02-30T00:00:00.000Z"  # no such day
+    second.guards_seen["iteration"] = "2/9"  # not this loop's cap
+    elsewhere = tmp_path / "elsewhere.out"
+    elsewhere.write_text("E   boom\n")
+    first.checks[1] = CheckResult(name=first.checks[1].name, kind="pytest", passed=False, exit_code=1,
+                                  duration_s=1.0, output_file=str(elsewhere))
+    first.revise_output_file = str(tmp_path / "runs" / "loop" / "iter-002" / "revise.out")  # not its own
+    path = Path(write_tine(result, tmp_path / "run.tine"))
+    stored = steps_of(path)[1].outputs
+    assert stored["started_at"] == first.started_at and "started_at_ms" not in stored
+    assert stored["lesson"] == first.lesson and "lesson_at_s" not in stored
+    assert stored["checks"][1]["output_file"] == str(elsewhere)
+    assert stored["revise"]["output_file"] == first.revise_output_file
+    summary = load_tine_summary(path)
+    assert [r["started_at"] for r in summary["iterations"]] == [first.started_at, second.started_at]
+    assert summary["lessons"] == [first.lesson, second.lesson]
+    assert summary["iterations"][0]["checks"][1]["output_file"] == str(elsewhere)
+    assert summary["iterations"][0]["revise_output_file"] == first.revise_output_file
+    assert steps_of(path)[2].outputs["guards_seen"]["iteration"] == "2/9"
+    assert summary["iterations"][1]["guards_seen"] == second.guards_seen
+
+
+def test_a_long_loop_gives_opentines_redaction_few_new_strings_per_iteration(tmp_path, monkeypatch):
+    """opentine's save-time redaction costs per character of each distinct string:
+    an iteration adds what truly differs, not its times, its output files' paths,
+    its lesson's time stamp or a digest."""
+    from opentine import redaction
+
+    def scanned(iterations: int) -> set[str]:
+        seen: set[str] = set()
+        real = redaction.redact_text
+        with monkeypatch.context() as m:
+            m.setattr(redaction, "redact_text", lambda value: seen.add(value) or real(value))
+            write_tine(engine_shaped(iterations, tmp_path / str(iterations)), tmp_path / f"{iterations}.tine")
+        return seen
+
+    few, many = scanned(5), scanned(25)
+    # per iteration, what differs in this loop: the failing check's tail, the lesson's
+    # words (the step's id, the output digests and the state hash are digests: not scanned)
+    assert len(many) - len(few) == 20 * 2
+    assert not [s for s in many if "T14:40:" in s or "iter-0" in s or s.startswith("- ")]
+    assert not [s for s in many if len(s.removeprefix("sha256:")) == 64 and "_" not in s]
+
+
+def test_a_compact_lesson_keeps_secrets_out(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENTINE_COMPRESS", "0")
+    monkeypatch.setenv("LOOP_NAME_TOKEN", SECRET)
+    result = engine_shaped(2, tmp_path, name=f"loop {SECRET}")
+    result.iterations[0].lesson = (f"- 2026-12-03T14:40:01Z loop {SECRET} iter 1: "
+                                   f"exit 1, state moved: printed {SECRET}.")
+    path = Path(write_tine(result, tmp_path / "run.tine"))
+    assert SECRET not in path.read_text()
+    assert "lesson_at_s" in steps_of(path)[1].outputs
+    lessons = load_tine_summary(path)["lessons"]
+    assert lessons[0] == ("- 2026-12-03T14:40:01Z loop [REDACTED:LOOP_NAME_TOKEN] iter 1: exit 1, "
+                          "state moved: printed [REDACTED:LOOP_NAME_TOKEN].")

@@ -1,9 +1,11 @@
 """The `.tine` provenance file of a finished loop, and reading it back.
 
-One opentine run per loop: a start step (the spec), one tool step per check run,
-one think step per guard decision, one tool step per revise, and a done step
-with the verdict and reason. Steps are covered by opentine's integrity digest;
-run metadata is not, so everything a reader must trust lives in steps.
+One opentine run per loop: a start step (the spec), one step per iteration (its
+checks, the guards' decision, its revise step) and a done step with the verdict
+and reason. Steps are covered by opentine's integrity digest; run metadata is
+not, so everything a reader must trust lives in steps. Files of the first shape
+(`pytest-loops.tine/1`: a step per check, per guard decision and per revise) are
+still read (:mod:`pytest_loops.artifacts.tineread`).
 
 opentine costs 150-250 ms to import, so it is imported inside the functions that
 need it, never when this module is imported.
@@ -16,20 +18,30 @@ import math
 import os
 import re
 import tempfile
-import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_loops.artifacts.tinememo import RedactionMemo
+from pytest_loops.artifacts.tineshape import (
+    ITERATION_DIR,
+    compact_lesson,
+    compact_output,
+    compact_started,
+    iteration_folder,
+)
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.redact import make_redactor, strip_control
 from pytest_loops.results import CheckResult, IterationRecord, LoopResult
+from pytest_loops.spec import LoopSpec
 
 Scrub = Callable[[str], str]
 
-SCHEMA = "pytest-loops.tine/1"
+SCHEMA = "pytest-loops.tine/2"
+SCHEMA_V1 = "pytest-loops.tine/1"  # a step per check, guard decision and revise
 MIN_HMAC_KEY_BYTES = 16
-CHECK_TOOL = "check"
+ITERATION_TOOL = "iteration"
+CHECK_TOOL = "check"  # the first shape's steps
 REVISE_TOOL = "revise"
 _REFITS = 2  # re-saves allowed when opentine's redaction changed what was written
 
@@ -221,8 +233,8 @@ def write_tine(
         # tails are most of a run), and the memo tells whether it changed anything.
         # Only then is the file read back and re-saved with the changed strings
         # masked line by line, so nothing else is lost.
-        with _RedactionMemo() as memo:
-            _save(payloads, metadata, result.succeeded, tmp, sign_key, algorithm)
+        with RedactionMemo() as memo:
+            _save(payloads, metadata, result.succeeded, tmp, sign_key, algorithm, memo)
             for _ in range(_REFITS):
                 if memo.unchanged():
                     break
@@ -231,142 +243,12 @@ def write_tine(
                     break
                 payloads = _refit(payloads, stored, Run)
                 memo.reset_changes()
-                _save(payloads, metadata, result.succeeded, tmp, sign_key, algorithm)
+                _save(payloads, metadata, result.succeeded, tmp, sign_key, algorithm, memo)
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return str(target)
-
-
-class _RedactionMemo:
-    """opentine's save-time redaction, each distinct string scanned once, for one write.
-
-    ``redact_text`` is a pure function of its string, so a dict in front of it
-    changes no output. The wrappers also note whether redaction changed anything
-    (a changed string, or the field walk replacing a secret-named field): when
-    nothing changed, the saved steps are exactly the payloads and need no reading
-    back. Should opentine's internals move, the memo steps aside and
-    ``unchanged()`` answers False, so the file is read back and checked as before.
-    """
-
-    def __init__(self) -> None:
-        self._cache: dict[str, str] = {}
-        self._patched: list[tuple[Any, str, Any]] = []
-        self._changed = False
-        self._active = False
-
-    # opentine's module functions are swapped for the write: one write at a time in
-    # a process, so two loops saving at once never restore each other's wrappers
-    _lock = threading.Lock()
-
-    def __enter__(self) -> _RedactionMemo:
-        self._lock.acquire()
-        try:
-            return self._install()
-        except BaseException:
-            self.__exit__()
-            raise
-
-    def _install(self) -> _RedactionMemo:
-        try:
-            from opentine import _graph_serde, redaction
-        except ImportError:  # pragma: no cover - another opentine layout
-            return self
-        text_fn = getattr(redaction, "redact_text", None)
-        walk_fn = getattr(_graph_serde, "_redact", None)
-        if not callable(text_fn) or not callable(walk_fn) or not callable(
-                getattr(_graph_serde, "redact_value", None)):
-            return self  # pragma: no cover - another opentine layout
-        cache = self._cache
-
-        def redact_text(value: str) -> str:
-            try:
-                return cache[value]
-            except KeyError:
-                pass
-            clean = text_fn(value)
-            if clean != value:
-                self._changed = True
-            else:
-                clean = value  # the same object: the redacted copy shares it
-            cache[value] = clean
-            return clean
-
-        def walk(value: Any, *args: Any, **kwargs: Any) -> Any:
-            out = walk_fn(value, *args, **kwargs)
-            if out != value:
-                self._changed = True
-                return out
-            return value  # equal: the copy is dropped at once (a save's peak memory)
-
-        def scrub_value(value: Any, *args: Any, **kwargs: Any) -> Any:
-            out = value_fn(value, *args, **kwargs)
-            return out if out != value else value
-
-        value_fn = _graph_serde.redact_value
-        self._patched = [(redaction, "redact_text", text_fn), (_graph_serde, "_redact", walk_fn),
-                         (_graph_serde, "redact_value", value_fn)]
-        redaction.redact_text = redact_text
-        _graph_serde._redact = walk
-        _graph_serde.redact_value = scrub_value
-        self._memo_field_names()
-        self._active = True
-        return self
-
-    def _memo_field_names(self) -> None:
-        """The field walk's name tests, once per distinct name (both pure)."""
-        try:
-            from opentine import _canon_redact as canon
-        except ImportError:  # pragma: no cover - another opentine layout
-            return
-        name_fn = getattr(canon, "_field_name", None)
-        secret_fn = getattr(canon, "_secret_field", None)
-        if not callable(name_fn) or not callable(secret_fn):
-            return  # pragma: no cover - another opentine layout
-        names: dict[str, str] = {}
-        secrets: dict[tuple[str, tuple[str, ...]], bool] = {}
-        seen: list[Any] = []  # the credential names the memo answers for
-
-        def field_name(value: Any) -> str:
-            if type(value) is not str:
-                return name_fn(value)
-            try:
-                return names[value]
-            except KeyError:
-                name = names[value] = name_fn(value)
-                return name
-
-        def secret_field(name: str, credential_names: Any, suffixes: tuple[str, ...]) -> bool:
-            if not seen:
-                seen.append(frozenset(credential_names))
-            elif credential_names != seen[0]:
-                return secret_fn(name, credential_names, suffixes)
-            key = (name, suffixes)
-            try:
-                return secrets[key]
-            except KeyError:
-                found = secrets[key] = secret_fn(name, credential_names, suffixes)
-                return found
-
-        self._patched += [(canon, "_field_name", name_fn), (canon, "_secret_field", secret_fn)]
-        canon._field_name = field_name
-        canon._secret_field = secret_field
-
-    def __exit__(self, *exc: Any) -> None:
-        try:
-            for module, name, original in reversed(self._patched):
-                setattr(module, name, original)
-        finally:
-            self._patched = []
-            self._active = False
-            self._lock.release()
-
-    def unchanged(self) -> bool:
-        return self._active and not self._changed
-
-    def reset_changes(self) -> None:
-        self._changed = False
 
 
 def _signing_key(hmac_key: bytes | None, ed25519_key_path: str | None) -> tuple[Any, str]:
@@ -435,16 +317,14 @@ Payload = tuple[str, dict[str, Any], dict[str, Any], float, "dict[str, Any] | No
 
 
 def _payloads(result: LoopResult, scrub: Scrub) -> list[Payload]:
-    """Every step of the run, as plain JSON-safe, env-redacted dicts."""
+    """Every step of the run, as plain JSON-safe, env-redacted dicts: a start step,
+    one step per iteration, the verdict step."""
     spec = result.spec
-    node_ids = {c.name: c.node_id for c in spec.checks}
+    declared = {c.name: (c.kind.value, c.command) for c in spec.checks}
+    run_dir = os.fspath(result.run_dir) if result.run_dir else None
     steps: list[Payload] = [_start_step(result)]
     for record in result.iterations:
-        for index, check in enumerate(record.checks):
-            steps.append(_check_step(record.iter, index, check, node_ids.get(check.name), scrub))
-        steps.append(_guard_step(record))
-        if record.revise_exit is not None or record.revise_duration_s is not None:
-            steps.append(_revise_step(record, spec.revise, scrub))
+        steps.append(_iteration_step(record, spec, declared, run_dir, scrub))
     steps.append(_done_step(result))
     memo: dict[str, str] = {}
     return [(kind, _jsonable(i, scrub, memo), _jsonable(o, scrub, memo), d, t)
@@ -462,54 +342,99 @@ def _start_step(result: LoopResult) -> Payload:
         "started_at": result.started_at,
         "log_path": result.log_path,
         "run_dir": result.run_dir,
+        "iteration_dir": ITERATION_DIR,
         "memory_page": result.memory_page,
         "artifacts": dict(result.artifacts),
     }
     return ("think", {"text": text}, outputs, 0.0, None)
 
 
-def _check_step(iteration: int, index: int, check: CheckResult, node_id: str | None,
-                scrub: Scrub) -> Payload:
-    arguments: dict[str, Any] = {"iteration": iteration, "index": index, "kind": check.kind}
-    if check.command:
-        arguments["command"] = check.command
-    if node_id:
-        arguments["node_id"] = node_id
-    outputs = {
-        "exit_code": check.exit_code,
-        "passed": bool(check.passed),
-        "duration_s": nonneg_seconds(check.duration_s),
-        "output_digest": output_digest(check.output_file, check.output_tail, check.output_digest),
-        "tail": file_tail(check.output_file, check.output_tail, scrub=scrub),
-        "output_file": check.output_file,
-        "reason": check.reason,
-        "runs": check.runs if check.runs != 1 else None,
-        "timed_out": bool(check.timed_out),
-        "needs_human": bool(check.needs_human),
-    }
-    _drop_empty(outputs, "output_file", "reason", "runs", "timed_out", "needs_human")
-    inputs = {"name": check.name, "arguments": arguments}
-    return ("tool", inputs, outputs, check.duration_s, {"name": CHECK_TOOL})
+def _iteration_step(record: IterationRecord, spec: LoopSpec,
+                    declared: Mapping[str, tuple[str, str | None]], run_dir: str | None,
+                    scrub: Scrub) -> Payload:
+    """One iteration in one tool step: its checks and its revise step (arguments:
+    the checks' names and the revise command; outputs: what each gave), and the
+    guards' decision.
 
-
-def _guard_step(record: IterationRecord) -> Payload:
-    outputs = {
-        "iteration": record.iter,
-        "started_at": record.started_at,
+    Only what differs from one iteration to the next is a new string (digests,
+    tails, the state hash): the iteration's time is a number, a lesson keeps its
+    words and loses its time stamp to a number, an output file in the iteration's
+    own directory is its file name. opentine's save-time redaction costs per
+    character of each distinct string, so that is most of what a .tine costs;
+    the rest is per value, so a value the reader knows otherwise is left out: a
+    field at its default, a check's kind and command as the spec declares them
+    (its node id is in the spec), the verify exit that the checks imply.
+    """
+    n = record.iter
+    folder = iteration_folder(run_dir, n)
+    outputs: dict[str, Any] = {
+        "decision": guard_text(record),
+        "checks": [_check_entry(check, declared.get(check.name), folder, scrub) for check in record.checks],
         "passed": bool(record.passed),
         "verify_exit": record.verify_exit,
-        "duration_s": nonneg_seconds(record.duration_s),
+        # the iteration's duration is the step's own
         "verify_duration_s": nonneg_seconds(record.verify_duration_s),
+        "elapsed_s": nonneg_seconds(record.elapsed_s),
         "state_hash": record.state_hash,
         "state_changed": record.state_changed,
         "unchanged_streak": record.unchanged_streak,
         "guard": record.guard,
         "guards_seen": dict(record.guards_seen),
-        "lesson": record.lesson,
-        "elapsed_s": nonneg_seconds(record.elapsed_s),
     }
-    _drop_empty(outputs, "verify_duration_s", "state_hash", "guard", "guards_seen", "lesson")
-    return ("think", {"text": guard_text(record)}, outputs, 0.0, None)
+    if outputs["guards_seen"].get("iteration") == f"{n}/{spec.guards.max_iter}":
+        # the guards' `iteration: N/MAX`, a new string each iteration, as a flag
+        del outputs["guards_seen"]["iteration"]
+        outputs["guards_saw_iteration"] = True
+    outputs.update(compact_started(record.started_at))
+    if record.lesson:
+        outputs.update(compact_lesson(record.lesson, spec.name, n))
+    if record.revise_exit is not None or record.revise_duration_s is not None:
+        revise: dict[str, Any] = {
+            "exit_code": record.revise_exit,
+            "duration_s": nonneg_seconds(record.revise_duration_s),
+            "output_digest": output_digest(record.revise_output_file, record.revise_tail, None),
+            "tail": file_tail(record.revise_output_file, record.revise_tail, scrub=scrub),
+        }
+        revise.update(compact_output(record.revise_output_file, folder))
+        _drop_empty(revise, "tail")
+        outputs["revise"] = revise
+    _drop_empty(outputs, "passed", "verify_duration_s", "state_hash", "unchanged_streak", "guard",
+                "guards_seen")
+    if outputs["state_changed"] is None:
+        del outputs["state_changed"]
+    if record.checks and record.verify_exit == (0 if all(c.passed for c in record.checks) else 1):
+        del outputs["verify_exit"]  # what the checks imply
+    arguments: dict[str, Any] = {"iteration": n, "checks": [check.name for check in record.checks]}
+    if "revise" in outputs:
+        arguments["revise"] = spec.revise
+    return ("tool", {"name": ITERATION_TOOL, "arguments": arguments}, outputs,
+            record.duration_s, {"name": ITERATION_TOOL})
+
+
+def _check_entry(check: CheckResult, declared: tuple[str, str | None] | None, folder: str | None,
+                 scrub: Scrub) -> dict[str, Any]:
+    entry: dict[str, Any] = {  # its name is in the step's arguments
+        "exit_code": check.exit_code,
+        "passed": bool(check.passed),
+        "duration_s": nonneg_seconds(check.duration_s),
+        "output_digest": output_digest(check.output_file, check.output_tail, check.output_digest),
+        # a passing check's output is its digest alone: no reader shows it, and each
+        # distinct tail costs opentine's redaction about a millisecond
+        "tail": "" if check.passed else file_tail(check.output_file, check.output_tail, scrub=scrub),
+        "runs": check.runs if check.runs != 1 else None,
+        "timed_out": bool(check.timed_out),
+        "needs_human": bool(check.needs_human),
+    }
+    entry.update(compact_output(check.output_file, folder))
+    _drop_empty(entry, "tail", "runs", "timed_out", "needs_human")
+    if check.reason != ("" if check.passed else f"exit {check.exit_code}"):  # else the reader's default
+        entry["reason"] = check.reason
+    kind, command = declared or ("", None)
+    if check.kind != kind or declared is None:
+        entry["kind"] = check.kind
+    if check.command != command or declared is None and check.command is not None:
+        entry["command"] = check.command
+    return entry
 
 
 def _drop_empty(outputs: dict[str, Any], *keys: str) -> None:
@@ -521,7 +446,12 @@ def _drop_empty(outputs: dict[str, Any], *keys: str) -> None:
 
 
 def guard_text(record: IterationRecord) -> str:
-    """One sentence: what the guards saw after this iteration's checks."""
+    """One sentence: what the guards decided after this iteration's checks.
+
+    The same words from one iteration to the next where nothing differs (the
+    iteration number, times and what the guards saw are fields of the step), so
+    a long loop gives opentine's redaction few distinct strings to scan.
+    """
     total = len(record.checks)
     passed = sum(1 for c in record.checks if c.passed)
     if record.state_changed is None:
@@ -530,29 +460,14 @@ def guard_text(record: IterationRecord) -> str:
         state = "state changed"
     else:
         state = f"state unchanged ({record.unchanged_streak} in a row)"
-    seen = ", ".join(f"{k}={_short(v)}" for k, v in sorted(record.guards_seen.items()))
     decision = f"guard {record.guard} stops the loop" if record.guard else (
         "all checks pass" if record.passed else "no guard fired, loop goes on")
     # The decision first: `tine show` cuts long text.
-    text = (f"iteration {record.iter}: {decision}; {passed}/{total} checks pass; {state}; "
-            f"{nonneg_seconds(record.elapsed_s):.1f}s elapsed")
-    return text + (f" (guards saw {seen})" if seen else "")
-
-
-def _revise_step(record: IterationRecord, command: str | None, scrub: Scrub) -> Payload:
-    outputs = {
-        "exit_code": record.revise_exit,
-        "duration_s": nonneg_seconds(record.revise_duration_s),
-        "output_digest": output_digest(record.revise_output_file, record.revise_tail, None),
-        "tail": file_tail(record.revise_output_file, record.revise_tail, scrub=scrub),
-        "output_file": record.revise_output_file,
-    }
-    inputs = {"name": REVISE_TOOL, "arguments": {"iteration": record.iter, "command": command}}
-    return ("tool", inputs, outputs, record.revise_duration_s or 0.0, {"name": REVISE_TOOL})
+    revised = "" if record.revise_exit is None else f"; revise exit {record.revise_exit}"
+    return f"{decision}; {passed}/{total} checks pass; {state}{revised}"
 
 
 def _done_step(result: LoopResult) -> Payload:
-    lessons = [r.lesson for r in result.iterations if r.lesson]
     outputs = {
         "verdict": result.verdict.value,
         "exit_code": result.exit_code,
@@ -561,7 +476,6 @@ def _done_step(result: LoopResult) -> Payload:
         "started_at": result.started_at,
         "ended_at": result.ended_at,
         "elapsed_s": nonneg_seconds(result.elapsed_s),
-        "lessons": lessons,
     }
     text = f"verdict {result.verdict.value} after {result.iterations_run} iterations: {result.reason}"
     return ("done", {"text": text}, outputs, 0.0, None)
@@ -584,15 +498,8 @@ def output_digest(output_file: str | None, tail: str, known: str | None) -> str:
     return "sha256:" + hashlib.sha256((tail or "").encode("utf-8", "replace")).hexdigest()
 
 
-def _short(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.1f}" if math.isfinite(value) else str(value)
-    text = str(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _save(payloads: list[Payload], metadata: dict[str, Any], succeeded: bool, target: Path,
-          sign_key: Any, algorithm: str) -> None:
+          sign_key: Any, algorithm: str, memo: RedactionMemo | None = None) -> None:
     from opentine import Run, RunStatus
 
     run = Run(metadata=metadata, tags=["pytest-loops", str(metadata.get("verdict", "")).lower()])
@@ -601,11 +508,28 @@ def _save(payloads: list[Payload], metadata: dict[str, Any], succeeded: bool, ta
         # the step holds its own copy: the payload shares it, so only one is kept
         if step is not None and step.inputs == inputs and step.outputs == outputs:
             payloads[index] = (kind, step.inputs, step.outputs, duration, tool_info)
+    if memo is not None:
+        memo.known_clean([run.id, *(step.id for step in run.steps)])
+        memo.known_clean(_digests(payloads))
     run.status = RunStatus.completed if succeeded else RunStatus.failed
     if sign_key is None:
         run.save(target)
     else:
         run.save(target, sign_key=sign_key, sign_algorithm=algorithm)
+
+
+def _digests(payloads: list[Payload]) -> list[Any]:
+    """The digests the steps hold: the spec's, and per iteration its checks' and
+    revise step's output digests and its state hash."""
+    found = []
+    for _, _, outputs, _, tool_info in payloads:
+        found.append(outputs.get("spec_digest"))  # the start step's
+        if (tool_info or {}).get("name") != ITERATION_TOOL:
+            continue
+        found.append(outputs.get("state_hash"))
+        for part in [*outputs.get("checks", ()), outputs.get("revise") or {}]:
+            found.append(part.get("output_digest"))
+    return found
 
 
 def _bodies(payloads: list[Payload]) -> list[dict[str, Any]]:

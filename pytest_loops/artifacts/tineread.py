@@ -16,11 +16,13 @@ from typing import Any
 
 from pytest_loops.artifacts.provenance import (
     CHECK_TOOL,
+    ITERATION_TOOL,
     MIN_HMAC_KEY_BYTES,
     REVISE_TOOL,
-    SCHEMA,
+    SCHEMA_V1,
     one_line,
 )
+from pytest_loops.artifacts.tineshape import ITERATION_DIR, expand_lesson, expand_time_ms, output_path
 from pytest_loops.limits import MAX_RUN_BYTES, MiB
 
 # --------------------------------------------------------------------------- verifying
@@ -139,9 +141,12 @@ def load_tine_summary(path: str | os.PathLike) -> dict[str, Any]:
 
 def _summary_from_steps(steps: list[Any], metadata: Mapping[str, Any], *,
                        integrity_ok: bool) -> dict[str, Any]:
+    """Both shapes: one step per iteration (`pytest-loops.tine/2`), and the first
+    one, a step per check, per guard decision and per revise (`/1`)."""
     start: dict[str, Any] = {}
     done: dict[str, Any] | None = None
     iterations: dict[int, dict[str, Any]] = {}
+    lessons: list[str] = []
 
     def iteration(number: int) -> dict[str, Any]:
         return iterations.setdefault(number, _empty_iteration(number))
@@ -151,6 +156,12 @@ def _summary_from_steps(steps: list[Any], metadata: Mapping[str, Any], *,
         inputs, outputs = step.inputs or {}, step.outputs or {}
         if kind == "think" and "spec" in outputs and not start:
             start = outputs
+        elif kind == "tool" and (step.tool_info or {}).get("name") == ITERATION_TOOL:
+            record = _iteration_from_step(inputs.get("arguments") or {},
+                                          {"duration_s": step.duration, **outputs}, start)
+            iterations[record["iter"]] = record
+            if record["lesson"]:
+                lessons.append(record["lesson"])
         elif kind == "think" and "iteration" in outputs:
             record = iteration(int(outputs["iteration"]))
             record.update({k: v for k, v in outputs.items() if k != "iteration"})
@@ -177,7 +188,7 @@ def _summary_from_steps(steps: list[Any], metadata: Mapping[str, Any], *,
         record["output_tail"] = "\n".join(c["output_tail"] for c in record["checks"]
                                           if not c["passed"] and c["output_tail"])
     return {
-        "schema": SCHEMA,
+        "schema": start.get("schema", SCHEMA_V1),
         "format": "tine",
         "integrity_ok": integrity_ok,
         "loop": spec.get("name", metadata.get("loop")),
@@ -198,7 +209,8 @@ def _summary_from_steps(steps: list[Any], metadata: Mapping[str, Any], *,
         "spec_digest": start.get("spec_digest"),
         "memory_page": start.get("memory_page") or spec.get("memory_page"),
         "lessons_read": [],
-        "lessons": list(done.get("lessons") or []),
+        # the first shape listed them in the verdict step; now each is in its iteration's step
+        "lessons": list(done["lessons"]) if "lessons" in done else lessons,
         "run_dir": start.get("run_dir"),
         "artifacts": dict(start.get("artifacts") or {}),
         "iterations": records,
@@ -215,6 +227,52 @@ def _empty_iteration(number: int) -> dict[str, Any]:
         "revise_duration_s": None, "revise_output_file": None, "revise_tail": "",
         "guard": None, "guards_seen": {}, "elapsed_s": 0.0,
     }
+
+
+_ITERATION_KEYS = ("passed", "verify_exit", "duration_s", "verify_duration_s", "state_hash",
+                   "state_changed", "unchanged_streak", "guard", "guards_seen", "elapsed_s")
+
+
+def _iteration_from_step(arguments: Mapping[str, Any], outputs: Mapping[str, Any],
+                         start: Mapping[str, Any]) -> dict[str, Any]:
+    """An iteration step (`pytest-loops.tine/2`) in the run log's iteration shape."""
+    number = int(arguments["iteration"])
+    names = arguments.get("checks") or []
+    entries = outputs.get("checks") or []
+    if not isinstance(names, list) or not isinstance(entries, list) or len(names) != len(entries):
+        raise ValueError(f"iteration {number}: its checks' names and results do not pair up")
+    record = _empty_iteration(number)
+    record.update({k: outputs[k] for k in _ITERATION_KEYS if k in outputs})
+    record["passed"] = bool(record["passed"])
+    if outputs.get("guards_saw_iteration") is True:  # `N/MAX`, left out of the file
+        guards = (start.get("spec") or {}).get("guards") or {}
+        record["guards_seen"] = {**record["guards_seen"], "iteration": f"{number}/{guards.get('max_iter')}"}
+    record["started_at"] = (expand_time_ms(outputs["started_at_ms"]) if "started_at_ms" in outputs
+                            else outputs.get("started_at"))
+    lesson = outputs.get("lesson")
+    if isinstance(lesson, str) and "lesson_at_s" in outputs:
+        lesson = expand_lesson(lesson, outputs["lesson_at_s"], (start.get("spec") or {}).get("name"),
+                               number)
+    record["lesson"] = lesson if isinstance(lesson, str) and lesson else None
+    run_dir, layout = start.get("run_dir"), start.get("iteration_dir", ITERATION_DIR)
+    # a check's kind and command are left out where they are what the spec declares
+    declared = {c.get("name"): c for c in (start.get("spec") or {}).get("checks") or []}
+    for name, entry in zip(names, entries, strict=True):
+        if not isinstance(entry, Mapping):
+            raise TypeError(f"iteration {number}: a check is {type(entry).__name__}, not an object")
+        spec_check = declared.get(name) or {}
+        check = _check_from_step({"name": name}, {"kind": spec_check.get("kind", "command"),
+                                                  "command": spec_check.get("command"), **entry}, entry)
+        check["output_file"] = output_path(entry, run_dir, number, layout)
+        if "reason" not in entry:
+            check["reason"] = "" if check["passed"] else f"exit {check['exit_code']}"
+        record["checks"].append(check)
+    revise = outputs.get("revise")
+    if isinstance(revise, Mapping):
+        record.update(revise_exit=revise.get("exit_code"), revise_duration_s=revise.get("duration_s"),
+                      revise_output_file=output_path(revise, run_dir, number, layout),
+                      revise_tail=revise.get("tail", ""))
+    return record
 
 
 def _check_from_step(inputs: Mapping[str, Any], arguments: Mapping[str, Any],
