@@ -20,7 +20,7 @@ from pytest_loops.pytest_plugin.state import ARTIFACTS_DIRNAME
 HEAVY = ("pytest_loops.core.engine", "pytest_loops.sources.loopfile", "pytest_loops.sources.yamlspec",
          "pytest_loops.sources.files", "pytest_loops.core.pluginmanager", "pytest_loops.pytest_plugin.fixloop",
          "pytest_loops.artifacts.finishers", "pytest_loops.pytest_plugin.items", "pytest_loops.results",
-         "yaml", "filelock", "opentine")
+         "pytest_loops.spec", "yaml", "filelock", "opentine")
 # all an unused plugin may import: its options and the settings table they come from
 UNUSED = {"pytest_loops", "pytest_loops.errors", "pytest_loops.limits", "pytest_loops.defaults", "pytest_loops.verdict",
           "pytest_loops.settings", "pytest_loops.core", "pytest_loops.core.hookspecs", "pytest_loops.pytest_plugin",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -40,8 +40,10 @@ from pytest_loops.pytest_plugin.terminal import (
     summary_rows,
 )
 from pytest_loops.settings import GUARD_KEYS
-from pytest_loops.spec import Check, CheckKind, LoopSpec
 from pytest_loops.verdict import EXIT_INTERNAL, EXIT_USAGE, Verdict
+
+if TYPE_CHECKING:
+    from pytest_loops.spec import LoopSpec
 
 # what a loop file's name ends with (sources.files.is_loop_file decides; this only spares
 # every other collected file the import of the loop readers)
@@ -221,6 +223,7 @@ class LoopSession(SessionState):
         if marker is None:
             return report
         from pytest_loops.results import CheckResult
+        from pytest_loops.spec import Check, CheckKind
 
         values = self.settings.with_layer("marker", marker_layer(marker, item.nodeid))
         check = Check.test_passes(item.nodeid, options={"pytest_args": self.child_args()})

@@ -26,11 +26,11 @@ from pytest_loops.pytest_plugin.options import (
 )
 from pytest_loops.pytest_plugin.terminal import live_write, settings_line
 from pytest_loops.settings import GUARD_KEYS, Resolved, spec_origin
-from pytest_loops.spec import Check, Guards, LoopSpec
 
 if TYPE_CHECKING:
     from pytest_loops.core.engine import Engine
     from pytest_loops.results import LoopResult
+    from pytest_loops.spec import Check, LoopSpec
 
 # context.ARTIFACTS_DIRNAME, named here so a session with nothing to loop never imports the engine
 ARTIFACTS_DIRNAME = ".pytest-loops"
@@ -161,6 +161,8 @@ class SessionState:
         return self.reproduce_command() + " --loop-resume"
 
     def spec_for(self, name: str, goal: str, checks: tuple[Check, ...], values: Resolved) -> LoopSpec:
+        from pytest_loops.spec import Guards, LoopSpec
+
         return LoopSpec(
             name=name, goal=goal, checks=checks, revise=values["revise"],
             guards=Guards(**{k: values[k] for k in GUARD_KEYS}),  # the settings table's guard rows

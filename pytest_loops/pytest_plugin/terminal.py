@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from pytest_loops.redact import MIN_SECRET_LENGTH, make_redactor, redact, secret_values, strip_control
-from pytest_loops.spec import LoopSpec
 
 if TYPE_CHECKING:
     from pytest_loops.results import IterationRecord, LoopResult
+    from pytest_loops.spec import LoopSpec
 
 hookimpl = pluggy.HookimplMarker("pytest")
 
