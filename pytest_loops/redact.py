@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from pytest_loops.errors import LoopUsageError
@@ -94,13 +94,14 @@ def export_masks(values: Iterable[str], where: str = "--mask",
     return restore
 
 
-# the environment last looked at (CPython's bytes dict) and its pairs: looked up again only
-# when the environment changed, pytest's per-test variable aside (not secret-named)
-_seen: list[Any] = [None, None]
+# the environment last looked at (CPython's bytes dict), its pairs and its redactor:
+# looked up again only when the environment changed, pytest's per-test variable
+# aside (it is set for every phase of every test, and its name is not secret-named)
+_seen: list[Any] = [None, (), None]
 _PER_TEST = "PYTEST_CURRENT_TEST"
 
 
-def _pairs(env: Mapping[str, str] | None) -> list[tuple[str, str]]:
+def _pairs(env: Mapping[str, str] | None) -> Sequence[tuple[str, str]]:
     """``secret_values(env)``; for this process's environment, remembered while it is unchanged
     (a C-level dict comparison instead of a walk that decodes every variable)."""
     data = getattr(os.environ, "_data", None) if env is None else None
@@ -115,13 +116,33 @@ def _pairs(env: Mapping[str, str] | None) -> list[tuple[str, str]]:
         else:
             seen.pop(key, None)
         if seen == data:
-            return list(_seen[1])
-    pairs = secret_values()
-    _seen[0], _seen[1] = dict(data), tuple(pairs)
-    return pairs
+            return _seen[1]
+    _seen[0], _seen[1], _seen[2] = dict(data), tuple(secret_values()), None
+    return _seen[1]
 
 
-def _apply(text: str, pairs: list[tuple[str, str]]) -> str:
+def anything_to_mask() -> bool:
+    """True when this process's environment holds a secret-named value or a mask."""
+    return bool(_pairs(None))
+
+
+def current_redactor() -> Callable[[str], str]:
+    """The redactor of this process's environment as it is now, made again only when
+    it changed (writers that mask once per write: the terminal's stream, reports)."""
+    pairs = _pairs(None)
+    if _seen[1] is pairs and _seen[2] is not None:
+        return _seen[2]
+    redactor = _redactor(pairs)
+    if _seen[1] is pairs:
+        _seen[2] = redactor
+    return redactor
+
+
+def _redactor(pairs: Sequence[tuple[str, str]]) -> Callable[[str], str]:
+    return lambda text: _apply(text, pairs)
+
+
+def _apply(text: str, pairs: Sequence[tuple[str, str]]) -> str:
     for value, marker in pairs:
         if value in text:
             text = text.replace(value, marker)
@@ -130,8 +151,7 @@ def _apply(text: str, pairs: list[tuple[str, str]]) -> str:
 
 def make_redactor(env: Mapping[str, str] | None = None) -> Callable[[str], str]:
     """``redact`` with the secrets looked up once: for writers that clean many strings."""
-    pairs = _pairs(env)
-    return lambda text: _apply(text, pairs)
+    return _redactor(_pairs(env))
 
 
 def redact(text: str, env: Mapping[str, str] | None = None) -> str:
@@ -150,7 +170,7 @@ def redact_obj(obj: Any, env: Mapping[str, str] | None = None) -> Any:
     return _walk(obj, pairs)
 
 
-def _walk(obj: Any, pairs: list[tuple[str, str]]) -> Any:
+def _walk(obj: Any, pairs: Sequence[tuple[str, str]]) -> Any:
     if isinstance(obj, str):
         return _apply(obj, pairs)
     if isinstance(obj, dict):

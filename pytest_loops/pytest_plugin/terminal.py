@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from pytest_loops.redact import MIN_SECRET_LENGTH, make_redactor, redact, secret_values, strip_control
+from pytest_loops.redact import (
+    MIN_SECRET_LENGTH,
+    anything_to_mask,
+    current_redactor,
+    make_redactor,
+    redact,
+    strip_control,
+)
 
 if TYPE_CHECKING:
     from pytest_loops.results import IterationRecord, LoopResult
@@ -163,46 +169,6 @@ def summary_rows(rows: Iterable[dict[str, Any]]) -> list[str]:
                 name = key[len("artifact_"):]
                 out.append(f"    {'lessons' if name == 'memory' else name}: {value}")
     return [shown(line) for line in out]
-
-
-# the environment last looked at, and whether it held anything to mask
-_seen_env: list[Any] = [None, False, None]  # environment seen, anything to mask, its redactor
-# set by pytest for every phase of every test; its name is not secret-named
-_PER_TEST = "PYTEST_CURRENT_TEST"
-
-
-def anything_to_mask() -> bool:
-    """True when the environment holds a secret-named value or a mask. Looked up again
-    only when the environment changed since the last call, pytest's per-test variable
-    aside (a C-level dict comparison: a session of many reports and no secret pays
-    next to nothing)."""
-    data = getattr(os.environ, "_data", None)
-    encodekey = getattr(os.environ, "encodekey", None)
-    if not isinstance(data, dict) or encodekey is None:  # not CPython's os.environ: look every time
-        return bool(secret_values())
-    seen = _seen_env[0]
-    if seen is not None:
-        key = encodekey(_PER_TEST)
-        if key in data:
-            seen[key] = data[key]
-        else:
-            seen.pop(key, None)
-        if seen == data:
-            return _seen_env[1]
-    _seen_env[0] = dict(data)
-    _seen_env[1] = bool(secret_values())
-    _seen_env[2] = None
-    return _seen_env[1]
-
-
-def current_redactor() -> Any:
-    """The redactor of the environment as it is now, made again only when it changed
-    (the terminal's stream and the reports use it once per write)."""
-    if anything_to_mask() and _seen_env[0] is not None:
-        if _seen_env[2] is None:
-            _seen_env[2] = make_redactor()
-        return _seen_env[2]
-    return make_redactor()
 
 
 def mask_report(report: Any) -> None:
