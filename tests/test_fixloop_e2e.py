@@ -113,9 +113,9 @@ ATTACKS = {
 }
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("attack", sorted(ATTACKS))
-def test_a_revise_that_breaks_another_test_never_ends_success(project: Project, attack: str) -> None:
+def limits_project(project: Project) -> None:
+    """calc's tests, and three tests a revise step can break beside them: a constant of
+    a module, a conftest fixture, a data file."""
     project.write("consts.py", "LIMIT = 10\n")
     project.write("limit.txt", "10\n")
     project.write("conftest.py", "import pytest\n\n\n@pytest.fixture\ndef limit():\n    return 10\n")
@@ -139,6 +139,12 @@ def test_a_revise_that_breaks_another_test_never_ends_success(project: Project, 
         def test_data_file():
             assert FROM_FILE == 10
         """)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_a_revise_that_breaks_another_test_never_ends_success(project: Project, attack: str) -> None:
+    limits_project(project)
     revise = project.scripted_revise({1: ATTACKS[attack]})
     result = project.run("--loop", "--loop-revise", revise, "--loop-suspects-cap=0", "--loop-max-iter=3")
     out = result.stdout.str()
@@ -245,29 +251,7 @@ def test_a_repeat_loop_judges_the_affected_tests_by_the_stored_map(project: Proj
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
 def test_with_a_stored_map_a_revise_that_breaks_another_test_never_ends_success(project: Project,
                                                                               attack: str) -> None:
-    project.write("consts.py", "LIMIT = 10\n")
-    project.write("limit.txt", "10\n")
-    project.write("conftest.py", "import pytest\n\n\n@pytest.fixture\ndef limit():\n    return 10\n")
-    project.write("test_calc.py", CALC_TESTS)
-    project.write("test_limits.py", """\
-        from pathlib import Path
-
-        import consts
-
-        FROM_FILE = int((Path(__file__).parent / "limit.txt").read_text())
-
-
-        def test_constant():
-            assert consts.LIMIT == 10
-
-
-        def test_fixture(limit):
-            assert limit == 10
-
-
-        def test_data_file():
-            assert FROM_FILE == 10
-        """)
+    limits_project(project)
     # revise scripts outside the tree: between the loops only calc.py differs, so the map is fresh
     first = project.run("--loop", "--loop-revise", outside_revise(project, "genuine", {"calc.py": GOOD_CALC}),
                         "--loop-suspects=off")
