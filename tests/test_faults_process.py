@@ -260,3 +260,38 @@ def test_a_clean_exit_reaps_the_watchdog_without_a_warning() -> None:
     assert "ResourceWarning" not in done.stderr and done.stderr == "", done.stderr
     pid = int(done.stdout.split()[0])
     assert not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split()[2]
+
+
+def test_the_watchdog_kills_a_command_its_harness_died_before_announcing(tmp_path, token):
+    """A harness killed between starting a command and telling its watchdog: the
+    watchdog still finds the command's processes by the tag in their environment,
+    and leaves alone a process that carries another harness's tag."""
+    from pytest_loops.runtime import reaper
+
+    harness = subprocess.Popen(["sleep", "300"], start_new_session=True)  # stands in for a harness
+    read_end, write_end = os.pipe()
+    watchdog = subprocess.Popen([sys.executable, "-I", "-S", reaper.__file__, "watch", str(harness.pid)],
+                                stdin=read_end, start_new_session=True)
+    os.close(read_end)
+    ours = dict(os.environ, **{reaper.TAG_VARIABLE: f"{harness.pid}-1-123"})
+    theirs = dict(os.environ, **{reaper.TAG_VARIABLE: f"{harness.pid}9-1-123"})
+    unannounced = subprocess.Popen(["sh", "-c", f"sleep 300.{token} & exec sleep 300.{token}"], env=ours,
+                                   start_new_session=True)
+    other = subprocess.Popen(["sleep", "300"], env=theirs, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while len(_with_token(token)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(_with_token(token)) == 2
+        harness.kill()
+        harness.wait()
+        assert watchdog.wait(30) == 0
+        assert _survivors(token) == []
+        assert unannounced.wait(10) == -signal.SIGKILL
+        assert other.poll() is None  # another harness's command
+    finally:
+        os.close(write_end)
+        for proc in (harness, other, unannounced, watchdog):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

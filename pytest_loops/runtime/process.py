@@ -44,8 +44,7 @@ from pytest_loops.runtime.reaper import Proc, read_small, read_stat, snapshot
 
 __all__ = ["ProcessRunner", "TerminationGuard", "TAG_VARIABLE", "DEFAULT_OUTPUT_CAP", "pid_alive"]
 
-TAG_VARIABLE = "PYTEST_LOOPS_COMMAND_TAG"
-"""Set in every command's environment; lets orphans be traced back to their command."""
+TAG_VARIABLE = reaper.TAG_VARIABLE
 
 _PR_SET_CHILD_SUBREAPER = 36
 _POLL_MAX = 0.01  # seconds between exit checks: keeps deadlines precise to ~10 ms

@@ -40,6 +40,9 @@ from collections import namedtuple
 from typing import Any
 
 CGROUP_VARIABLE = "PYTEST_LOOPS_CGROUP"
+TAG_VARIABLE = "PYTEST_LOOPS_COMMAND_TAG"
+"""Set in every command's environment to ``HARNESS_PID-N-NS``: traces orphans back to
+their command, and every process of a harness's commands back to the harness."""
 _LEAF_PREFIX = "pytest-loops-"
 
 
@@ -382,9 +385,27 @@ def _doomed(command: _Command, table: dict[int, Proc]) -> set[int]:
     return {pid for pid in found if not table[pid].zombie} if table else found
 
 
-def kill_commands(commands: list[_Command]) -> None:
+def tagged(harness: int, table: dict[int, Proc]) -> set[int]:
+    """Live processes whose environment carries a command tag of ``harness``: the
+    processes of its commands, also of one it was killed before it could announce."""
+    needle = f"{TAG_VARIABLE}={harness}-".encode()
+    found: set[int] = set()
+    for pid, entry in table.items():
+        if entry.zombie or pid == os.getpid():
+            continue
+        try:
+            data = read_small(f"/proc/{pid}/environ", 1 << 20)
+        except OSError:
+            continue
+        if data.startswith(needle) or b"\0" + needle in data:
+            found.add(pid)
+    return found
+
+
+def kill_commands(commands: list[_Command], harness: int | None = None) -> None:
     """Kill what is left of the commands: cgroups at once, then stop everything else
-    that can be traced to them (so nothing forks away) and kill it."""
+    that can be traced to them, or by its command tag to ``harness`` (so nothing
+    forks away), and kill it."""
     for command in commands:
         if command.cgroup is not None:
             command.cgroup.kill()
@@ -392,6 +413,8 @@ def kill_commands(commands: list[_Command]) -> None:
     for _round in range(20):
         table = snapshot() or {}
         new = set().union(*(_doomed(c, table) for c in commands)) - stopped
+        if harness is not None:
+            new |= with_descendants(tagged(harness, table), table) - stopped - {os.getpid()}
         if not new:
             break
         for pid in new:
@@ -428,7 +451,8 @@ def _watch(harness: int) -> None:
         *lines, buffer = buffer.split(b"\n")
         for line in lines:
             _event(commands, line.decode(errors="replace").split())
-    kill_commands(list(commands.values()))
+    # a command the harness started but was killed before announcing is found by its tag
+    kill_commands(list(commands.values()), harness)
 
 
 def _event(commands: dict[str, _Command], words: list[str]) -> None:
