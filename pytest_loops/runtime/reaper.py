@@ -13,8 +13,10 @@ environment:
   each command's process group, start time, cgroup and the members it learns.
   When the pipe hits EOF or the harness's pidfd fires, it kills whatever the
   harness had not finished cleaning up (cgroup first, then the process group and
-  every known member and their descendants, stopped before they are killed so
-  none can fork away), removes the cgroup directories and exits. A clean exit
+  every known member, and every process whose environment carries one of the
+  harness's command tags, which covers a command the harness was killed before
+  announcing; with their descendants, stopped before they are killed so none can
+  fork away), removes the cgroup directories and exits. A clean exit
   leaves nothing registered, so the watchdog just exits.
 
 Commands get no PR_SET_PDEATHSIG: from Python it takes a ``preexec_fn``, which
