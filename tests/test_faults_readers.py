@@ -287,3 +287,29 @@ def test_the_json_of_a_good_log_still_loads():
 
     assert not json_too_deep(json.loads(deep_json(60)))
     assert json_too_deep(json.loads(deep_json(70)))
+
+
+@pytest.mark.parametrize("where, value", [("checks", True), ("checks", {"a": 1}), ("iterations", "x")])
+def test_a_run_log_with_a_list_of_the_wrong_type_is_one_line_for_every_reader(cli, tmp_path, where, value):
+    """show and diff of a run log whose iterations (or an iteration's checks) are not
+    a list: exit 64 and one line naming the key, never an internal error; a report of
+    its directory leaves it out."""
+    done = cli("run", "--verify", "false", "--revise", "true", "--max-iter", "1", "--log", "run.json", "-q",
+               "--no-tine")
+    assert done.returncode == 2, done.stderr
+    data = json.loads((tmp_path / "run.json").read_text())
+    data.pop("mac", None)
+    if where == "checks":
+        data["iterations"][0]["checks"] = value
+    else:
+        data["iterations"] = value
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "bad.json").write_text(json.dumps(data))
+    for argv in (["show", "runs/bad.json"], ["diff", "run.json", "runs/bad.json"]):
+        result = cli(*argv)
+        assert result.returncode == 64, (argv, result.stderr)
+        assert "internal error" not in result.stderr and "Traceback" not in result.stderr
+        assert "not a list" in result.stderr, (argv, result.stderr)
+    report = cli("report", "runs", "-o", "report.html")  # a directory's report leaves out what it cannot read
+    assert report.returncode == 0 and "0 loop run(s)" in report.stdout, report.stderr
+    assert "internal error" not in report.stderr and "Traceback" not in report.stderr

@@ -449,6 +449,15 @@ def check_shape(data: dict[str, Any], path: str | os.PathLike) -> None:
     checks = (data.get("spec") or {}).get("checks")
     if checks is not None and not isinstance(checks, list):
         raise LoopUsageError(f"'spec.checks' is not a list (got {type(checks).__name__})", location=str(path))
+    iterations = data.get("iterations")
+    if iterations is not None and not isinstance(iterations, list):
+        raise LoopUsageError(f"'iterations' is not a list (got {type(iterations).__name__})", location=str(path),
+                             fix="is this a pytest-loops run log?")
+    for number, iteration in enumerate(iterations or []):
+        listed = iteration.get("checks") if isinstance(iteration, dict) else None
+        if listed is not None and not isinstance(listed, list):
+            raise LoopUsageError(f"'iterations[{number}].checks' is not a list (got {type(listed).__name__})",
+                                 location=str(path), fix="is this a pytest-loops run log?")
 
 
 def check_resumable(data: dict[str, Any], where: str) -> None:
