@@ -949,3 +949,28 @@ def test_one_pump_copies_a_bounded_amount_however_fast_the_writer(tmp_path):
         os.close(write_fd)
         thread.join(10)
         capture.finish()
+
+
+def test_one_pump_by_default_stops_after_a_few_chunks_of_an_endless_flood(tmp_path, monkeypatch):
+    """What the runner's wait calls: however much the pipe keeps holding, one pass
+    copies a few chunks and returns, so the deadline is checked between passes."""
+    from pytest_loops.runtime import capture as capture_mod
+
+    read_fd, write_fd = os.pipe()
+    out = os.open(tmp_path / "out", os.O_WRONLY | os.O_CREAT, 0o600)
+    capture = Capture(read_fd, out, 1 << 16)
+    reads = []
+
+    def endless(fd, size):
+        if len(reads) >= 1000:
+            raise BlockingIOError
+        reads.append(size)
+        return b"x" * size
+
+    monkeypatch.setattr(capture_mod.os, "read", endless)
+    got = capture.pump()
+    monkeypatch.undo()
+    os.close(write_fd)
+    capture.finish()
+    assert 0 < got <= 4 * capture_mod._CHUNK
+    assert len(reads) <= 4

@@ -52,7 +52,7 @@ class Capture:
     def fileno(self) -> int:
         return self._read_fd
 
-    def pump(self, most: int = 1 << 60) -> int:
+    def pump(self, most: int = 4 * _CHUNK) -> int:
         """Copy what the pipe holds now, without waiting and at most about ``most``
         bytes (a flood must not keep the caller from its deadline); return the bytes
         read (0 when there was nothing, or at the end of the output: see ``at_end``)."""
