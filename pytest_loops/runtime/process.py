@@ -99,15 +99,6 @@ def _enable_subreaper() -> None:
 # --- the process table (read by reaper.snapshot) -------------------------------
 
 
-def _environ_has(pid: int, needle: bytes) -> bool:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            data = f.read()
-    except OSError:
-        return False
-    return data.startswith(needle) or b"\0" + needle in data
-
-
 def _kill(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)
@@ -185,7 +176,7 @@ class _Running:
             key = (entry.pid, entry.start)
             if key in self.not_ours:
                 continue
-            if _environ_has(entry.pid, self.needle):
+            if reaper.environ_has(entry.pid, self.needle):
                 found.add(entry.pid)
             elif sole and entry.pid not in self.children_before and self.main_start is not None \
                     and entry.start >= self.main_start:

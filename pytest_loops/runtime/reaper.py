@@ -395,13 +395,18 @@ def tagged(harness: int, table: dict[int, Proc]) -> set[int]:
     for pid, entry in table.items():
         if entry.zombie or pid == os.getpid():
             continue
-        try:
-            data = read_small(f"/proc/{pid}/environ", 1 << 20)
-        except OSError:
-            continue
-        if data.startswith(needle) or b"\0" + needle in data:
+        if environ_has(pid, needle):
             found.add(pid)
     return found
+
+
+def environ_has(pid: int, needle: bytes) -> bool:
+    """Whether a process's environment holds an entry starting with ``needle``."""
+    try:
+        data = read_small(f"/proc/{pid}/environ", 1 << 26)  # the kernel caps it far below
+    except OSError:
+        return False
+    return data.startswith(needle) or b"\0" + needle in data
 
 
 def kill_commands(commands: list[_Command], harness: int | None = None) -> None:
