@@ -450,3 +450,24 @@ def test_a_text_store_on_a_full_disk_forgets_what_it_could_not_write(tmp_path, m
     assert kept.read("a.py") == b"a = 1\n"  # written before the disk filled
     assert kept.read("b.py") is None
     assert not kept.add("b.py", str(tmp_path / "b.py"), 100)
+
+
+def test_a_rewritten_text_store_gives_back_no_loop_start_text(tmp_path):
+    """A revise step that finds the private store and rewrites the loop-start texts
+    (so that its change looks like no change to the diff audit) gets no text back:
+    the audit then sees the whole file as new."""
+    tree = tmp_path / "tree"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "pkg" / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (tree / "pkg" / "other.py").write_text("X = 1\n")
+    guard = TreeGuard(tree, journal=False, interpreter=False)
+    try:
+        guard.begin()
+        assert guard.start_text("pkg/calc.py") == "def add(a, b):\n    return a - b\n"
+        store = Path(guard.texts.path)
+        forged = store.read_bytes().replace(b"return a - b", b"return a + 5")
+        store.write_bytes(forged)  # same size: the places kept in memory still point into it
+        assert guard.start_text("pkg/calc.py") is None
+        assert guard.start_text("pkg/other.py") == "X = 1\n"  # untouched texts still read back
+    finally:
+        guard.close()

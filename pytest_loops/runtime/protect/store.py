@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import stat
@@ -55,7 +56,9 @@ class TextStore:
     memory: a tree of many small files costs one file creation, not one per file.
 
     For texts that are read back at most once or twice (the diff audit); what is
-    restored or judged has a file and a digest of its own."""
+    restored or judged has a file and a digest of its own. Each text's digest stays
+    in memory: a store rewritten on disk (by a revise step that found it) gives
+    nothing back rather than a forged loop-start text."""
 
     _FLUSH = 1 << 20
 
@@ -64,7 +67,7 @@ class TextStore:
         self._fd: int | None = None
         self._pending = bytearray()
         self._size = 0
-        self._where: dict[str, tuple[int, int]] = {}
+        self._where: dict[str, tuple[int, int, bytes]] = {}  # key -> offset, length, sha256
         self.failed = False
 
     def __contains__(self, key: str) -> bool:
@@ -96,7 +99,7 @@ class TextStore:
         if total > limit:
             return False
         data = b"".join(chunks)
-        self._where[key] = (self._size + len(self._pending), len(data))
+        self._where[key] = (self._size + len(self._pending), len(data), hashlib.sha256(data).digest())
         self._pending += data
         if len(self._pending) >= self._FLUSH:
             self.flush()
@@ -121,18 +124,20 @@ class TextStore:
         self._size += len(data)
 
     def read(self, key: str) -> bytes | None:
-        """The bytes kept under ``key``, None when there are none or they cannot be read."""
+        """The bytes kept under ``key``; None when there are none, they cannot be read, or
+        they are not what was kept."""
         where = self._where.get(key)
         if where is None:
             return None
-        offset, length = where
+        offset, length, digest = where
         if offset >= self._size:  # still in memory
             start = offset - self._size
             return bytes(self._pending[start:start + length])
         try:
-            return os.pread(self._fd, length, offset) if self._fd is not None else None
+            data = os.pread(self._fd, length, offset) if self._fd is not None else None
         except OSError:
             return None
+        return data if data is not None and hashlib.sha256(data).digest() == digest else None
 
     def close(self) -> None:
         if self._fd is not None:
