@@ -140,6 +140,25 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("a", metavar="RUN_A")
     diff.add_argument("b", metavar="RUN_B")
 
+    compare = sub.add_parser("compare", help="two runs side by side, iteration by iteration",
+                             description="A and B are run logs or .tine files. Prints each iteration's check "
+                                         "results on both sides, the first iteration where they diverge, where "
+                                         "each first reached its best and how each ended.")
+    compare.add_argument("a", metavar="RUN_A")
+    compare.add_argument("b", metavar="RUN_B")
+    compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
+
+    mcp = sub.add_parser("mcp", help="serve the runs in DIR to MCP clients over stdio (read-only)",
+                         description="An MCP server over run artifacts (needs the extra: "
+                                     "pip install 'pytest-loops[mcp]'). Its tools only read: list_runs, show_run, "
+                                     "show_trajectory, compare_runs, verify_run, show_lessons.")
+    mcp.add_argument("--runs-dir", metavar="DIR", default=".pytest-loops",
+                     help="an artifacts directory (with runs/ and lessons/) or a directory of run logs "
+                          "(default: .pytest-loops)")
+    mcp.add_argument("--key-env", metavar="VAR", help="environment variable holding the HMAC key that "
+                                                       "verify_run checks .tine signatures with")
+    mcp.add_argument("--pubkey", metavar="FILE", help="Ed25519 public key file for verify_run")
+
     verify = sub.add_parser("verify", help="check a .tine file's integrity and signature "
                                            "(exit 0 good, 1 tampered or mismatched)")
     verify.add_argument("file", metavar="FILE.tine")
@@ -445,6 +464,24 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    import json
+
+    from pytest_loops.cli.compare import compare_runs, format_compare
+    from pytest_loops.cli.runview import load_run
+
+    data = compare_runs(load_run(args.a), load_run(args.b), labels=(args.a, args.b))
+    print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else format_compare(data), end="\n" if args.json
+          else "")
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from pytest_loops.cli.mcpserver import serve
+
+    return serve(args.runs_dir, key_env=args.key_env, pubkey=args.pubkey)
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     from pytest_loops.cli.runview import verify_command
 
@@ -468,7 +505,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": cmd_run, "selftest": cmd_selftest, "demo": cmd_demo, "show": cmd_show,
-            "diff": cmd_diff, "verify": cmd_verify, "report": cmd_report}
+            "diff": cmd_diff, "compare": cmd_compare, "mcp": cmd_mcp, "verify": cmd_verify,
+            "report": cmd_report}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -82,16 +82,16 @@ def _only_log_in(directory: Path) -> Path:
 
 def format_run(run: Mapping[str, Any]) -> str:
     """The iteration table a human reads, then the verdict and the reason."""
-    iterations = _iterations(run)
-    names = _check_names(run, iterations)
-    lines = [f"loop {_cell(run.get('loop') or '?')!s}" + (f": {_cell(run['goal'])}" if run.get("goal") else "")]
+    iterations = iterations_of(run)
+    names = check_names(run, iterations)
+    lines = [f"loop {cell(run.get('loop') or '?')!s}" + (f": {cell(run['goal'])}" if run.get("goal") else "")]
     facts = [f"started {run['started_at']}" if run.get("started_at") else None,
              f"{len(iterations)} iteration{'s' if len(iterations) != 1 else ''}",
              _seconds(run.get("elapsed_s")) if run.get("elapsed_s") is not None else None,
              f"spec {str(run['spec_digest'])[:19]}" if run.get("spec_digest") else None]
     lines.append(" · ".join(f for f in facts if f))
     for index, name in enumerate(names, 1):
-        lines.append(f"  c{index} = {_cell(name)}")
+        lines.append(f"  c{index} = {cell(name)}")
     lines.append("")
     header = ["iter", *(f"c{i}" for i in range(1, len(names) + 1)),
               "exit", "duration", "state", "streak", "revise", "guard"]
@@ -105,23 +105,23 @@ def format_run(run: Mapping[str, Any]) -> str:
     lessons = [str(x) for x in run.get("lessons") or []]
     if lessons:
         lines.append("lessons:")
-        lines.extend(f"  {_cell(x)}" for x in lessons)
+        lines.extend(f"  {cell(x)}" for x in lessons)
     return "\n".join(lines) + "\n"
 
 
-def _iterations(run: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def iterations_of(run: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     items = run.get("iterations") or []
     return [it for it in items if isinstance(it, Mapping)]
 
 
-def _checks(iteration: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def checks_of(iteration: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [c for c in iteration.get("checks") or [] if isinstance(c, Mapping)]
 
 
-def _check_names(run: Mapping[str, Any], iterations: Sequence[Mapping[str, Any]]) -> list[str]:
+def check_names(run: Mapping[str, Any], iterations: Sequence[Mapping[str, Any]]) -> list[str]:
     names: list[str] = []
     spec_checks = (run.get("spec") or {}).get("checks") or []
-    for check in [*spec_checks, *(c for it in iterations for c in _checks(it))]:
+    for check in [*spec_checks, *(c for it in iterations for c in checks_of(it))]:
         name = str(check.get("name", "?")) if isinstance(check, Mapping) else "?"
         if name not in names:
             names.append(name)
@@ -137,7 +137,7 @@ def _mark(check: Mapping[str, Any] | None) -> str:
 
 
 def _row(iteration: Mapping[str, Any], names: Sequence[str]) -> list[str]:
-    by_name = {str(c.get("name")): c for c in _checks(iteration)}
+    by_name = {str(c.get("name")): c for c in checks_of(iteration)}
     return [
         str(iteration.get("iter", "?")),
         *(_mark(by_name.get(name)) for name in names),
@@ -146,7 +146,7 @@ def _row(iteration: Mapping[str, Any], names: Sequence[str]) -> list[str]:
         _state(iteration.get("state_changed")),
         _dash(iteration.get("unchanged_streak")),
         _dash(iteration.get("revise_exit")),
-        _cell(iteration.get("guard") or "-"),
+        cell(iteration.get("guard") or "-"),
     ]
 
 
@@ -159,13 +159,13 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 def _verdict_line(run: Mapping[str, Any]) -> str:
     verdict = run.get("verdict")
-    reason = _cell(run.get("reason") or "")
+    reason = cell(run.get("reason") or "")
     note = trust_note(dict(run))
-    trust = f" [{_cell(note)}]" if note else ""
+    trust = f" [{cell(note)}]" if note else ""
     if verdict is None:
         return f"verdict: none{trust}, the run did not finish ({reason or 'killed or interrupted'})"
     code = run.get("exit_code")
-    return f"verdict: {_cell(verdict)}{trust}" + (f" (exit {code})" if code is not None else "") + (
+    return f"verdict: {cell(verdict)}{trust}" + (f" (exit {code})" if code is not None else "") + (
         f": {reason}" if reason else "")
 
 
@@ -173,17 +173,17 @@ def _last_failures(iterations: Sequence[Mapping[str, Any]]) -> list[str]:
     if not iterations:
         return []
     lines = []
-    for check in _checks(iterations[-1]):
+    for check in checks_of(iterations[-1]):
         if check.get("passed"):
             continue
-        lines.append(f"failed in iteration {iterations[-1].get('iter', '?')}: {_cell(check.get('name', '?'))}"
-                     + (f" ({_cell(check['reason'])})" if check.get("reason") else ""))
+        lines.append(f"failed in iteration {iterations[-1].get('iter', '?')}: {cell(check.get('name', '?'))}"
+                     + (f" ({cell(check['reason'])})" if check.get("reason") else ""))
         tail = str(check.get("output_tail") or "").rstrip("\n").split("\n")[-_TAIL_LINES:]
-        lines.extend(f"    {_cell(line)}" for line in tail if line.strip())
+        lines.extend(f"    {cell(line)}" for line in tail if line.strip())
     return lines
 
 
-def _cell(value: Any) -> str:
+def cell(value: Any) -> str:
     """Untrusted text, safe to print: no terminal escapes, one line."""
     return strip_control(str(value)).replace("\n", " ").strip()
 
@@ -209,7 +209,7 @@ def diff_runs(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
     """How two runs differ at loop level: verdicts, iteration counts, and the first
     iteration where they diverge (check results, state, revise outcome, guard).
     Durations and timestamps are ignored."""
-    its_a, its_b = _iterations(a), _iterations(b)
+    its_a, its_b = iterations_of(a), iterations_of(b)
     lines = [f"A: {_describe(a)}", f"B: {_describe(b)}"]
     differences = []
     if a.get("verdict") != b.get("verdict"):
@@ -218,8 +218,8 @@ def diff_runs(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
         differences.append(f"iterations: {len(its_a)} -> {len(its_b)}")
     if a.get("spec_digest") and b.get("spec_digest") and a["spec_digest"] != b["spec_digest"]:
         differences.append("spec: the loops differ (spec digests are not equal)")
-    if _cell(a.get("reason") or "") != _cell(b.get("reason") or ""):
-        differences.append(f"reason: {_cell(a.get('reason') or '')!r} -> {_cell(b.get('reason') or '')!r}")
+    if cell(a.get("reason") or "") != cell(b.get("reason") or ""):
+        differences.append(f"reason: {cell(a.get('reason') or '')!r} -> {cell(b.get('reason') or '')!r}")
     first = _first_divergence(its_a, its_b)
     if first:
         differences.append(first)
@@ -232,8 +232,8 @@ def diff_runs(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
 
 def _describe(run: Mapping[str, Any]) -> str:
     trust = " (unverified)" if trust_note(dict(run)) else ""
-    return (f"{_cell(run.get('loop') or '?')}, verdict {_cell(run.get('verdict'))}{trust}, "
-            f"{len(_iterations(run))} iterations")
+    return (f"{cell(run.get('loop') or '?')}, verdict {cell(run.get('verdict'))}{trust}, "
+            f"{len(iterations_of(run))} iterations")
 
 
 def _first_divergence(its_a: Sequence[Mapping[str, Any]], its_b: Sequence[Mapping[str, Any]]) -> str:
@@ -255,12 +255,12 @@ def _number(iteration: Mapping[str, Any], index: int) -> Any:
 
 def _iteration_changes(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     how = []
-    checks_a = {str(c.get("name")): c for c in _checks(a)}
-    checks_b = {str(c.get("name")): c for c in _checks(b)}
+    checks_a = {str(c.get("name")): c for c in checks_of(a)}
+    checks_b = {str(c.get("name")): c for c in checks_of(b)}
     for name in [*checks_a, *(n for n in checks_b if n not in checks_a)]:
         ca, cb = checks_a.get(name), checks_b.get(name)
         if _check_outcome(ca) != _check_outcome(cb):
-            how.append(f"check {_cell(name)!r}: {_describe_check(ca)} -> {_describe_check(cb)}")
+            how.append(f"check {cell(name)!r}: {_describe_check(ca)} -> {_describe_check(cb)}")
     if a.get("state_changed") != b.get("state_changed") or \
             a.get("unchanged_streak") != b.get("unchanged_streak"):
         how.append(f"state: {_state(a.get('state_changed'))} (streak {_dash(a.get('unchanged_streak'))})"
@@ -268,7 +268,7 @@ def _iteration_changes(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     if a.get("revise_exit") != b.get("revise_exit"):
         how.append(f"revise: {_revise(a)} -> {_revise(b)}")
     if a.get("guard") != b.get("guard"):
-        how.append(f"guard: {_cell(a.get('guard') or '-')} -> {_cell(b.get('guard') or '-')}")
+        how.append(f"guard: {cell(a.get('guard') or '-')} -> {cell(b.get('guard') or '-')}")
     return how
 
 
