@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pytest_loops.cli.compare import compare_runs, format_compare
 from pytest_loops.cli.main import main
@@ -286,3 +288,19 @@ def test_fit_cuts_long_answers_and_says_so():
 def test_runs_dir_must_be_a_directory(tmp_path):
     with pytest.raises(LoopUsageError, match="not a directory"):
         RunsDir(tmp_path / "nope")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ref=st.one_of(
+    st.text(max_size=40),
+    st.lists(st.sampled_from(["..", ".", "runs", "lessons", "x.json", "/", "~", "link", "a.tine", "\0", ""]),
+             max_size=6).map("/".join)))
+def test_fuzzed_references_resolve_inside_or_are_refused_in_one_line(two_runs, ref):
+    artifacts, _, _ = two_runs
+    runs = RunsDir(artifacts)
+    try:
+        path = runs.resolve(ref)
+    except LoopUsageError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert path.is_relative_to(runs.root) and path.is_file()
