@@ -35,12 +35,11 @@ from typing import Any
 
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.sources.files import is_loop_file, load_any
-from pytest_loops.sources.pytestini import PytestIni, find_ini
+from pytest_loops.sources.pytestini import LOOP_PATHS_ENV, PytestIni, find_ini
 from pytest_loops.spec import LoopSpec
 
 LAYERS = ("package", "user", "extra", "workspace")  # lowest first
 ENTRY_POINT_GROUP = "pytest_loops.loops"
-LOOP_PATHS_ENV = "PYTEST_LOOPS_LOOP_PATHS"
 ARTIFACTS_DIR = ".pytest-loops"
 
 

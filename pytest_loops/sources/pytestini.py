@@ -17,6 +17,8 @@ from pathlib import Path
 
 from pytest_loops.errors import LoopUsageError
 
+# the extra layer's environment variable: loop directories, os.pathsep separated
+LOOP_PATHS_ENV = "PYTEST_LOOPS_LOOP_PATHS"
 # pytest's default norecursedirs (pytest 8)
 DEFAULT_NORECURSE = ("*.egg", ".*", "_darcs", "build", "CVS", "dist", "node_modules", "venv", "{arch}")
 
@@ -31,7 +33,7 @@ class PytestIni:
     def paths(self, key: str) -> list[Path]:
         """A ``paths`` key: each entry relative to the ini file's directory."""
         base = self.path.parent if self.path else Path.cwd()
-        return [(base / entry) for entry in self.values.get(key, [])]
+        return [(base / entry).resolve() for entry in self.values.get(key, [])]
 
     def norecursedirs(self) -> tuple[str, ...]:
         given = self.values.get("norecursedirs")
