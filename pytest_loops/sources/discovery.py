@@ -173,6 +173,8 @@ def _entry_point_target(ep: Any) -> tuple[Path | None, str | None]:
                 return Path(next(iter(found.submodule_search_locations))), None
             return None, f"{module!r} is a module file ({found.origin}), not a package"
         value = ep.load()
+    except ModuleNotFoundError as exc:
+        return None, f"no module {exc.name or module!r}"
     except Exception as exc:  # noqa: BLE001 - someone else's package: a warning, never our failure
         return None, f"cannot load it: {type(exc).__name__}: {exc}".replace("\n", " ")
     if hasattr(value, "__path__"):  # a package object
