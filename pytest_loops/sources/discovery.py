@@ -235,7 +235,7 @@ def discover(workspace: str | os.PathLike[str] = ".", environ: Mapping[str, str]
     files["workspace"] = [(p, "") for p in walk_loop_files(root, patterns, skip)]
     for directory, via in _entry_point_dirs(warn):
         files["package"] += [(p, via) for p in walk_loop_files(directory, patterns)]
-    user = user_dir(environ)
+    user = Path(os.path.abspath(user_dir(environ)))  # shown without `..`
     if user.is_dir():
         files["user"] = [(p, "") for p in walk_loop_files(user, patterns)]
     for path, via in extra_paths(ini, environ):
