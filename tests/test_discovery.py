@@ -389,3 +389,18 @@ def test_pytest_loop_does_not_collect_package_or_user_loops(pytester: pytest.Pyt
     proc = pytester.run(sys.executable, "-m", "pytest_loops", "list")
     assert [line.split()[:2] for line in proc.stdout.lines[1:]] == [
         ["from-package", "package"], ["from-user", "user"], ["from-workspace", "workspace"]]
+
+
+def test_list_prints_no_escape_sequence_nor_secret_from_a_shipped_file(layers, capsys, monkeypatch) -> None:
+    work, user, _ = layers
+    monkeypatch.setenv("ACME_API_TOKEN", "tok-5ecret-value")
+    write(user / "u.loop", loop_text("evil\x1b]0;title\x07 tok-5ecret-value"))
+    code, out, err = run_main(capsys, "list")
+    assert code == 0, err
+    assert "\x1b" not in out and "\x07" not in out
+    assert "tok-5ecret-value" not in out and "[REDACTED" in out
+    code, out, err = run_main(capsys, "list", "--json")
+    assert code == 0, err
+    assert "tok-5ecret-value" not in out
+    [loop] = json.loads(out)["loops"]
+    assert loop["name"].startswith("evil\x1b]0;title\x07 [REDACTED")

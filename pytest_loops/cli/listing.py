@@ -51,8 +51,10 @@ def catalogue_for(cwd: str | None, artifacts: str | None = None) -> tuple[Path, 
     """The workspace and its catalogue, each warning printed to stderr as one line."""
     root = _workspace(cwd)
     catalogue = discover(root, artifacts=artifacts)
+    from pytest_loops.redact import redact, strip_control
+
     for line in catalogue.warnings:
-        print(f"{PROG}: warning: {line}", file=sys.stderr)
+        print(strip_control(redact(f"{PROG}: warning: {line}")).replace("\n", " "), file=sys.stderr)
     return root, catalogue
 
 
@@ -72,13 +74,15 @@ def format_table(loops: tuple[Found, ...], root: Path) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from pytest_loops.redact import redact, redact_obj, strip_control
+
     root, catalogue = catalogue_for(args.cwd)
-    if args.json:
-        print(json.dumps({"schema": LIST_SCHEMA, "workspace": str(root.resolve()), "layers": list(LAYERS),
-                          "loops": [f.as_dict() for f in catalogue.loops],
-                          "warnings": list(catalogue.warnings)}, indent=2))
-    elif catalogue.loops:
-        print(format_table(catalogue.loops, root))
+    if args.json:  # names and paths come from other people's files: masked, and JSON escapes controls
+        print(json.dumps(redact_obj({"schema": LIST_SCHEMA, "workspace": str(root.resolve()),
+                                     "layers": list(LAYERS), "loops": [f.as_dict() for f in catalogue.loops],
+                                     "warnings": list(catalogue.warnings)}), indent=2))
+    elif catalogue.loops:  # masked and without escape sequences, as every line the runner prints
+        print(strip_control(redact(format_table(catalogue.loops, root))))
     else:
         print("no loops found (layers: package, user, extra, workspace; see `pytest-loops list --help`)")
     return 0
@@ -114,7 +118,9 @@ def named_spec(args: argparse.Namespace) -> tuple[LoopSpec, dict[str, Any]]:
     root, catalogue = catalogue_for(args.cwd, artifacts=args.artifacts)
     found = catalogue.get(name)
     if found is None:
-        close = catalogue.close_names(name)
+        from pytest_loops.redact import redact, strip_control
+
+        close = [strip_control(redact(n)) for n in catalogue.close_names(name)]
         hint = f"close names: {', '.join(close)}" if close else f"{len(catalogue.loops)} loop(s) found"
         raise LoopUsageError(f"no loop named {name!r}", location=where,
                              fix=f"{hint}; see `pytest-loops list`")
