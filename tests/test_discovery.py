@@ -404,3 +404,17 @@ def test_list_prints_no_escape_sequence_nor_secret_from_a_shipped_file(layers, c
     assert "tok-5ecret-value" not in out
     [loop] = json.loads(out)["loops"]
     assert loop["name"].startswith("evil\x1b]0;title\x07 [REDACTED")
+
+
+def test_under_xdist_the_shadowed_loop_is_not_run_and_the_controller_says_so(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTEST_LOOPS_LOOP_PATHS", raising=False)
+    shared = write(pytester.path.parent / f"{pytester.path.name}-shared" / "team.loop",
+                   loop_text("lint", "false", "  after 1 tries: stop\n"))
+    write(pytester.path / "lint.loop", loop_text("lint"))
+    monkeypatch.setenv("PYTEST_LOOPS_LOOP_PATHS", str(shared.parent))
+    result = pytester.runpytest_subprocess("--loop", "-p", "no:cacheprovider", "-n", "2")
+    assert result.ret == 0, result.stdout.str()
+    lines = [line for line in result.stdout.lines if "is shadowed by" in line]
+    assert lines == [f"loop: 'lint' in {shared} (loop_paths) is shadowed by {pytester.path / 'lint.loop'}: not run"]
+    result.assert_outcomes(passed=1)

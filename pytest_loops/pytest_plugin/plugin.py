@@ -239,10 +239,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.pluginmanager.register(LoopSession(config, settings, exitcode), "loop-session")
     config.pluginmanager.register(ReportMasking(), "loop-report-masking")
-    if config.args_source is not pytest.Config.ArgsSource.ARGS:
-        from pytest_loops.pytest_plugin.shadowing import add_extra_paths
+    from pytest_loops.pytest_plugin.shadowing import use_layers
 
-        add_extra_paths(config)
+    use_layers(config)
 
 
 @pytest.fixture

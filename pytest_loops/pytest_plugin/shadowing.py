@@ -24,6 +24,34 @@ def extra_roots(config: pytest.Config) -> list[Path]:
     return roots
 
 
+# workeroutput key: the lines of the loops an xdist worker deselected as shadowed
+SHADOWED_KEY = "loop_shadowed"
+
+
+class ShadowedLines:
+    """On the xdist controller: the workers' shadowed-loop lines, once each, in the summary."""
+
+    def __init__(self) -> None:
+        self.lines: dict[str, None] = {}
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        self.lines.update(dict.fromkeys(getattr(node, "workeroutput", {}).get(SHADOWED_KEY) or ()))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        for line in self.lines:
+            terminalreporter.write_line(line)
+
+
+def use_layers(config: pytest.Config) -> None:
+    """At configure time of a ``--loop`` session: collect the extra layer when no paths
+    are given, and (on an xdist controller) relay the workers' shadowed lines."""
+    if config.args_source is not pytest.Config.ArgsSource.ARGS:
+        add_extra_paths(config)
+    if not hasattr(config, "workerinput") and extra_roots(config):
+        config.pluginmanager.register(ShadowedLines(), "loop-shadowed-lines")
+
+
 def add_extra_paths(config: pytest.Config) -> None:
     """With no paths on the command line, collect the extra directories too (once: one
     inside a path already collected is not added again)."""
@@ -84,6 +112,8 @@ def drop_shadowed(config: pytest.Config, items: list[pytest.Item], rootdir: Path
             (dropped if loop is not None and id(loop) in shadowed else kept).append(item)
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+        if hasattr(config, "workeroutput"):  # an xdist worker: the controller prints them
+            config.workeroutput[SHADOWED_KEY] = lines
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             for line in lines:
