@@ -106,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Run a loop until every --verify check passes or a guard stops it. "
                                      "Exit codes: 0 SUCCESS, 2 MAX_ITER, 3 TIMEOUT, 4 NO_PROGRESS, "
                                      "5 ESCALATE, 64 bad input.")
+    run.add_argument("loop", nargs="?", metavar="NAME", default=None,
+                     help="run the loop of this name that `pytest-loops list` shows (instead of --verify)")
     run.add_argument("--verify", action="append", metavar="CMD", default=None,
                      help="a check: this shell command must exit 0 (repeatable; all must pass)")
     run.add_argument("--hidden-verify", action="append", metavar="CMD", default=None,
@@ -180,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--init", nargs="?", const=".", metavar="DIR",
                       help="write the demo project, its config and a demo.loop into DIR (default: .) to edit")
     demo.add_argument("--quiet", "-q", action="store_true")
+    from pytest_loops.cli.listing import add_list_parser
+
+    add_list_parser(sub)
     return parser
 
 
@@ -389,7 +394,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     export_masks(args.mask or ())  # before anything is written or printed
     resume_from = None
-    if args.resume:
+    if args.loop is not None:  # a discovered loop by name
+        from pytest_loops.cli.listing import named_spec
+
+        spec, extra = named_spec(args)
+    elif args.resume:
         spec, extra, resume_from = resume_spec(args)
     else:
         spec, extra = spec_from_args(args)
@@ -504,9 +513,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_list(args: argparse.Namespace) -> int:
+    from pytest_loops.cli.listing import cmd_list as list_loops
+
+    return list_loops(args)
+
+
 COMMANDS = {"run": cmd_run, "selftest": cmd_selftest, "demo": cmd_demo, "show": cmd_show,
             "diff": cmd_diff, "compare": cmd_compare, "mcp": cmd_mcp, "verify": cmd_verify,
-            "report": cmd_report}
+            "report": cmd_report, "list": cmd_list}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -239,11 +239,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.pluginmanager.register(LoopSession(config, settings, exitcode), "loop-session")
     config.pluginmanager.register(ReportMasking(), "loop-report-masking")
-    if config.args_source is not pytest.Config.ArgsSource.ARGS:
-        known = [Path(a).resolve() for a in config.args]
-        for path in config.getini("loop_paths"):
-            if not any(path == k or k in path.parents for k in known):
-                config.args.append(str(path))
+    from pytest_loops.pytest_plugin.shadowing import use_layers
+
+    use_layers(config)
 
 
 @pytest.fixture

@@ -158,6 +158,10 @@ class LoopSession(SessionState):
         marker, a loop file, a revise command): only then are the per-report hooks
         registered. Reject a bad `@pytest.mark.loop(...)` (or a loop file's revise step
         that cannot start) before anything runs."""
+        if self.loop_files:  # a loop_paths loop a workspace loop shadows is not run
+            from pytest_loops.pytest_plugin.shadowing import drop_shadowed
+
+            drop_shadowed(self.config, items, self.rootdir)
         marked = loop_marked(items)
         self.has_loops = bool(marked or self.loop_files or self.settings["revise"])
         if self.has_loops:
