@@ -290,3 +290,33 @@ def test_a_tree_copy_names_what_changed_by_content(tmp_path):
         copy.remove()
     assert not Path(copy.path).exists()
     os.rmdir(parent)
+
+
+def test_branches_are_forks_in_the_tine_and_drawn_in_the_report(cli, tmp_path, tmpdir_env):
+    from opentine import Run
+
+    from pytest_loops.cli.runview import load_run
+
+    work = project(tmp_path / "w")
+    done = cli("run", "--verify", "python check.py", "--revise", "sh fix.sh", "--branches", "3", "-q",
+               cwd=work, env=tmpdir_env)
+    assert done.returncode == 0, done.stderr
+    runs = work / ".pytest-loops" / "runs"
+    (tine,) = runs.glob("*.tine")
+    assert cli("verify", str(tine)).returncode == 0
+    steps = Run.load(tine).steps
+    iteration_1 = next(s for s in steps if (s.tool_info or {}).get("name") == "iteration")
+    forks = [s for s in steps if (s.tool_info or {}).get("name") == "branch"]
+    assert [s.inputs["arguments"]["branch"] for s in forks] == [0, 1, 2]
+    assert all(s.parent_ids == [iteration_1.id] for s in forks)  # each a fork of its iteration
+    assert [s.outputs["chosen"] for s in forks] == [False, True, False]
+    after = [s for s in steps if (s.tool_info or {}).get("name") == "iteration"][1]
+    assert after.parent_ids == [iteration_1.id]  # the loop's main line goes on from the iteration
+    from_tine = load_run(tine)["iterations"][0]["branches"]
+    assert from_tine == branches_of(work)  # the .tine and the run log tell the same
+    assert load_run(next(runs.glob("*.json")))["verified"] is True  # and cross-check as one
+    report = tmp_path / "r.html"
+    assert cli("report", str(work / ".pytest-loops"), "-o", str(report)).returncode == 0
+    html = report.read_text()
+    assert '<li class="branch chosen"' in html and "● b1 · 1/1 checks" in html
+    assert html.count('<li class="branch ') == 3
