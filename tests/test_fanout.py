@@ -320,3 +320,24 @@ def test_branches_are_forks_in_the_tine_and_drawn_in_the_report(cli, tmp_path, t
     html = report.read_text()
     assert '<li class="branch chosen"' in html and "● b1 · 1/1 checks" in html
     assert html.count('<li class="branch ') == 3
+
+
+def test_applying_keeps_the_real_files_mode_unless_the_candidate_changed_it(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "private.txt").write_text("a\n")
+    os.chmod(src / "private.txt", 0o600)
+    (src / "tool.sh").write_text("echo\n")
+    parent = new_parent()
+    copy = TreeCopy(src, parent, "c", use_git=False).create()
+    try:
+        root = Path(copy.root)
+        (root / "private.txt").write_text("b\n")
+        os.chmod(root / "tool.sh", 0o755)
+        copy.apply(copy.changes(), src)
+    finally:
+        copy.remove()
+        os.rmdir(parent)
+    assert (src / "private.txt").read_text() == "b\n"
+    assert os.stat(src / "private.txt").st_mode & 0o777 == 0o600
+    assert os.stat(src / "tool.sh").st_mode & 0o777 == 0o755

@@ -141,7 +141,8 @@ class TreeCopy:
                     continue  # linked below
                 os.makedirs(os.path.join(self.root, rel_dir, name), exist_ok=True)
             for name in files:
-                _copy_entry(os.path.join(self.source, rel_dir, name), os.path.join(self.root, rel_dir, name))
+                _copy_entry(os.path.join(self.source, rel_dir, name), os.path.join(self.root, rel_dir, name),
+                            fresh=True)
         self._link_venvs()
 
     def _link_venvs(self) -> None:
@@ -211,12 +212,24 @@ class TreeCopy:
             os.close(fd)
             try:
                 shutil.copyfile(os.path.join(self.root, change.rel), tmp, follow_symlinks=False)
-                os.chmod(tmp, stat.S_IMODE(change.entry.mode))
+                os.chmod(tmp, self._mode_for(change, dst))
                 os.replace(tmp, dst)
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
                 raise
+
+    def _mode_for(self, change: Change, dst: str) -> int:
+        """The real file's mode, unless the candidate changed it (or made the file)."""
+        assert change.entry is not None
+        mine = stat.S_IMODE(change.entry.mode)
+        base = self.base.get(change.rel)
+        if base is not None and stat.S_IMODE(base.mode) == mine:
+            try:
+                return stat.S_IMODE(os.stat(dst).st_mode)
+            except OSError:
+                pass
+        return mine
 
     def remove(self) -> None:
         """Delete the copy (and its git worktree entry). Safe to call twice."""
@@ -267,13 +280,22 @@ def _walk(root: str, ignored: Callable[[str], bool]) -> Iterable[tuple[str, list
         yield rel_dir, keep, [f for f in files if not ignored(os.path.join(rel_dir, f))]
 
 
-def _copy_entry(src: str, dst: str) -> None:
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
-    _remove_path(dst)
-    if os.path.islink(src):
+def _copy_entry(src: str, dst: str, *, fresh: bool = False) -> None:
+    """``src`` (a file or a link) at ``dst``: the bytes and the mode, not the times
+    (a candidate's changes are found by content). ``fresh``: nothing is at ``dst``."""
+    if not fresh:
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        _remove_path(dst)
+    try:
+        info = os.lstat(src)
+    except OSError:
+        return
+    if stat.S_ISLNK(info.st_mode):
         os.symlink(os.readlink(src), dst)
-    elif os.path.isfile(src):
-        shutil.copy2(src, dst, follow_symlinks=False)
+    elif stat.S_ISREG(info.st_mode):
+        shutil.copyfile(src, dst, follow_symlinks=False)
+        if stat.S_IMODE(info.st_mode) & 0o111:
+            os.chmod(dst, stat.S_IMODE(info.st_mode))
 
 
 def _remove_path(path: str) -> None:
