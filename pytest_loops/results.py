@@ -107,8 +107,16 @@ class IterationRecord:
     guard: str | None = None  # the guard that ended the loop in this iteration
     guards_seen: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0  # loop time when this iteration ended
+    # fan-out: per revise candidate, what it did and why it was chosen or not (empty: one revise)
+    branches: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
+        data = self._to_dict()
+        if self.branches:  # only with fan-out: other run logs keep their shape
+            data["branches"] = copy.deepcopy(self.branches)
+        return data
+
+    def _to_dict(self) -> dict[str, Any]:
         # field by field, in field order (what dataclasses.asdict gave, without its deep copies)
         return {
             "iter": self.iter, "started_at": self.started_at,
@@ -138,6 +146,9 @@ class IterationRecord:
         for key in ("protected_changes", "scope_reverted", "audit_findings"):
             if key in kwargs and not isinstance(kwargs[key], list):
                 raise TypeError(f"{key} is {type(kwargs[key]).__name__}, not a list")
+        if "branches" in kwargs and not (isinstance(kwargs["branches"], list)
+                                         and all(isinstance(b, dict) for b in kwargs["branches"])):
+            raise TypeError("branches is not a list of objects")
         if "guards_seen" in kwargs and not isinstance(kwargs["guards_seen"], dict):
             raise TypeError(f"guards_seen is {type(kwargs['guards_seen']).__name__}, not an object")
         check_fields = {f.name for f in dataclasses.fields(CheckResult)}

@@ -35,6 +35,7 @@ from pytest_loops.errors import LoopUsageError
 from pytest_loops.limits import short_repr
 
 ON_OFF = ("on", "off")
+MAX_BRANCHES = 32
 TAKES_VALUE = object()  # an alias flag that takes the setting's value (not a constant)
 
 
@@ -81,6 +82,7 @@ class Setting:
     reproduce: str = "changed"  # in the reproduce command: "always", "changed" or "never"
     origin_key: str = ""  # the LoopSpec field and origin key, when not the name (guards.*, the run log's)
     guard: bool = False
+    bounds: tuple[int, int] = (0, 1 << 31)  # a "count": the smallest and largest value
 
     # -- spellings ------------------------------------------------------------------
 
@@ -148,6 +150,8 @@ class Setting:
             return self._size(raw, where)
         if kind == "cap":
             return self._cap(raw, where)
+        if kind == "count":
+            return self._count(raw, where)
         if kind == "choice":
             if not isinstance(raw, str) or raw.strip() not in self.choices:
                 raise self.fail(raw, where)
@@ -196,6 +200,18 @@ class Setting:
                 raise self.fail(raw, where)
             value = int(value)
         if validate_guard_values(**{self.name: value}):
+            raise self.fail(raw, where)
+        return value
+
+    def _count(self, raw: Any, where: str) -> int:
+        """A whole number within ``bounds`` (text, or an int from a marker or YAML)."""
+        value = raw
+        if isinstance(raw, str):
+            try:
+                value = int(raw.strip())
+            except ValueError:
+                raise self.fail(raw, where) from None
+        if isinstance(value, bool) or not isinstance(value, int) or not self.bounds[0] <= value <= self.bounds[1]:
             raise self.fail(raw, where)
         return value
 
@@ -261,6 +277,16 @@ SETTINGS: tuple[Setting, ...] = (
             env="PYTEST_LOOPS_NO_PROGRESS_SIGNAL", marker="no_progress_signal",
             yaml_key="guards.no_progress_signal", config_key="guards.no_progress_signal",
             loop_line="no progress signal: both", sample="failure"),
+    Setting("branches", "revise candidates per iteration, each run in its own copy of the working tree; the "
+            "best one's changes are kept (default 1: no fan-out)", "count", 1, bounds=(1, MAX_BRANCHES),
+            valid=f"an integer from 1 to {MAX_BRANCHES}", run_flag="--branches", option="--loop-branches",
+            ini="loop_branches", env="PYTEST_LOOPS_BRANCHES", marker="branches", yaml_key="branches",
+            config_key="revise.branches", loop_line="branches: 3", metavar="N", sample="3"),
+    Setting("max_parallel", "revise candidates and their checks run at once, across pytest-xdist workers "
+            "too (default 0: the CPU count)", "count", 0, bounds=(0, 4096),
+            valid="an integer >= 0 (0: the CPU count)", run_flag="--max-parallel", option="--loop-max-parallel",
+            ini="loop_max_parallel", env="PYTEST_LOOPS_MAX_PARALLEL", yaml_key="max_parallel",
+            config_key="revise.max_parallel", loop_line="max parallel: 4", metavar="N", sample="2"),
     Setting("state_paths", "state paths (globs) the no-progress guard fingerprints (pytest default: the "
             "rootdir)", "list", [], valid="a glob or a list of globs", run_flag="--state",
             option="--loop-state", ini="loop_state", env="PYTEST_LOOPS_STATE", marker="state",

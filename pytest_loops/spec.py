@@ -174,6 +174,8 @@ class LoopSpec:
     protect: tuple[str, ...] = ()
     scope: tuple[str, ...] = ()
     ignored: tuple[IgnoredLine, ...] = ()
+    branches: int = 1  # revise candidates per iteration (fan-out), each in its own copy of the tree
+    max_parallel: int = 0  # candidates run at once; 0: the CPU count
     origin: Mapping[str, str] = field(default_factory=dict)
     source: str | None = None
 
@@ -194,6 +196,10 @@ class LoopSpec:
             )
         if self.revise is not None and not self.revise.strip():
             object.__setattr__(self, "revise", None)
+        for key, low in (("branches", 1), ("max_parallel", 0)):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise LoopUsageError(f"{key} must be an integer >= {low}, got {value!r}", location=self.source)
         if self.no_progress_signal not in NO_PROGRESS_SIGNALS:
             raise LoopUsageError(
                 f"{self.no_progress_signal!r} is not a valid no_progress_signal; valid: "
@@ -210,6 +216,15 @@ class LoopSpec:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
+        data = self._to_dict()
+        # only when set: a loop without fan-out keeps the digest it always had
+        if self.branches != 1:
+            data["branches"] = self.branches
+        if self.max_parallel:
+            data["max_parallel"] = self.max_parallel
+        return data
+
+    def _to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "goal": self.goal,
@@ -284,6 +299,9 @@ def _check_field_types(data: Mapping[str, Any]) -> None:
     for key in ("reflexion", "escalate_when_blocked"):
         if key in data and not isinstance(data[key], bool):
             raise wrong(key, data[key], "true or false")
+    for key in ("branches", "max_parallel"):
+        if key in data and (isinstance(data[key], bool) or not isinstance(data[key], int)):
+            raise wrong(key, data[key], "an integer")
     for key in ("state_paths", "look_at", "protect", "scope"):
         value = data.get(key, [])
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import textwrap
 from pathlib import Path
 
@@ -471,3 +472,20 @@ def test_a_rewritten_text_store_gives_back_no_loop_start_text(tmp_path):
         assert guard.start_text("pkg/other.py") == "X = 1\n"  # untouched texts still read back
     finally:
         guard.close()
+
+
+def test_bytecode_a_check_compiled_is_not_run_after_a_same_size_edit(cli, tmp_path):
+    # the revise step fixes calc.py with the same size and puts its mtime back (as
+    # `cp -p`, rsync -t or an undo can): the .pyc the first check wrote still matches
+    # the source's recorded mtime and size, so without clearing it the fix never runs
+    (tmp_path / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (tmp_path / "check.py").write_text("from calc import add\nassert add(2, 3) == 5\n")
+    (tmp_path / "fix.py").write_text(
+        "import os\nst = os.stat('calc.py')\n"
+        "open('calc.py', 'w').write('def add(a, b):\\n    return a + b\\n')\n"
+        "os.utime('calc.py', ns=(st.st_atime_ns, st.st_mtime_ns))\n")
+    env = {"PYTHONDONTWRITEBYTECODE": ""}
+    done = cli("run", "--verify", f"{sys.executable} check.py", "--revise", f"{sys.executable} fix.py",
+               "--max-iter", "3", "--no-progress-k", "0", "-q", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("SUCCESS (exit 0) after 2 iteration(s)")

@@ -43,6 +43,7 @@ MIN_HMAC_KEY_BYTES = 16
 ITERATION_TOOL = "iteration"
 CHECK_TOOL = "check"  # the first shape's steps
 REVISE_TOOL = "revise"
+BRANCH_TOOL = "branch"  # fan-out: one fork of an iteration's step per revise candidate
 _REFITS = 2  # re-saves allowed when opentine's redaction changed what was written
 
 
@@ -286,14 +287,14 @@ def _signing_key(hmac_key: bytes | None, ed25519_key_path: str | None) -> tuple[
 
 
 def _add_step(run: Any, kind: str, inputs: dict, outputs: dict, duration: float,
-              tool_info: dict | None) -> Any:
+              tool_info: dict | None, **where: Any) -> Any:
     from opentine import StepKind
 
     # opentine accepts a non-dict output here and only fails later, in save().
     if not isinstance(outputs, dict) or not isinstance(inputs, dict):
         raise TypeError("step inputs and outputs must be dicts")
     return run.add_step(StepKind(kind), inputs=inputs, outputs=outputs,
-                        tool_info=tool_info, duration=nonneg_seconds(duration))
+                        tool_info=tool_info, duration=nonneg_seconds(duration), **where)
 
 
 def _metadata(result: LoopResult, scrub: Scrub) -> dict[str, Any]:
@@ -325,6 +326,7 @@ def _payloads(result: LoopResult, scrub: Scrub) -> list[Payload]:
     steps: list[Payload] = [_start_step(result)]
     for record in result.iterations:
         steps.append(_iteration_step(record, spec, declared, run_dir, scrub))
+        steps.extend(_branch_step(record.iter, branch) for branch in record.branches)
     steps.append(_done_step(result))
     memo: dict[str, str] = {}
     return [(kind, _jsonable(i, scrub, memo), _jsonable(o, scrub, memo), d, t)
@@ -409,6 +411,15 @@ def _iteration_step(record: IterationRecord, spec: LoopSpec,
         arguments["revise"] = spec.revise
     return ("tool", {"name": ITERATION_TOOL, "arguments": arguments}, outputs,
             record.duration_s, {"name": ITERATION_TOOL})
+
+
+def _branch_step(iteration: int, branch: Mapping[str, Any]) -> Payload:
+    """One revise candidate of a fan-out iteration: a fork of the iteration's step
+    (its own ref, so the loop's main line goes on from the iteration), the chosen
+    one marked ``chosen``."""
+    outputs = {k: v for k, v in branch.items() if k != "branch"}
+    arguments = {"iteration": iteration, "branch": branch.get("branch")}
+    return ("tool", {"name": BRANCH_TOOL, "arguments": arguments}, outputs, 0.0, {"name": BRANCH_TOOL})
 
 
 def _check_entry(check: CheckResult, declared: tuple[str, str | None] | None, folder: str | None,
@@ -503,8 +514,17 @@ def _save(payloads: list[Payload], metadata: dict[str, Any], succeeded: bool, ta
     from opentine import Run, RunStatus
 
     run = Run(metadata=metadata, tags=["pytest-loops", str(metadata.get("verdict", "")).lower()])
+    fork_from: str | None = None  # the last iteration step: candidates fork from it
     for index, (kind, inputs, outputs, duration, tool_info) in enumerate(payloads):
-        step = _add_step(run, kind, inputs, outputs, duration, tool_info)
+        name = (tool_info or {}).get("name")
+        if name == BRANCH_TOOL and fork_from is not None:
+            arguments = inputs.get("arguments") or {}
+            step = _add_step(run, kind, inputs, outputs, duration, tool_info, parent_id=fork_from,
+                             ref=f"branch-{arguments.get('iteration')}-{arguments.get('branch')}")
+        else:
+            step = _add_step(run, kind, inputs, outputs, duration, tool_info)
+            if name == ITERATION_TOOL and step is not None:
+                fork_from = step.id
         # the step holds its own copy: the payload shares it, so only one is kept
         if step is not None and step.inputs == inputs and step.outputs == outputs:
             payloads[index] = (kind, step.inputs, step.outputs, duration, tool_info)

@@ -168,6 +168,7 @@ class _Page:
         parts.append("</dl>")
         parts.append(self.timeline(iterations, _check_names(run, iterations)))
         parts.append(self.table(iterations))
+        parts.append(self.branches(iterations))
         parts.append(self.failures(iterations))
         # Lesson lines from the lessons page are list items already: "- ...".
         lessons = [str(x).removeprefix("- ") for x in run.get("lessons") or [] if x]
@@ -287,6 +288,30 @@ class _Page:
                 "<table><thead><tr><th>iter</th><th>checks</th><th>exit</th><th>duration</th>"
                 "<th>state</th><th>streak</th><th>revise</th><th>guard</th></tr></thead><tbody>"
                 + "".join(rows) + "</tbody></table></details>")
+
+    def branches(self, iterations: list[Mapping[str, Any]]) -> str:
+        """Fan-out: per iteration, each revise candidate as a node off the iteration,
+        the chosen one filled, a discarded one struck through, and why."""
+        rows = []
+        for it in iterations:
+            candidates = [b for b in it.get("branches") or [] if isinstance(b, Mapping)]
+            if not candidates:
+                continue
+            chips = []
+            for b in candidates:
+                why = str(b.get("why") or "")
+                kind = "chosen" if b.get("chosen") else "discarded" if why.startswith("discarded") else "other"
+                mark = {"chosen": "●", "discarded": "✗", "other": "○"}[kind]
+                chips.append(f'<li class="branch {kind}" title="{self.text(why)}">{mark} b{self.text(b.get("branch"))}'
+                             f' · {self.text(b.get("passed"))}/{self.text(b.get("of"))} checks'
+                             f' · diff {self.text(b.get("diff_size"))} · revise exit '
+                             f'{self.text(_dash(b.get("revise_exit")))}<br><small>{self.text(why)}</small></li>')
+            rows.append(f'<div class="fanout"><span class="it">iteration {self.text(it.get("iter", "?"))}</span>'
+                        f'<ul class="branches">{"".join(chips)}</ul></div>')
+        if not rows:
+            return ""
+        return ('<details class="branches" open><summary>Branches (best-of-N revise)</summary>'
+                + "".join(rows) + "</details>")
 
     def failures(self, iterations: list[Mapping[str, Any]]) -> str:
         if not iterations:
@@ -428,5 +453,13 @@ details{margin:6px 0}summary{cursor:pointer;color:#0969da}
 code{font-size:12px;color:#59636e}
 .legend{font-size:12px;color:#59636e;margin:0 0 8px}
 ul.lessons li{font-family:ui-monospace,monospace;font-size:12px}
+div.fanout{display:flex;gap:10px;align-items:flex-start;margin:4px 0}
+div.fanout .it{white-space:nowrap;color:#59636e;padding-top:4px}
+ul.branches{list-style:none;margin:0;padding:0 0 0 12px;border-left:2px solid #d1d9e0;
+display:flex;flex-wrap:wrap;gap:6px}
+li.branch{border:1px solid #d1d9e0;border-radius:6px;padding:2px 8px;font-size:12px}
+li.branch.chosen{border-color:#1a7f37;background:#dafbe1}
+li.branch.discarded{color:#59636e;text-decoration:line-through}
+li.branch small{text-decoration:none;display:inline-block}
 """
 

@@ -506,7 +506,8 @@ def check_resumable(data: dict[str, Any], where: str) -> None:
 
 # What a resumed run may change about the loop it continues: the limits and the
 # revise step (`--max-iter`, `--revise`, ...); origin bookkeeping is not behaviour.
-RESUME_MAY_CHANGE = ("guards", "revise", "no_progress_signal", "origin", "source", "ignored")
+RESUME_MAY_CHANGE = ("guards", "revise", "no_progress_signal", "origin", "source", "ignored", "branches",
+                     "max_parallel")
 
 
 def check_verified(data: dict[str, Any], where: str) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_loops.artifacts.provenance import (
+    BRANCH_TOOL,
     CHECK_TOOL,
     ITERATION_TOOL,
     MIN_HMAC_KEY_BYTES,
@@ -176,6 +177,10 @@ def _summary_from_steps(steps: list[Any], metadata: Mapping[str, Any], *,
                           revise_duration_s=outputs.get("duration_s"),
                           revise_output_file=outputs.get("output_file"),
                           revise_tail=outputs.get("tail", ""))
+        elif kind == "tool" and (step.tool_info or {}).get("name") == BRANCH_TOOL:
+            arguments = inputs.get("arguments") or {}
+            record = iteration(int(arguments.get("iteration", 0)))
+            record.setdefault("branches", []).append({"branch": arguments.get("branch"), **outputs})
         elif kind == "done":
             done = outputs
     if done is None or not start:

@@ -266,6 +266,7 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
         memory_page=settings["lessons_page"], reflexion=bool(settings["lessons"]),
         no_progress_signal=settings["no_progress_signal"],
         protect=tuple(settings["protect"]), scope=tuple(settings["scope"]),
+        branches=settings["branches"], max_parallel=settings["max_parallel"],
         cwd=str(cwd.resolve()), origin=record_origin(settings.origin),
         source=str(config_path) if config_path else "command line",
     )

@@ -150,6 +150,8 @@ class LoopContext:
             env.update(loop_env(self.spec, self))
         if extra_env:
             env.update(extra_env)
+        if not label.startswith(self.label_prefix):  # a revise candidate's own output file
+            label = self.label_prefix + label
         output_path: Path | None = self.run_dir / f"iter-{self.iteration:03d}" / f"{label}.out"
         try:
             self.iteration_dir  # noqa: B018 - creates it

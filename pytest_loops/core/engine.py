@@ -40,6 +40,7 @@ from pytest_loops.core.context import (
     resolve_paths,
     with_python_on_path,
 )
+from pytest_loops.core.fanout import revise_outcome
 from pytest_loops.core.pluginmanager import make_plugin_manager
 from pytest_loops.core.revise import CANNOT_START_EXIT_CODES, build_prompt, write_failure_file
 from pytest_loops.core.state import LoopState, ResumePlan, Step, resume_plan, stop_leftovers
@@ -582,7 +583,7 @@ class Engine:
         # the iteration so far (verify, guards): a run killed during the revise step
         # resumes by running it again, not by verifying this iteration twice
         self.pm.hook.pytest_loop_revise_started(spec=spec, run=loop.run, record=record)
-        outcome = self.pm.hook.pytest_loop_revise(spec=spec, iteration=record.iter, context=ctx)
+        outcome = revise_outcome(self.pm, spec, ctx, record, watch, self._run_check)
         record.revise_duration_s = self.clock() - r0
         self.pm.hook.pytest_loop_revise_finished(spec=spec, run=loop.run, record=record,
                                                  exit_code=_exit_of(outcome))

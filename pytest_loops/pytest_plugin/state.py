@@ -169,7 +169,7 @@ class SessionState:
             state_paths=tuple(values["state_paths"] or ["."]),
             memory_page=values["lessons_page"], cwd=str(self.rootdir), origin=spec_origin(values),
             no_progress_signal=values["no_progress_signal"], reflexion=bool(values["lessons"]),
-            source=name,
+            branches=values["branches"], max_parallel=values["max_parallel"], source=name,
         )
 
     def run_loop(self, spec: LoopSpec, **kwargs: Any) -> LoopResult:

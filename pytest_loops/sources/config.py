@@ -130,6 +130,8 @@ def read_runner_config(path: str | os.PathLike, data: Any = None) -> dict[str, A
                 layer["verify"] = _str_list(value, kwhere)
             elif section in ("protect", "scope"):
                 layer[section] = _str_list(value, kwhere)
+            elif section == "revise" and key in ("branches", "max_parallel"):
+                layer[key] = BY_NAME[key].parse(value, kwhere)
             else:
                 _expect(isinstance(value, str) and value.strip() != "", kwhere, "a non-empty string", value)
                 target = {"reflexion": "lessons_page", "run_log": "log_path", "revise": "revise"}[section]

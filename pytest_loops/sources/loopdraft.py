@@ -176,6 +176,7 @@ class FileDraft:
         escalate_when_blocked = pick("escalate_when_blocked", False)
         scope = pick("scope", [])
         no_progress_signal = pick("no_progress_signal", "state")
+        counts = {key: pick(key, default) for key, default in (("branches", 1), ("max_parallel", 0))}
 
         look_items, look_line = body.look, body.look_line
         watch = body.settings.get("state_paths") or defaults.get("state_paths")
@@ -203,7 +204,7 @@ class FileDraft:
                 memory_page=memory_page, cwd=self.cwd, stop_message=stop_message,
                 escalate_when_blocked=bool(escalate_when_blocked), look_at=tuple(look_at),
                 protect=tuple(protect), scope=tuple(scope), ignored=tuple(body.ignored),
-                no_progress_signal=no_progress_signal,
+                no_progress_signal=no_progress_signal, **counts,
                 origin=origin, source=self.where(body.header),
             )
         except LoopUsageError as exc:  # values are validated above; this is a last line of defence

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from pytest_loops.defaults import NO_PROGRESS_SIGNALS
 from pytest_loops.errors import LoopFileError
+from pytest_loops.settings import BY_NAME
 from pytest_loops.sources import phrases
 from pytest_loops.sources.loopdraft import (
     RIGOR_MAX_ITER,
@@ -137,6 +138,7 @@ _NO_PROGRESS = _re(r"stop\s+when\s+nothing\s+changes\b(.*)$")
 _ESCALATE = _re(r"escalate\s+after\b(.*)$")
 _SAME_FAILURE = _re(r"stop\s+when\s+the\s+same\s+failure\s+repeats\b(.*)$")
 _SIGNAL = _re(r"no\s+progress\s+signal\s*:(.*)$")
+_BRANCHES = _re(r"(branches|max\s+parallel)\s*:(.*)$")
 _COUNT_TRIES = _re(r"\s*(?:for\s+)?(\S+)\s+(?:tries|try|iterations?)\s*$")
 _REVISE = _re(r"revise\s+with\b\s*:?(.*)$")
 _LISTS = _re(r"(protect|scope|watch)\s*:(.*)$")
@@ -594,6 +596,15 @@ class _Parser(FileDraft):
             except Problem as exc:
                 raise self.problem(exc, line, m.start(1) + len(m.group(1)) - len(m.group(1).lstrip())) from None
             body.settings["budget_seconds"] = Setting(seconds, self.where(line))
+            return True
+        m = _BRANCHES.match(text)
+        if m:  # branches: 3 / max parallel: 4
+            key, raw = ("branches" if m.group(1).lower() == "branches" else "max_parallel"), m.group(2).strip()
+            low, high = BY_NAME[key].bounds
+            if not raw.isdigit() or not low <= int(raw) <= high:
+                raise self.error(f"{raw!r} is not a valid {key}: {BY_NAME[key].valid}", line, line.col(m.start(2)),
+                                 fix=f"write `{m.group(1).lower()}: {max(low, 2)}`")
+            body.settings[key] = Setting(int(raw), self.where(line))
             return True
         m = _SIGNAL.match(text)
         if m:

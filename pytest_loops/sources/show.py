@@ -64,6 +64,9 @@ def _format_loop(spec: LoopSpec, title: str, verbose: bool) -> list[str]:
             for key in _GUARDS]
     rows.append(("no_progress_signal", spec.no_progress_signal, origin.get("no_progress_signal", "default")))
     rows.append(("revise", spec.revise or "-", origin.get("revise", "default")))
+    if spec.branches != 1 or spec.max_parallel:  # fan-out
+        rows.append(("branches", str(spec.branches), origin.get("branches", "default")))
+        rows.append(("max_parallel", str(spec.max_parallel or "CPU count"), origin.get("max_parallel", "default")))
     rows.append(("state_paths", ", ".join(spec.state_paths) or "-", origin.get("state_paths", "default")))
     rows.append(("lessons_page", spec.memory_page or "-", origin.get("memory_page", "default")))
     if spec.stop_message:

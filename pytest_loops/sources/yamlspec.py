@@ -335,6 +335,16 @@ class _Reader:
         for key in lists:
             if lists[key]:
                 note(key)
+        counts = {}
+        for key in ("branches", "max_parallel"):
+            low, high = BY_NAME[key].bounds
+            value = self.integer(body, key, f"{keypath}.{key}", low)
+            if value is not None:
+                if value > high:
+                    raise self.fail(f"{keypath}.{key}", f"expected an integer from {low} to {high}, got {value}",
+                                    self.mark(body, key))
+                counts[key] = value
+                note(key)
         return LoopSpec(
             name=prefix + (name or ""), checks=tuple(checks), goal=goal or "", revise=revise,
             guards=guards, state_paths=tuple(state_paths),
@@ -343,7 +353,8 @@ class _Reader:
             no_progress_signal=self.signal[0],
             escalate_when_blocked=blocked, look_at=tuple(lists["look_at"]),
             protect=tuple(lists["protect"]), scope=tuple(lists["scope"]), origin=origin,
-            source=self.where(mark),
+            source=self.where(mark), branches=counts.get("branches", 1),
+            max_parallel=counts.get("max_parallel", 0),
         )
 
     def guards(self, body: dict[Any, Any], keypath: str, origin: dict[str, str]) -> Guards:

@@ -49,6 +49,7 @@ from pytest_loops.runtime.protect.tree import (
     _restore_path,
     _same_mode,
     _write_new,
+    clear_bytecode_of,
     file_digest,
     printable,
 )
@@ -513,6 +514,7 @@ class TreeGuard:
                     result.caches_cleared.append(rel)
                 continue
             violations.append(Violation(rel, how, reason, restored=False))
+        result.caches_cleared += clear_bytecode_of(self.root, [rel for rel, _ in result.in_scope])
         if sweep:
             violations += self._sweep_readonly({v.path for v in violations})
         violations += self._ancestor_violations()

@@ -285,3 +285,30 @@ def _copy_file(src: str, dst: str, mode: int) -> None:
     _remove(dst)
     _hash_copy(src, dst)
     os.chmod(dst, stat.S_IMODE(mode))
+
+
+def clear_bytecode_of(root: str, sources: list[str]) -> list[str]:
+    """Remove the cached bytecode of each changed ``.py`` source (relative to ``root``).
+
+    The interpreter trusts a `.pyc` whose recorded source mtime (whole seconds) and
+    size match: a same-size edit within the second of the last one, or one that sets
+    the mtime back, would run the old code. What a check compiled before the revise
+    step is such a cache. Returns the removed paths, relative to ``root``."""
+    removed = []
+    for rel in sources:
+        if not rel.endswith(".py"):
+            continue
+        folder, name = os.path.split(rel)
+        cache = os.path.join(folder, "__pycache__")
+        try:
+            names = os.listdir(os.path.join(root, cache))
+        except OSError:
+            continue
+        for cached in names:
+            if cached.startswith(name[:-3] + ".") and cached.endswith((".pyc", ".pyo")):
+                try:
+                    os.unlink(os.path.join(root, cache, cached))
+                except OSError:
+                    continue
+                removed.append(os.path.join(cache, cached))
+    return removed
