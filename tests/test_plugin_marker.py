@@ -253,3 +253,19 @@ def test_xfail_and_setup_errors_start_no_loop(project: Project) -> None:
     result = project.run("--loop")
     result.assert_outcomes(xfailed=1, errors=1)
     assert not project.exists("revised.txt")
+
+
+def test_a_marker_fans_the_repair_out_into_branches(project: Project) -> None:
+    # branch 0 fixes the bug; branch 1 breaks the test file (read-only: discarded)
+    project.write("fix.sh", f"""\
+        if [ "$LOOP_BRANCH" = 0 ]; then {FIX_ADD}; else echo "def test_add(): pass" > test_calc.py; fi
+        """)
+    project.marked_test(marker='revise="sh fix.sh", branches=2, max_iter=3')
+    result = project.run("--loop", "-v")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*test_calc.py::test_add REPAIRED*"])
+    (log,) = project.run_logs()
+    branches = log["iterations"][0]["branches"]
+    assert [b["chosen"] for b in branches] == [True, False]
+    assert branches[1]["why"].startswith("discarded: changed read-only paths: test_calc.py")
+    assert "a + b" in project.read("calc.py") and "import calc" in project.read("test_calc.py")
