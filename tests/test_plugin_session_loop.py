@@ -341,3 +341,18 @@ def test_tests_with_failing_subtests_are_repaired_once_each(project: Project, ar
     assert log["verdict"] == "SUCCESS" and len(log["iterations"]) == 3
     reasons = " ".join(check["reason"] for it in log["iterations"] for check in it["checks"])
     assert "regression" not in reasons  # the unittest case "passed" itself while its subTests failed
+
+
+def test_fan_out_judges_each_candidate_in_its_own_copy(project: Project) -> None:
+    # branch 0 changes nothing that helps, branch 1 fixes the bug: the candidates' own
+    # reruns (in their copies, with the session's --rootdir moved there) tell them apart
+    project.write("test_calc.py", COUNTING_TESTS)
+    project.write("fix.sh", f'if [ "$LOOP_BRANCH" = 1 ]; then {FIX_ADD}; else echo "# no" >> calc.py; fi\n')
+    result = project.run("--loop", "--loop-revise", "sh fix.sh", "--loop-branches", "2", "--loop-max-iter", "3",
+                         "--loop-suspects", "off")
+    assert result.ret == 0, result.stdout.str()
+    (log,) = project.run_logs()
+    assert log["iterations_run"] == 2
+    first = log["iterations"][0]["branches"]
+    assert [(b["passed"], b["failing_tests"], b["chosen"]) for b in first] == [(0, 2, False), (1, 0, True)]
+    assert "a + b" in project.read("calc.py") and "# no" not in project.read("calc.py")

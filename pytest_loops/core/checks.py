@@ -229,7 +229,7 @@ def _pytest_once(check: Check, context: LoopContext, label: str) -> CheckResult:
 
 
 def _pytest_run(check: Check, context: LoopContext, label: str) -> CheckResult:
-    extra = [str(a) for a in check.options.get("pytest_args", ())]
+    extra = [context.moved(str(a)) for a in check.options.get("pytest_args", ())]
     if context.clean_room is not None:
         return _pytest_judged(check, context, label, extra)
     junit = context.iteration_dir / f"{label}.junit.xml"

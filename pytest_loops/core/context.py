@@ -105,6 +105,17 @@ class LoopContext:
     # called with (path, OSError) when an artifact cannot be written; None: raise
     artifact_error: Callable[[str, OSError], None] | None = None
     localizer: Localizer | None = None  # failing tests, narrowed reruns, suspects; None: none
+    branch: int | None = None  # a fan-out candidate's number: its workdir is a copy of the tree
+    real_workdir: Path | None = None  # for a candidate: the loop's own working directory
+
+    def moved(self, value: str) -> str:
+        """A path (or ``--rootdir=PATH``, ``-c PATH``...) under the loop's working
+        directory, as the same path in this candidate's copy; else ``value``."""
+        if self.real_workdir is None:
+            return value
+        from pytest_loops.runtime.cleanroom import move_path
+
+        return move_path(value, os.path.realpath(self.real_workdir), os.path.realpath(self.workdir))
 
     @property
     def iteration_dir(self) -> Path:

@@ -143,6 +143,7 @@ class FanOut:
         env = {**ctx.base_env, BRANCH_VARIABLE: str(candidate.branch), BRANCHES_VARIABLE: str(self.branches)}
         mine = dataclasses.replace(ctx, workdir=type(ctx.workdir)(copy.root), base_env=env,
                                    label_prefix=f"branch-{candidate.branch}-", localizer=None, clean_room=None,
+                                   branch=candidate.branch, real_workdir=ctx.workdir,
                                    budget_hit=False, failed_tests_seen={}, suspects=list(ctx.suspects))
         candidate.outcome = self.revise(mine)
         candidate.budget_hit = mine.budget_hit

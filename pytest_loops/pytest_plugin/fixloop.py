@@ -19,6 +19,7 @@ iteration 2 the judged run is the rerun (none in the working tree).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -120,7 +121,7 @@ class SessionFixCheck:
         self.stored: Any = self.impact
 
     def _run(self, ids: list[str], context: LoopContext, label: str, spectra: Path | None = None,
-             peers: list[str] | None = None) -> tuple[CommandResult, set[str]]:
+             peers: list[str] | None = None, record: bool = True) -> tuple[CommandResult, set[str]]:
         args_file = context.iteration_dir / f"{label}.ids"
         args_file.write_text("\n".join(ids) + "\n", encoding="utf-8")
         targets = [f"@{args_file}"]
@@ -131,7 +132,7 @@ class SessionFixCheck:
             ids = [*ids, *peers]
         junit = context.iteration_dir / f"{label}.junit.xml"
         extra_env = {CHILD_ENV: "1"}
-        args = [*self.pytest_args, "-rA", "-p", "no:randomly"]
+        args = [*map(context.moved, self.pytest_args), "-rA", "-p", "no:randomly"]
         if spectra is not None:  # one process: the rerun and the spectra
             from pytest_loops.localization.spectra import PLUGIN, spectra_command
 
@@ -142,7 +143,8 @@ class SessionFixCheck:
         command = pytest_command(targets, str(junit), args)
         result = context.run_command(command, label=label, extra_env=extra_env)
         passed = passed_nodeids(junit, ids)  # preferred to the text summary, which options can change
-        self._times = seconds_by_nodeid(junit, ids)
+        if record:  # a candidate's rerun is not this loop's
+            self._times = seconds_by_nodeid(junit, ids)
         if context.scrub is not None:  # read: now mask what the child wrote (failure messages)
             for path in (junit, args_file):
                 scrub_file(path, context.scrub)
@@ -410,6 +412,8 @@ class SessionFixCheck:
             return None
         if context.clean_room is not None:
             return self._judged(check, context)
+        if context.branch is not None:
+            return self._candidate(check, context)
         if context.iteration == 1:  # the session itself was iteration 1
             if self.localize:
                 self._first_spectra(context)
@@ -443,6 +447,18 @@ class SessionFixCheck:
         self.regressions = []
         return self._result(check, cmd, True, f"rerun: {len(ids) + len(peers)} test(s) passed; "
                                               "the clean-room run confirms")
+
+    def _candidate(self, check: Check, context: LoopContext) -> CheckResult:
+        """A fan-out candidate: the failing tests rerun in its own copy of the tree. It
+        only ranks the candidate, so nothing of this loop's state changes."""
+        ids = list(self.failing)
+        cmd, passed = self._run(ids, context, f"{context.label_prefix}failing", record=False)
+        if context.budget_hit:
+            return self._result(check, cmd, False, "killed: the budget ran out")
+        still = [node for node in ids if node not in passed]
+        result = self._result(check, cmd, not still, f"{len(still)} still failing in the candidate's copy"
+                              if still else f"{len(ids)} test(s) passed in the candidate's copy")
+        return dataclasses.replace(result, failing_tests=tuple(still))
 
     def _deferred(self, check: Check, context: LoopContext) -> CheckResult | None:
         """With a fresh impact map, no rerun in the working tree: the clean-room judged run,

@@ -197,6 +197,19 @@ def clean_environment(env: Mapping[str, str], *, drop: Iterable[str] = ()) -> di
     return {k: v for k, v in env.items() if k not in dropped and not k.startswith(HARNESS_PREFIXES)}
 
 
+def move_path(value: str, old: str, new: str) -> str:
+    """``value``, a path (or ``--opt=path``) under the directory ``old`` (real, absolute),
+    as the same path under ``new``; any other value as it is."""
+    for prefix in ("", *(f"{opt}=" for opt in ("--rootdir", "--confcutdir", "-c", "--config-file"))):
+        if prefix and not value.startswith(prefix):
+            continue
+        path = value[len(prefix):]
+        real = os.path.realpath(path) if os.path.isabs(path) else None
+        if real is not None and (real == old or real.startswith(old + os.sep)):
+            return prefix + new + real[len(old):]
+    return value
+
+
 class CleanRoom:
     """A fresh tree for one confirmation; see the module docstring."""
 
@@ -208,14 +221,7 @@ class CleanRoom:
 
     def map_path(self, value: str) -> str:
         """A path (or ``--opt=path``) under the working tree, moved into the room."""
-        for prefix in ("", *(f"{opt}=" for opt in ("--rootdir", "--confcutdir", "-c", "--config-file"))):
-            if prefix and not value.startswith(prefix):
-                continue
-            path = value[len(prefix):]
-            real = os.path.realpath(path) if os.path.isabs(path) else None
-            if real is not None and (real == self.workdir or real.startswith(self.workdir + os.sep)):
-                return prefix + self.root + real[len(self.workdir):]
-        return value
+        return move_path(value, self.workdir, self.root)
 
     def map_args(self, args: Sequence[str]) -> list[str]:
         return [self.map_path(str(a)) for a in args]
