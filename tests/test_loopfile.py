@@ -235,8 +235,10 @@ def test_config_tier_lines_are_kept_and_target_sets_the_working_directory():
     assert blocks["git:"] == line(name, "git:") and blocks["sandbox:"] == line(name, "sandbox:")
     assert blocks['allow egress to "pypi.org" only'] == line(name, "allow egress")
     assert len(lf.config) == 26
-    assert {c.why for c in lf.config} == {lf_mod.WHY_CONFIG, lf_mod.WHY_TARGET}
+    assert {c.why for c in lf.config} == {lf_mod.WHY_CONFIG, lf_mod.WHY_TARGET, lf_mod.WHY_GRANTS}
     spec = loop(lf, "add a healthcheck endpoint")
+    assert spec.grants == ("skills", "agents")  # `grant ctx:` is every loop's `grants:`
+    assert spec.origin["grants"] == at(name, "grant ctx:") + " (grant ctx)"
     assert spec.cwd == str(CORPUS / "service")
     assert spec.origin["cwd"] == at(name, "target:")
     assert spec.guards.max_iter == 6  # rigor: vibe coding adds nothing
