@@ -355,10 +355,10 @@ def test_loop_files_declare_grants_and_loopflow_grant_ctx_is_read_the_same_way()
                          'loop "b":\n  goal: g\n  grants: MCPs, harnesses, mcps\n  done when "true" passes\n'
                          'loop "c":\n  goal: g\n  grants: none\n  done when "true" passes\n', "x.loop")
     a, b, c = lf.loops
-    assert (a.grants, a.origin["grants"]) == (("skills", "agents"), "x.loop:1 (grant ctx)")
+    assert (a.grants, a.origin["grants"]) == (("skills", "agents"), "x.loop:1")
     assert (b.grants, b.origin["grants"]) == (("mcps", "harnesses"), "x.loop:7")
     assert c.grants == ()
-    assert [i.text for i in lf.config] == ["grant ctx: skills, agents"]
+    assert lf.config == () and lf.ignored == ()  # acted on: neither kept as config nor ignored
     y = load_yaml_text("loops:\n  - name: y\n    goal: g\n    grants: [skills]\n    checks: ['true']\n", "y.loop.yaml")
     assert y.loops[0].grants == ("skills",)
     assert LoopSpec.from_dict(b.to_dict()).grants == b.grants

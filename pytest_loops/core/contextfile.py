@@ -29,7 +29,7 @@ import pluggy
 
 from pytest_loops.core.context import LoopContext
 from pytest_loops.core.revise import PROMPT_TAIL_CHARS, output_tail
-from pytest_loops.results import CheckResult
+from pytest_loops.results import CheckResult, IterationRecord
 from pytest_loops.spec import GRANT_NAMES, LoopSpec
 
 SCHEMA = "pytest-loops.context/1"
@@ -243,13 +243,18 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def write_context_file(pm: pluggy.PluginManager, spec: LoopSpec, context: LoopContext,
-                       results: list[CheckResult]) -> ContextFile:
-    """Build the contract, add the plugins' granted sections, mask secrets, cap it and write
-    ``context.context_file``. An OSError is the caller's (an artifact error)."""
-    payload = build_payload(spec, context, results)
+                       record: IterationRecord) -> ContextFile:
+    """Build the contract from ``record.checks``, add the plugins' granted sections, mask
+    secrets, cap it and write ``context.context_file``; each section dropped goes to
+    ``record.context_dropped`` (the run log). Output only: built from the harness's
+    state each time, never read back. An OSError is the caller's (an artifact error)."""
+    payload = build_payload(spec, context, record.checks)
     dropped = collect_sections(pm, spec, context, payload)
     if context.scrub is not None:
         payload = _scrubbed(payload, context.scrub)
         dropped = [context.scrub(line) for line in dropped]
-    _write_atomic(context.context_file, _fit(payload, dropped))
+    try:
+        _write_atomic(context.context_file, _fit(payload, dropped))
+    finally:
+        record.context_dropped.extend(dropped)
     return ContextFile(payload, dropped)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from pytest_loops.core import guards
+from pytest_loops.core import contextfile, guards
 from pytest_loops.core.context import (
     CommandRunner,
     Fingerprint,
@@ -40,7 +40,6 @@ from pytest_loops.core.context import (
     resolve_paths,
     with_python_on_path,
 )
-from pytest_loops.core.contextfile import write_context_file
 from pytest_loops.core.pluginmanager import make_plugin_manager
 from pytest_loops.core.revise import CANNOT_START_EXIT_CODES, build_prompt, write_failure_file
 from pytest_loops.core.state import LoopState, ResumePlan, Step, resume_plan, stop_leftovers
@@ -578,9 +577,7 @@ class Engine:
         prompt = build_prompt(spec, ctx, failed)
         self._write(failure_file.with_name("prompt.md"),
                     lambda: ctx.prompt_file.write_text(prompt, encoding="utf-8"))
-        # output only: built from memory each time, never read back (a revise step may rewrite it)
-        self._write(failure_file.with_name("context.json"), lambda: record.context_dropped.extend(
-            write_context_file(self.pm, spec, ctx, record.checks).dropped))
+        self._write(failure_file.parent, lambda: contextfile.write_context_file(self.pm, spec, ctx, record))
         r0 = self.clock()
         watch.before_revise()
         # the iteration so far (verify, guards): a run killed during the revise step

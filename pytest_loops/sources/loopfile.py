@@ -28,7 +28,7 @@ from pytest_loops.sources.loopdraft import (
 from pytest_loops.sources.model import Flow, LoopFile
 from pytest_loops.sources.phrases import Predicate, Problem
 from pytest_loops.sources.reading import read_text
-from pytest_loops.spec import GRANT_NAMES, CheckKind, IgnoredLine, slugify
+from pytest_loops.spec import CheckKind, IgnoredLine, slugify
 
 # Why a line is kept but not acted on. Shown by `pytest-loops show`.
 WHY_CONFIG = "config tier: kept as written, not acted on"
@@ -37,7 +37,6 @@ WHY_RIGOR = f"config tier: a loop without `after N tries` stops after {RIGOR_MAX
 WHY_PARALLEL = "stages run one after another here (fail-fast), never in parallel"
 WHY_UNKNOWN = "not a line pytest-loops knows; kept, not acted on"
 WHY_FLOW = "flows are not run as a unit: each .loop file is collected on its own"
-WHY_GRANTS = "config tier: the grants of every loop in this file (the context file's plugin sections)"
 _WHY = {
     "policy": "action policy is for an agent: the revise command decides what it edits "
               "(see `protect:` and `scope:`)",
@@ -101,7 +100,7 @@ _PARALLEL = _re(r"stages\s+in\s+parallel\s*:?\s*$")
 _CONFIG_BLOCK = _re(r"(?:git|observe|sandbox)\s*:?\s*$")
 _CONFIG_LINE = _re(
     r"(?:use\s|run\s+with\s|runner\b|schedule\s*:|notify\s*:|mode\s*:|runs\s+as\s*:|models\s*:|"
-    r"(?:then\s+)?each\s+cycle\s*:|recommend\s+skills\s+with\s+ctx\b|grant\s+ctx\s*:|"
+    r"(?:then\s+)?each\s+cycle\s*:|recommend\s+skills\s+with\s+ctx\b|"
     r"ctx\s+may\s+use\b|live\s*[:=])"
 )
 _TARGET = _re(r"target\s*:(.*)$")
@@ -141,8 +140,7 @@ _SIGNAL = _re(r"no\s+progress\s+signal\s*:(.*)$")
 _COUNT_TRIES = _re(r"\s*(?:for\s+)?(\S+)\s+(?:tries|try|iterations?)\s*$")
 _REVISE = _re(r"revise\s+with\b\s*:?(.*)$")
 _LISTS = _re(r"(protect|scope|watch)\s*:(.*)$")
-_GRANTS = _re(r"grants\s*:(.*)$")
-_GRANT_CTX = _re(r"grant\s+ctx\s*:(.*)$")  # LoopFlow's config line, read as `grants:` for the file
+_GRANTS = _re(r"(?:grants|grant\s+ctx)\s*:(.*)$")  # `grant ctx:`: LoopFlow's config line, read the same way
 
 _PASS_COND = _re(r"it\s+passes(?:\s+and\s+(?:the\s+)?goal\s+is\s+met)?$")
 _FAIL_COND = _re(r"it\s+(?:fails|breaks)$")
@@ -263,10 +261,6 @@ class _Parser(FileDraft):
                 self.config.append(IgnoredLine(line.no, text, WHY_RIGOR))
             else:
                 self.config.append(IgnoredLine(line.no, text, WHY_CONFIG))
-        elif m := _GRANT_CTX.match(text):
-            self.defaults.settings["grants"] = Setting(self.grant_names(line, m.group(1), m.start(1)),
-                                                       self.where(line, "grant ctx"))
-            self.config.append(IgnoredLine(line.no, text, WHY_GRANTS))
         elif _CONFIG_LINE.match(text):
             self.config.append(IgnoredLine(line.no, text, WHY_CONFIG))
         elif self.own_line(self.defaults, line):
@@ -591,29 +585,17 @@ class _Parser(FileDraft):
             i += 1
         raise self.problem(Problem("unterminated quote", 0, 'close it with a matching `"`'), line, offset)
 
-    def grant_names(self, line: Line, raw: str, start: int) -> list[str]:
-        """``skills, agents`` -> the names; ``none`` -> []; any other name is an error."""
-        items = phrases.split_items(raw)
-        if [it.lower() for it in items] == ["none"]:
-            return []
-        if not items:
-            raise self.error("`grants:` lists nothing", line, line.col(start),
-                             fix=f"list what the loop grants ({', '.join(GRANT_NAMES)}), or `none`")
-        names = []
-        for item in items:
-            name = item.lower()
-            if name not in GRANT_NAMES:
-                raise self.error(f"{item!r} is not a grant", line, line.col(start + max(0, raw.find(item))),
-                                 fix=f"grant only {', '.join(GRANT_NAMES)} (or `none`)")
-            names.append(name)
-        return names
+    def grants(self, line: Line, m: re.Match[str]) -> list[str]:
+        try:
+            return phrases.grant_names(m.group(1))
+        except Problem as exc:
+            raise self.problem(exc, line, m.start(1)) from None
 
     def own_line(self, body: Body, line: Line) -> bool:
         """budget / stop when nothing changes / escalate after / revise with / protect / scope / watch / grants."""
         text = line.text
-        m = _GRANTS.match(text)
-        if m:
-            body.settings["grants"] = Setting(self.grant_names(line, m.group(1), m.start(1)), self.where(line))
+        if m := _GRANTS.match(text):
+            body.settings["grants"] = Setting(self.grants(line, m), self.where(line))
             return True
         m = _BUDGET.match(text)
         if m:

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_loops.spec import Check, CheckKind
+from pytest_loops.spec import GRANT_NAMES, Check, CheckKind
 
 
 class Problem(Exception):
@@ -115,6 +115,20 @@ def is_path(item: str) -> bool:
     spaces is a description the revise step resolves.
     """
     return _SPACE.search(item) is None and _PATHISH.search(item) is not None
+
+
+def grant_names(text: str) -> list[str]:
+    """``skills, agents`` -> the names (lower case); ``none`` -> []; any other name is a Problem."""
+    items = split_items(text)
+    if [it.lower() for it in items] == ["none"]:
+        return []
+    if not items:
+        raise Problem("`grants:` lists nothing", 0, f"list what the loop grants ({', '.join(GRANT_NAMES)}), or `none`")
+    for item in items:
+        if item.lower() not in GRANT_NAMES:
+            raise Problem(f"{item!r} is not a grant", max(0, text.find(item)),
+                          f"grant only {', '.join(GRANT_NAMES)} (or `none`)")
+    return [it.lower() for it in items]
 
 
 # -- predicates (`done when ...`) -------------------------------------------------
