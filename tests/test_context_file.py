@@ -220,6 +220,14 @@ def test_a_plugin_that_raises_loses_its_sections_never_the_verdict(tmp_path):
                for line in result.iterations[0].context_dropped)
 
 
+def test_a_flood_of_dropped_sections_is_counted_not_listed(tmp_path):
+    result, work = run_loop(tmp_path, Sections({f"s{i}": i for i in range(500)}), max_iter=2, revise=KEEP)
+    dropped = result.iterations[0].context_dropped
+    assert len(dropped) == contextfile.MAX_DROPPED
+    assert dropped[-1] == f"... and {500 - contextfile.MAX_DROPPED + 1} more sections dropped"
+    validate(kept(work, 1))
+
+
 def test_a_plugin_answer_that_is_not_a_mapping_is_dropped(tmp_path):
     result, work = run_loop(tmp_path, Sections(["skills"]), grants=("skills",))  # type: ignore[arg-type]
     validate(kept(work, 1))
@@ -353,8 +361,10 @@ def test_loop_files_declare_grants_and_loopflow_grant_ctx_is_read_the_same_way()
     lf = parse_loop_text('grant ctx: skills, agents\n'
                          'loop "a":\n  goal: g\n  done when "true" passes\n'
                          'loop "b":\n  goal: g\n  grants: MCPs, harnesses, mcps\n  done when "true" passes\n'
-                         'loop "c":\n  goal: g\n  grants: none\n  done when "true" passes\n', "x.loop")
-    a, b, c = lf.loops
+                         'loop "c":\n  goal: g\n  grants: none\n  done when "true" passes\n'
+                         'loop "d":\n  goal: g\n  ctx grants: agents\n  done when "true" passes\n', "x.loop")
+    a, b, c, d = lf.loops
+    assert d.grants == ("agents",)
     assert (a.grants, a.origin["grants"]) == (("skills", "agents"), "x.loop:1")
     assert (b.grants, b.origin["grants"]) == (("mcps", "harnesses"), "x.loop:7")
     assert c.grants == ()

@@ -19,7 +19,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ SECTION_CAP = 32 * 1024  # bytes of one plugin section, as JSON
 LAST_FAILURE_CHARS = 8000
 MAX_CHECK_TESTS = 40
 MAX_LESSONS = 20
+MAX_DROPPED = 50  # lines of context_dropped per iteration; past it, one line counts the rest
 CORE_KEYS = ("schema", "loop", "goal", "iteration", "max_iter", "budget", "checks", "last_failure",
              "suspects", "lessons", "look_at", "protect", "scope", "grants", "files", "sections")
 
@@ -180,6 +180,8 @@ def collect_sections(pm: pluggy.PluginManager, spec: LoopSpec, context: LoopCont
                     continue
                 sections[name] = {"plugin": plugin, "data": json.loads(json.dumps(data))}
     payload["sections"] = sections
+    if len(dropped) > MAX_DROPPED:
+        dropped[MAX_DROPPED - 1:] = [f"... and {len(dropped) - MAX_DROPPED + 1} more sections dropped"]
     return dropped
 
 
@@ -226,20 +228,16 @@ def _fit(payload: dict[str, Any], dropped: list[str]) -> bytes:
     return data
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write by rename: a file or link a revise step left at this path is replaced, never
-    written through."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".context-", suffix=".tmp")
+def _write_fresh(path: Path, data: bytes) -> None:
+    """Write a new file: a file or link a revise step left at this path is removed first,
+    never written through (``O_EXCL | O_NOFOLLOW``: a link planted in between is refused)."""
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
 
 
 def write_context_file(pm: pluggy.PluginManager, spec: LoopSpec, context: LoopContext,
@@ -254,7 +252,7 @@ def write_context_file(pm: pluggy.PluginManager, spec: LoopSpec, context: LoopCo
         payload = _scrubbed(payload, context.scrub)
         dropped = [context.scrub(line) for line in dropped]
     try:
-        _write_atomic(context.context_file, _fit(payload, dropped))
+        _write_fresh(context.context_file, _fit(payload, dropped))
     finally:
         record.context_dropped.extend(dropped)
     return ContextFile(payload, dropped)

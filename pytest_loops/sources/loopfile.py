@@ -140,7 +140,7 @@ _SIGNAL = _re(r"no\s+progress\s+signal\s*:(.*)$")
 _COUNT_TRIES = _re(r"\s*(?:for\s+)?(\S+)\s+(?:tries|try|iterations?)\s*$")
 _REVISE = _re(r"revise\s+with\b\s*:?(.*)$")
 _LISTS = _re(r"(protect|scope|watch)\s*:(.*)$")
-_GRANTS = _re(r"(?:grants|grant\s+ctx)\s*:(.*)$")  # `grant ctx:`: LoopFlow's config line, read the same way
+_GRANTS = _re(r"(?:grants|grant\s+ctx|ctx\s+grants)\s*:(.*)$")  # LoopFlow's `grant ctx:`, read the same way
 
 _PASS_COND = _re(r"it\s+passes(?:\s+and\s+(?:the\s+)?goal\s+is\s+met)?$")
 _FAIL_COND = _re(r"it\s+(?:fails|breaks)$")
