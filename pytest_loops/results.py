@@ -103,6 +103,7 @@ class IterationRecord:
     clean_room: list[CheckResult] = field(default_factory=list)  # the checks re-run before SUCCESS
     clean_room_s: float | None = None  # the clean-room confirmation, building the tree included
     audit_findings: list[str] = field(default_factory=list)  # what the diff audit flagged
+    context_dropped: list[str] = field(default_factory=list)  # plugin sections left out of context.json, why
     caches_cleared: int = 0  # bytecode files the revise step wrote into the tree, removed after it
     guard: str | None = None  # the guard that ended the loop in this iteration
     guards_seen: dict[str, Any] = field(default_factory=dict)
@@ -133,6 +134,7 @@ class IterationRecord:
             "scope_reverted": list(self.scope_reverted),
             "clean_room": [c.to_dict() for c in self.clean_room],
             "clean_room_s": self.clean_room_s, "audit_findings": list(self.audit_findings),
+            "context_dropped": list(self.context_dropped),
             "caches_cleared": self.caches_cleared, "guard": self.guard,
             "guards_seen": copy.deepcopy(self.guards_seen) if _nested(self.guards_seen)
             else dict(self.guards_seen),
@@ -143,7 +145,7 @@ class IterationRecord:
     def from_dict(cls, data: dict[str, Any]) -> IterationRecord:
         known = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known}
-        for key in ("protected_changes", "scope_reverted", "audit_findings"):
+        for key in ("protected_changes", "scope_reverted", "audit_findings", "context_dropped"):
             if key in kwargs and not isinstance(kwargs[key], list):
                 raise TypeError(f"{key} is {type(kwargs[key]).__name__}, not a list")
         if "branches" in kwargs and not (isinstance(kwargs["branches"], list)

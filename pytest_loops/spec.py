@@ -26,6 +26,10 @@ from pytest_loops.defaults import (
 )
 from pytest_loops.errors import LoopUsageError
 
+# What a loop may grant its revise step (LoopFlow's ctx capability groups): a plugin's
+# section of the context file is kept only under a granted name.
+GRANT_NAMES = ("skills", "agents", "mcps", "harnesses")
+
 
 class CheckKind(enum.StrEnum):
     """What a `done when` check is."""
@@ -173,6 +177,7 @@ class LoopSpec:
     look_at: tuple[str, ...] = ()
     protect: tuple[str, ...] = ()
     scope: tuple[str, ...] = ()
+    grants: tuple[str, ...] = ()  # of GRANT_NAMES: the plugin sections the context file may carry
     ignored: tuple[IgnoredLine, ...] = ()
     branches: int = 1  # revise candidates per iteration (fan-out), each in its own copy of the tree
     max_parallel: int = 0  # candidates run at once; 0: the CPU count
@@ -182,8 +187,13 @@ class LoopSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise LoopUsageError("a loop needs a non-empty name", location=self.source)
-        for attr in ("checks", "state_paths", "look_at", "protect", "scope", "ignored"):
+        for attr in ("checks", "state_paths", "look_at", "protect", "scope", "grants", "ignored"):
             object.__setattr__(self, attr, tuple(getattr(self, attr)))
+        unknown = [g for g in self.grants if g not in GRANT_NAMES]
+        if unknown:
+            raise LoopUsageError(f"{unknown[0]!r} is not a grant; valid: {', '.join(GRANT_NAMES)}",
+                                 location=self.source, fix="grant only those names (or none)")
+        object.__setattr__(self, "grants", tuple(dict.fromkeys(self.grants)))
         object.__setattr__(self, "origin", dict(self.origin))
         if self.checks and all(c.hidden for c in self.checks):
             raise LoopUsageError(f"loop {self.name!r} has only hidden checks; at least one check must be "
@@ -241,6 +251,7 @@ class LoopSpec:
             "look_at": list(self.look_at),
             "protect": list(self.protect),
             "scope": list(self.scope),
+            **({"grants": list(self.grants)} if self.grants else {}),  # specs without grants digest as before
             "ignored": [dataclasses.asdict(i) for i in self.ignored],
             "origin": dict(self.origin),
             "source": self.source,
@@ -302,7 +313,7 @@ def _check_field_types(data: Mapping[str, Any]) -> None:
     for key in ("branches", "max_parallel"):
         if key in data and (isinstance(data[key], bool) or not isinstance(data[key], int)):
             raise wrong(key, data[key], "an integer")
-    for key in ("state_paths", "look_at", "protect", "scope"):
+    for key in ("state_paths", "look_at", "protect", "scope", "grants"):
         value = data.get(key, [])
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise wrong(key, value, "a list of strings")

@@ -224,19 +224,21 @@ def test_config_tier_lines_are_kept_and_target_sets_the_working_directory():
     name = "project-config.loop"
     lf = load(name)
     texts = [c.text for c in lf.config]
-    assert texts[:14] == [
+    assert texts[:13] == [
         "use the BMAD method", "run with claude code", "runner: claude-code", "schedule: nightly",
         "notify: slack", "mode: orchestrator", "runs as: ci-bot@example.com", "rigor: vibe coding",
         "models: fast haiku, strong opus, plan strong", "each cycle: plan, then act, then observe",
-        "recommend skills with ctx", "grant ctx: skills, agents",
+        "recommend skills with ctx",
         'ctx may use my own model "ollama/qwen2.5-coder"', "target: ./service"]
     assert [c.line for c in lf.config][:3] == [2, 3, 4]
-    blocks = {c.text: c.line for c in lf.config[14:]}
+    blocks = {c.text: c.line for c in lf.config[13:]}
     assert blocks["git:"] == line(name, "git:") and blocks["sandbox:"] == line(name, "sandbox:")
     assert blocks['allow egress to "pypi.org" only'] == line(name, "allow egress")
-    assert len(lf.config) == 26
+    assert len(lf.config) == 25
     assert {c.why for c in lf.config} == {lf_mod.WHY_CONFIG, lf_mod.WHY_TARGET}
     spec = loop(lf, "add a healthcheck endpoint")
+    assert spec.grants == ("skills", "agents")  # `grant ctx:` is read as the file's `grants:` line
+    assert spec.origin["grants"] == at(name, "grant ctx:")
     assert spec.cwd == str(CORPUS / "service")
     assert spec.origin["cwd"] == at(name, "target:")
     assert spec.guards.max_iter == 6  # rigor: vibe coding adds nothing

@@ -131,6 +131,11 @@ class LoopContext:
     def failure_file(self) -> Path:
         return self.iteration_dir / "failure.txt"
 
+    @property
+    def context_file(self) -> Path:
+        """``iteration_dir/context.json``: the revise step's JSON contract (``LOOP_CONTEXT_FILE``)."""
+        return self.iteration_dir / "context.json"
+
     def time_left(self) -> float | None:
         if self.deadline is None:
             return None

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from pytest_loops.core import guards
+from pytest_loops.core import contextfile, fanout, guards
 from pytest_loops.core.context import (
     CommandRunner,
     Fingerprint,
@@ -40,7 +40,6 @@ from pytest_loops.core.context import (
     resolve_paths,
     with_python_on_path,
 )
-from pytest_loops.core.fanout import revise_outcome
 from pytest_loops.core.pluginmanager import make_plugin_manager
 from pytest_loops.core.revise import CANNOT_START_EXIT_CODES, build_prompt, write_failure_file
 from pytest_loops.core.state import LoopState, ResumePlan, Step, resume_plan, stop_leftovers
@@ -578,12 +577,13 @@ class Engine:
         prompt = build_prompt(spec, ctx, failed)
         self._write(failure_file.with_name("prompt.md"),
                     lambda: ctx.prompt_file.write_text(prompt, encoding="utf-8"))
+        self._write(failure_file.parent, lambda: contextfile.write_context_file(self.pm, spec, ctx, record))
         r0 = self.clock()
         watch.before_revise()
         # the iteration so far (verify, guards): a run killed during the revise step
         # resumes by running it again, not by verifying this iteration twice
         self.pm.hook.pytest_loop_revise_started(spec=spec, run=loop.run, record=record)
-        outcome = revise_outcome(self.pm, spec, ctx, record, watch, self._run_check)
+        outcome = fanout.revise_outcome(self.pm, spec, ctx, record, watch, self._run_check)
         record.revise_duration_s = self.clock() - r0
         self.pm.hook.pytest_loop_revise_finished(spec=spec, run=loop.run, record=record,
                                                  exit_code=_exit_of(outcome))

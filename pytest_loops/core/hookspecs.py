@@ -49,6 +49,26 @@ def pytest_loop_revise(spec, iteration, context):
 
 
 @hookspec
+def pytest_loop_context(spec, context, payload):
+    """Add read-only sections to the revise step's context file (``LOOP_CONTEXT_FILE``).
+
+    Called before every revise step, after the prompt is written. Return a mapping
+    of section name to JSON data, or None. A section is kept only under a name the
+    loop grants (``grants: skills, agents, mcps, harnesses``); any other name, a
+    core key, a name another plugin gave first, data that is not JSON or over the
+    section cap is dropped, and the run log's ``context_dropped`` says which and why.
+    An implementation that raises loses its sections, never the loop's verdict.
+
+    :param spec: the :class:`pytest_loops.LoopSpec`.
+    :param context: the :class:`pytest_loops.core.context.LoopContext` of this iteration.
+    :param payload: a copy of the contract so far (schema ``pytest-loops.context/1``);
+        changing it changes nothing.
+
+    .. versionadded:: 0.4
+    """
+
+
+@hookspec
 def pytest_loop_started(spec, run):
     """Called once per loop before its first iteration (a writer opens its record here).
 

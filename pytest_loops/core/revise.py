@@ -222,5 +222,6 @@ class BuiltinRevise:
         env = {
             "LOOP_FAILURE_FILE": str(context.failure_file),
             "LOOP_PROMPT_FILE": str(context.prompt_file),
+            "LOOP_CONTEXT_FILE": str(context.context_file),
         }
         return context.run_command(spec.revise, label="revise", extra_env=env)

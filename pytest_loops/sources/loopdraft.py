@@ -177,6 +177,10 @@ class FileDraft:
         scope = pick("scope", [])
         no_progress_signal = pick("no_progress_signal", "state")
         counts = {key: pick(key, default) for key, default in (("branches", 1), ("max_parallel", 0))}
+        granted = body.settings.get("grants") or defaults.get("grants")  # origin only when given
+        grants = granted.value if granted else []
+        if granted:
+            origin["grants"] = granted.where
 
         look_items, look_line = body.look, body.look_line
         watch = body.settings.get("state_paths") or defaults.get("state_paths")
@@ -203,7 +207,7 @@ class FileDraft:
                 guards=Guards(**guard_values), state_paths=tuple(state_paths),
                 memory_page=memory_page, cwd=self.cwd, stop_message=stop_message,
                 escalate_when_blocked=bool(escalate_when_blocked), look_at=tuple(look_at),
-                protect=tuple(protect), scope=tuple(scope), ignored=tuple(body.ignored),
+                protect=tuple(protect), scope=tuple(scope), grants=tuple(grants), ignored=tuple(body.ignored),
                 no_progress_signal=no_progress_signal, **counts,
                 origin=origin, source=self.where(body.header),
             )

@@ -16,7 +16,6 @@ from collections.abc import Callable
 
 from pytest_loops.defaults import NO_PROGRESS_SIGNALS
 from pytest_loops.errors import LoopFileError
-from pytest_loops.settings import BY_NAME
 from pytest_loops.sources import phrases
 from pytest_loops.sources.loopdraft import (
     RIGOR_MAX_ITER,
@@ -101,7 +100,7 @@ _PARALLEL = _re(r"stages\s+in\s+parallel\s*:?\s*$")
 _CONFIG_BLOCK = _re(r"(?:git|observe|sandbox)\s*:?\s*$")
 _CONFIG_LINE = _re(
     r"(?:use\s|run\s+with\s|runner\b|schedule\s*:|notify\s*:|mode\s*:|runs\s+as\s*:|models\s*:|"
-    r"(?:then\s+)?each\s+cycle\s*:|recommend\s+skills\s+with\s+ctx\b|grant\s+ctx\s*:|"
+    r"(?:then\s+)?each\s+cycle\s*:|recommend\s+skills\s+with\s+ctx\b|"
     r"ctx\s+may\s+use\b|live\s*[:=])"
 )
 _TARGET = _re(r"target\s*:(.*)$")
@@ -138,7 +137,6 @@ _NO_PROGRESS = _re(r"stop\s+when\s+nothing\s+changes\b(.*)$")
 _ESCALATE = _re(r"escalate\s+after\b(.*)$")
 _SAME_FAILURE = _re(r"stop\s+when\s+the\s+same\s+failure\s+repeats\b(.*)$")
 _SIGNAL = _re(r"no\s+progress\s+signal\s*:(.*)$")
-_BRANCHES = _re(r"(branches|max\s+parallel)\s*:(.*)$")
 _COUNT_TRIES = _re(r"\s*(?:for\s+)?(\S+)\s+(?:tries|try|iterations?)\s*$")
 _REVISE = _re(r"revise\s+with\b\s*:?(.*)$")
 _LISTS = _re(r"(protect|scope|watch)\s*:(.*)$")
@@ -152,7 +150,7 @@ _WARN = _re(r'\bstop\s+and\s+warn\s+(?:"([^"]*)"|([^",]+))')
 
 _TYPO_KEYS = ["goal", "look at", "look in", "files", "context", "check", "verify", "also",
               "use skills", "skills", "examples", "knowledge", "budget", "protect", "scope",
-              "watch", "each cycle", "models", "hooks", "the bar"]
+              "watch", "each cycle", "models", "hooks", "the bar", "grants"]
 _TYPO_STARTS = ["done when", "remember in", "revise with", "escalate after", "stop when"]
 
 
@@ -587,8 +585,15 @@ class _Parser(FileDraft):
         raise self.problem(Problem("unterminated quote", 0, 'close it with a matching `"`'), line, offset)
 
     def own_line(self, body: Body, line: Line) -> bool:
-        """budget / stop when nothing changes / escalate after / revise with / protect / scope / watch."""
+        """budget / stop when nothing changes / escalate after / revise with / protect / scope / watch / grants."""
         text = line.text
+        try:  # grants: / grant ctx: / branches: / max parallel:
+            found = phrases.setting_line(text)
+        except Problem as exc:
+            raise self.problem(exc, line, 0) from None
+        if found is not None:
+            body.settings[found[0]] = Setting(found[1], self.where(line))
+            return True
         m = _BUDGET.match(text)
         if m:
             try:
@@ -596,15 +601,6 @@ class _Parser(FileDraft):
             except Problem as exc:
                 raise self.problem(exc, line, m.start(1) + len(m.group(1)) - len(m.group(1).lstrip())) from None
             body.settings["budget_seconds"] = Setting(seconds, self.where(line))
-            return True
-        m = _BRANCHES.match(text)
-        if m:  # branches: 3 / max parallel: 4
-            key, raw = ("branches" if m.group(1).lower() == "branches" else "max_parallel"), m.group(2).strip()
-            low, high = BY_NAME[key].bounds
-            if not raw.isdigit() or not low <= int(raw) <= high:
-                raise self.error(f"{raw!r} is not a valid {key}: {BY_NAME[key].valid}", line, line.col(m.start(2)),
-                                 fix=f"write `{m.group(1).lower()}: {max(low, 2)}`")
-            body.settings[key] = Setting(int(raw), self.where(line))
             return True
         m = _SIGNAL.match(text)
         if m:

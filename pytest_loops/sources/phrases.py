@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_loops.spec import Check, CheckKind
+from pytest_loops.spec import GRANT_NAMES, Check, CheckKind
 
 
 class Problem(Exception):
@@ -115,6 +115,48 @@ def is_path(item: str) -> bool:
     spaces is a description the revise step resolves.
     """
     return _SPACE.search(item) is None and _PATHISH.search(item) is not None
+
+
+def grant_names(text: str) -> list[str]:
+    """``skills, agents`` -> the names (lower case); ``none`` -> []; any other name is a Problem."""
+    items = split_items(text)
+    if [it.lower() for it in items] == ["none"]:
+        return []
+    if not items:
+        raise Problem("`grants:` lists nothing", 0, f"list what the loop grants ({', '.join(GRANT_NAMES)}), or `none`")
+    for item in items:
+        if item.lower() not in GRANT_NAMES:
+            raise Problem(f"{item!r} is not a grant", max(0, text.find(item)),
+                          f"grant only {', '.join(GRANT_NAMES)} (or `none`)")
+    return [it.lower() for it in items]
+
+
+_SETTING_LINE = re.compile(r"\s*(grants|grant\s+ctx|ctx\s+grants|branches|max\s+parallel)\s*:(.*)$", re.I)
+_EXAMPLES = {"branches": "branches: 3", "max_parallel": "max parallel: 4"}
+
+
+def setting_line(text: str) -> tuple[str, Any, int] | None:
+    """``grants: skills, agents`` (LoopFlow's ``grant ctx:`` read the same way),
+    ``branches: 3``, ``max parallel: 4``: (setting, value, offset of the value), or
+    None for any other line. A bad value is a Problem (its offset in ``text``)."""
+    m = _SETTING_LINE.match(text)
+    if not m:
+        return None
+    word, raw, start = " ".join(m.group(1).lower().split()), m.group(2), m.start(2)
+    if word in ("grants", "grant ctx", "ctx grants"):
+        try:
+            return "grants", grant_names(raw), start
+        except Problem as exc:
+            raise Problem(exc.message, start + exc.offset, exc.fix) from None
+    from pytest_loops.settings import BY_NAME
+
+    key = word.replace(" ", "_")
+    (low, high), example = BY_NAME[key].bounds, _EXAMPLES[key]
+    value = raw.strip()
+    if not value.isdigit() or not low <= int(value) <= high:
+        raise Problem(f"{value!r} is not a valid {key}: an integer from {low} to {high}", start,
+                      f"write `{example}`")
+    return key, int(value), start
 
 
 # -- predicates (`done when ...`) -------------------------------------------------

@@ -73,7 +73,7 @@ def _format_loop(spec: LoopSpec, title: str, verbose: bool) -> list[str]:
         rows.append(("stop_message", f'"{spec.stop_message}"', origin.get("stop_message", "default")))
     if spec.escalate_when_blocked:
         rows.append(("when blocked", "ESCALATE", origin.get("escalate_when_blocked", "default")))
-    for key in ("look_at", "protect", "scope"):
+    for key in ("look_at", "protect", "scope", "grants"):
         values = getattr(spec, key)
         if values:
             rows.append((key, ", ".join(values), origin.get(key, "default")))

@@ -50,6 +50,7 @@ from pytest_loops.spec import (
     DEFAULT_ESCALATE_AFTER,
     DEFAULT_MAX_ITER,
     DEFAULT_NO_PROGRESS_K,
+    GRANT_NAMES,
     NO_PROGRESS_SIGNALS,
     Check,
     CheckKind,
@@ -64,7 +65,7 @@ TOP_KEYS = ("loops", "pipelines")
 # a loop's own keys, then the settings table's (revise, state_paths, lessons_page, lessons and
 # their old spellings memory_page, reflexion)
 LOOP_KEYS = ("name", "goal", "checks", "guards", "protect", "scope", "look_at", "stop_message",
-             "escalate_when_blocked", *yaml_keys())
+             "escalate_when_blocked", "grants", *yaml_keys())
 PIPELINE_KEYS = ("name", "stages")
 GUARD_KEYS = yaml_keys("guards")  # max_iter, budget_seconds, budget, no_progress_k, ...
 CHECK_KINDS = ("command", "finds_nothing", "test", "human", "skill")
@@ -219,6 +220,17 @@ class _Reader:
                                 self.mark(value, n))
         return list(value)
 
+    def grants(self, body: Any, keypath: str) -> list[str]:
+        """``grants: [skills, mcps]``: each one of GRANT_NAMES (an unknown one is bad input)."""
+        names = [n.strip().lower() for n in self.strings(body, "grants", keypath)]
+        for n, name in enumerate(names):
+            if name not in GRANT_NAMES:
+                where = self.mark(body["grants"], n) if isinstance(body["grants"], list) else self.mark(body, "grants")
+                raise self.fail(f"{keypath}[{n}]" if isinstance(body["grants"], list) else keypath,
+                                f"{name!r} is not a grant", where,
+                                fix=f"grant only {', '.join(GRANT_NAMES)} (or leave grants out)")
+        return names
+
     @staticmethod
     def spelling(container: Any, name: str) -> str:
         """The key a setting is given under: its YAML key, else an old spelling of it."""
@@ -345,6 +357,9 @@ class _Reader:
                                     self.mark(body, key))
                 counts[key] = value
                 note(key)
+        grants = self.grants(body, f"{keypath}.grants")
+        if grants:
+            note("grants")
         return LoopSpec(
             name=prefix + (name or ""), checks=tuple(checks), goal=goal or "", revise=revise,
             guards=guards, state_paths=tuple(state_paths),
@@ -352,7 +367,7 @@ class _Reader:
             reflexion=lessons, cwd=self.filedir, stop_message=stop_message,
             no_progress_signal=self.signal[0],
             escalate_when_blocked=blocked, look_at=tuple(lists["look_at"]),
-            protect=tuple(lists["protect"]), scope=tuple(lists["scope"]), origin=origin,
+            protect=tuple(lists["protect"]), scope=tuple(lists["scope"]), grants=tuple(grants), origin=origin,
             source=self.where(mark), branches=counts.get("branches", 1),
             max_parallel=counts.get("max_parallel", 0),
         )
