@@ -57,6 +57,27 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
           (stat.S_ISSOCK, "a socket"))
 
 
+def create_fresh(path: str | os.PathLike[str], mode: int = 0o644) -> int:
+    """A new file at ``path``, open for writing (a descriptor). What is already there is
+    removed first, never written through: a revise step can write into the harness's
+    run directory, and a link (or a hard link) it left at a name the harness writes
+    next would carry the harness's output to another file. A link planted between the
+    removal and the creation is refused (``O_EXCL | O_NOFOLLOW``)."""
+    where = os.fspath(path)
+    try:
+        os.unlink(where)
+    except FileNotFoundError:
+        pass
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    return os.open(where, flags, mode)
+
+
+def write_fresh(path: str | os.PathLike[str], text: str) -> None:
+    """``text`` (UTF-8) as a new file at ``path``; see :func:`create_fresh`."""
+    with os.fdopen(create_fresh(path), "w", encoding="utf-8") as f:
+        f.write(text)
+
+
 def open_regular(path: str | os.PathLike[str], what: str) -> BinaryIO:
     """Open a file a user named for reading, refusing anything but a regular file.
 

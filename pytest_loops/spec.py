@@ -275,6 +275,17 @@ class LoopSpec:
         except (TypeError, ValueError, AttributeError) as exc:
             raise LoopUsageError(f"not a valid loop spec: {exc}") from None
 
+    def shown_dict(self) -> dict[str, Any]:
+        """The spec as the run log shows it while the loop runs (a revise step can read
+        the log): what a hidden check runs is not in it."""
+        data = self.to_dict()
+        for i, check in enumerate(data["checks"]):
+            if check.get("hidden"):
+                data["checks"][i] = {"kind": check["kind"], "name": f"hidden check {i + 1}", "hidden": True,
+                                     "command": "(hidden)" if check.get("command") else None,
+                                     "node_id": "(hidden)" if check.get("node_id") else None}
+        return data
+
     def digest(self) -> str:
         """sha256 of the loop's behaviour-relevant fields (not its origin bookkeeping)."""
         data = self.to_dict()

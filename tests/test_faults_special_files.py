@@ -141,3 +141,31 @@ def test_read_text_refuses_a_pipe_and_keeps_its_wording(tmp_path):
         read_text(path, "a config file", 1000)
     with pytest.raises(LoopUsageError, match="no such"):
         read_text(tmp_path / "gone.yaml", "a config file", 1000, missing="no such config file")
+
+
+@pytest.mark.parametrize("plant", [
+    # the next iteration's whole directory, a link out of the run directory
+    'ln -s "$OUTSIDE" "$LOOP_RUN_DIR/iter-00$((LOOP_ITERATION + 1))"',
+    # a real directory whose files the harness writes next are links out
+    'd="$LOOP_RUN_DIR/iter-00$((LOOP_ITERATION + 1))"; mkdir -p "$d" && '
+    'for f in check-1.out prompt.md failure.txt context.json revise.out; do ln -sf "$OUTSIDE/victim.txt" "$d/$f"; done',
+    # hard links: the same file under the names the harness writes next
+    'd="$LOOP_RUN_DIR/iter-00$((LOOP_ITERATION + 1))"; mkdir -p "$d" && '
+    'for f in check-1.out prompt.md failure.txt revise.out; do ln -f "$OUTSIDE/victim.txt" "$d/$f"; done',
+])
+def test_links_a_revise_step_plants_in_the_run_directory_are_never_written_through(cli, tmp_path, plant):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim.txt"
+    victim.write_text("precious\n")
+    work = tmp_path / "w"
+    work.mkdir()
+    done = cli("run", "--verify", "echo checked; false", "--revise", plant, "--max-iter", "3",
+               "--no-progress-k", "0", "-q", cwd=work, env={"OUTSIDE": str(outside)})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert victim.read_text() == "precious\n"
+    assert sorted(p.name for p in outside.iterdir()) == ["victim.txt"]
+    (run_dir,) = [p for p in (work / ".pytest-loops" / "runs").iterdir() if p.is_dir()]
+    last = run_dir / "iter-003"  # no revise step ran after its checks
+    assert last.is_dir() and not last.is_symlink()
+    assert (last / "check-1.out").read_text() == "checked\n"

@@ -233,6 +233,7 @@ def _pytest_run(check: Check, context: LoopContext, label: str) -> CheckResult:
     if context.clean_room is not None:
         return _pytest_judged(check, context, label, extra)
     junit = context.iteration_dir / f"{label}.junit.xml"
+    junit.unlink(missing_ok=True)  # pytest writes it anew, not through a link left there
     cmd = context.run_command(pytest_command(check.node_id or "", str(junit), extra), label=label,
                               timeout=check.timeout, extra_env={CHILD_ENV: "1"})
     if cmd.exit_code != 0:

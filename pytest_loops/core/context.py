@@ -120,6 +120,9 @@ class LoopContext:
     @property
     def iteration_dir(self) -> Path:
         path = self.run_dir / f"iter-{self.iteration:03d}"
+        for made in (self.run_dir, path):  # a link a revise step put there goes, never written through
+            if made.is_symlink():
+                made.unlink()
         path.mkdir(parents=True, exist_ok=True)
         return path
 

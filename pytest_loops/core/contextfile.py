@@ -28,6 +28,7 @@ import pluggy
 
 from pytest_loops.core.context import LoopContext
 from pytest_loops.core.revise import PROMPT_TAIL_CHARS, output_tail
+from pytest_loops.limits import create_fresh
 from pytest_loops.results import CheckResult, IterationRecord
 from pytest_loops.spec import GRANT_NAMES, LoopSpec
 
@@ -231,12 +232,7 @@ def _fit(payload: dict[str, Any], dropped: list[str]) -> bytes:
 def _write_fresh(path: Path, data: bytes) -> None:
     """Write a new file: a file or link a revise step left at this path is removed first,
     never written through (``O_EXCL | O_NOFOLLOW``: a link planted in between is refused)."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    with os.fdopen(fd, "wb") as f:
+    with os.fdopen(create_fresh(path), "wb") as f:
         f.write(data)
 
 

@@ -44,6 +44,7 @@ from pytest_loops.core.pluginmanager import make_plugin_manager
 from pytest_loops.core.revise import CANNOT_START_EXIT_CODES, build_prompt, write_failure_file
 from pytest_loops.core.state import LoopState, ResumePlan, Step, resume_plan, stop_leftovers
 from pytest_loops.deadline import DeadlineReached
+from pytest_loops.limits import write_fresh
 from pytest_loops.results import CheckResult, CommandResult, IterationRecord, LoopResult
 from pytest_loops.runtime.cleanroom import note_failed_tests
 from pytest_loops.spec import Check, LoopSpec, Pipeline
@@ -262,7 +263,7 @@ class Engine:
             "loop": spec.name, "goal": spec.goal, "source": spec.source,
             "guards": g.to_dict(), "state_paths": list(spec.state_paths),
             "started_at": _iso(wall0), "cwd": str(workdir), "revise": spec.revise,
-            "spec": _shown_spec(spec), "spec_digest": spec.digest(),
+            "spec": spec.shown_dict(), "spec_digest": spec.digest(),
             "memory_page": str(paths.memory_page) if paths.memory_page else None,
             "lessons_read": lessons_read, "run_dir": str(paths.run_dir),
             "pytest_loops_version": __version__,
@@ -576,7 +577,7 @@ class Engine:
                 self._artifact_failed(getattr(exc, "filename", None) or failure_file.parent, exc)
         prompt = build_prompt(spec, ctx, failed)
         self._write(failure_file.with_name("prompt.md"),
-                    lambda: ctx.prompt_file.write_text(prompt, encoding="utf-8"))
+                    lambda: write_fresh(ctx.prompt_file, prompt))
         self._write(failure_file.parent, lambda: contextfile.write_context_file(self.pm, spec, ctx, record))
         r0 = self.clock()
         watch.before_revise()
@@ -669,18 +670,6 @@ def _exit_of(outcome: Any) -> int | None:
     if isinstance(outcome, CommandResult):
         return outcome.exit_code
     return outcome if isinstance(outcome, int) and not isinstance(outcome, bool) else None
-
-
-def _shown_spec(spec: LoopSpec) -> dict[str, Any]:
-    """The spec as the run log shows it while the loop runs (a revise step can read the
-    log): what a hidden check runs is not in it."""
-    data = spec.to_dict()
-    for i, check in enumerate(data["checks"]):
-        if check.get("hidden"):
-            data["checks"][i] = {"kind": check["kind"], "name": f"hidden check {i + 1}", "hidden": True,
-                                 "command": "(hidden)" if check.get("command") else None,
-                                 "node_id": "(hidden)" if check.get("node_id") else None}
-    return data
 
 
 def _read_text(path: str | None, limit: int = 1 << 20) -> str:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
+from pytest_loops.limits import create_fresh
 from pytest_loops.redact import strip_control
 from pytest_loops.results import CheckResult, CommandResult
 from pytest_loops.spec import LoopSpec
@@ -38,7 +39,8 @@ def write_failure_file(path: Path, failed: list[CheckResult],
     from pytest_loops.runtime.capture import output_lines
 
     mask = scrub if scrub is not None else (lambda text: text)
-    with open(path, "w", encoding="utf-8") as out:  # streamed: an output may be up to the output cap
+    # streamed (an output may be up to the output cap), into a new file: never through a link
+    with os.fdopen(create_fresh(path), "w", encoding="utf-8") as out:
         for i, check in enumerate(failed):
             out.write(mask(("\n" if i else "") + f"===== {check.name} ({check.reason}) =====\n"))
             out.writelines(mask(line) for line in output_lines(check.output_file, check.output_tail))

@@ -33,6 +33,7 @@ from pytest_loops.artifacts.junit import passed_nodeids, seconds_by_nodeid
 from pytest_loops.core.checks import CHILD_ENV, digest_file, pytest_command
 from pytest_loops.core.context import LoopContext
 from pytest_loops.core.revise import name_list
+from pytest_loops.limits import write_fresh
 from pytest_loops.pytest_plugin.options import SUSPECTS_CHOICES, choice_value, fixloop_settings
 from pytest_loops.pytest_plugin.state import SESSION_LOOP_NAME, SessionState
 from pytest_loops.pytest_plugin.terminal import shown
@@ -123,14 +124,15 @@ class SessionFixCheck:
     def _run(self, ids: list[str], context: LoopContext, label: str, spectra: Path | None = None,
              peers: list[str] | None = None, record: bool = True) -> tuple[CommandResult, set[str]]:
         args_file = context.iteration_dir / f"{label}.ids"
-        args_file.write_text("\n".join(ids) + "\n", encoding="utf-8")
+        write_fresh(args_file, "\n".join(ids) + "\n")
         targets = [f"@{args_file}"]
         if peers:  # passing peers for the spectrum, in a file of their own
             peers_file = context.iteration_dir / f"{label}.peers.ids"
-            peers_file.write_text("\n".join(peers) + "\n", encoding="utf-8")
+            write_fresh(peers_file, "\n".join(peers) + "\n")
             targets.append(f"@{peers_file}")
             ids = [*ids, *peers]
         junit = context.iteration_dir / f"{label}.junit.xml"
+        junit.unlink(missing_ok=True)  # pytest writes it anew, not through a link left there
         extra_env = {CHILD_ENV: "1"}
         args = [*map(context.moved, self.pytest_args), "-rA", "-p", "no:randomly"]
         if spectra is not None:  # one process: the rerun and the spectra

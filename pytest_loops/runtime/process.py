@@ -37,6 +37,7 @@ from types import FrameType
 from typing import Any
 
 from pytest_loops.defaults import DEFAULT_OUTPUT_CAP
+from pytest_loops.limits import create_fresh
 from pytest_loops.results import CommandResult
 from pytest_loops.runtime import reaper
 from pytest_loops.runtime.capture import Capture, grow_pipe
@@ -292,7 +293,7 @@ class ProcessRunner:
                 parent = os.path.dirname(path)
                 if parent:
                     os.makedirs(parent, exist_ok=True)
-                out_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+                out_fd = create_fresh(path)  # never through a link left in the run directory
             else:
                 out_fd, path = tempfile.mkstemp(prefix="pytest-loops-", suffix=".out")
         except OSError as exc:
