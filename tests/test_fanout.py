@@ -341,3 +341,27 @@ def test_applying_keeps_the_real_files_mode_unless_the_candidate_changed_it(tmp_
     assert (src / "private.txt").read_text() == "b\n"
     assert os.stat(src / "private.txt").st_mode & 0o777 == 0o600
     assert os.stat(src / "tool.sh").st_mode & 0o777 == 0o755
+
+
+@pytest.mark.parametrize("git", [False, True], ids=["copy", "git-worktree"])
+def test_a_virtual_environment_in_the_tree_is_linked_not_copied(tmp_path, git):
+    src = project(tmp_path / "src", git=git)
+    venv = src / ".venv"
+    (venv / "lib").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr\n")
+    (venv / "lib" / "big.py").write_text("x = 1\n")
+    nested = src / "sub" / "env"
+    nested.mkdir(parents=True)
+    (nested / "pyvenv.cfg").write_text("home = /usr\n")
+    parent = new_parent()
+    copy = TreeCopy(src, parent, "c").create()
+    try:
+        root = Path(copy.root)
+        assert (root / ".venv").is_symlink() and os.path.realpath(root / ".venv") == os.path.realpath(venv)
+        assert (root / "sub" / "env").is_symlink()
+        assert (root / "calc.py").read_text() == BUGGY
+        assert copy.changes() == []  # the links are the base, not a candidate's change
+    finally:
+        copy.remove()
+        os.rmdir(parent)
+    assert (venv / "lib" / "big.py").exists()  # removing the copy leaves the real venv alone

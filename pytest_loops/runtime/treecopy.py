@@ -94,6 +94,7 @@ class TreeCopy:
         self.root = os.path.normpath(os.path.join(self.path, sub))  # the candidate's working directory
         self.base: dict[str, Entry] = {}
         self.removed = False
+        self._venvs: list[str] = []  # relative paths of the virtual environments found
 
     # -- making ----------------------------------------------------------------------
 
@@ -123,7 +124,7 @@ class TreeCopy:
             rel_top = item[3:]
             src = os.path.join(self.top, rel_top)
             rel = os.path.relpath(src, self.source)
-            if rel.startswith("..") or self.ignored(rel):
+            if rel.startswith("..") or self.ignored(rel) or _under_venv(os.path.dirname(src), self.source):
                 continue
             dst = os.path.join(self.path, rel_top)
             if os.path.lexists(src):
@@ -134,11 +135,8 @@ class TreeCopy:
 
     def _copy_tree(self) -> None:
         os.makedirs(self.root, exist_ok=True)
-        for rel_dir, dirs, files in _walk(self.source, self.ignored):
+        for rel_dir, dirs, files in _walk(self.source, self.ignored, prune=_is_venv):
             for name in dirs:
-                src = os.path.join(self.source, rel_dir, name)
-                if _is_venv(src):
-                    continue  # linked below
                 os.makedirs(os.path.join(self.root, rel_dir, name), exist_ok=True)
             for name in files:
                 _copy_entry(os.path.join(self.source, rel_dir, name), os.path.join(self.root, rel_dir, name),
@@ -146,16 +144,20 @@ class TreeCopy:
         self._link_venvs()
 
     def _link_venvs(self) -> None:
-        """A virtual environment in the tree, linked: the checks' `.venv/bin/python`."""
-        try:
-            names = os.listdir(self.source)
-        except OSError:
-            return
-        for name in names:
-            src = os.path.join(self.source, name)
-            dst = os.path.join(self.root, name)
-            if not os.path.lexists(dst) and os.path.isdir(src) and not os.path.islink(src) and _is_venv(src):
-                os.symlink(src, dst)
+        """Each virtual environment in the tree, linked, not copied: the checks'
+        `.venv/bin/python` (a candidate that changes one changes the real one, which
+        the tree guard watches as read-only)."""
+        if self.top:  # a worktree has only what git tracks: look for them two levels down
+            for name in _listdir(self.source):
+                for rel in (name, *(os.path.join(name, sub) for sub in _listdir(os.path.join(self.source, name)))):
+                    path = os.path.join(self.source, rel)
+                    if not self.ignored(rel) and not os.path.islink(path) and _is_venv(path):
+                        self._venvs.append(rel)
+        for rel in self._venvs:
+            dst = os.path.join(self.root, rel)
+            if not os.path.lexists(dst):
+                os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
+                os.symlink(os.path.join(self.source, rel), dst)
 
     def _snapshot(self) -> dict[str, Entry]:
         seen: dict[str, Entry] = {}
@@ -261,9 +263,11 @@ atexit.register(remove_all)
 # -- helpers -----------------------------------------------------------------------------
 
 
-def _walk(root: str, ignored: Callable[[str], bool]) -> Iterable[tuple[str, list[str], list[str]]]:
+def _walk(root: str, ignored: Callable[[str], bool], *, prune: Callable[[str], bool] | None = None,
+          pruned: list[str] | None = None) -> Iterable[tuple[str, list[str], list[str]]]:
     """(relative dir, subdirectories, files) below ``root``, ignored paths and links to
-    directories left out of the descent."""
+    directories left out of the descent, and directories ``prune`` says (their
+    relative paths appended to ``pruned``)."""
     for top, dirs, files in os.walk(root, followlinks=False):
         rel_dir = os.path.relpath(top, root)
         rel_dir = "" if rel_dir == "." else rel_dir
@@ -272,12 +276,32 @@ def _walk(root: str, ignored: Callable[[str], bool]) -> Iterable[tuple[str, list
             rel = os.path.join(rel_dir, name)
             if ignored(rel):
                 continue
+            if prune is not None and not os.path.islink(os.path.join(top, name)) and prune(os.path.join(top, name)):
+                if pruned is not None:
+                    pruned.append(rel)
+                continue
             if os.path.islink(os.path.join(top, name)):
                 files.append(name)  # a link is copied as a link
                 continue
             keep.append(name)
         dirs[:] = keep
         yield rel_dir, keep, [f for f in files if not ignored(os.path.join(rel_dir, f))]
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(e.name for e in os.scandir(path) if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+
+
+def _under_venv(directory: str, top: str) -> bool:
+    """Whether ``directory`` is in a virtual environment below ``top``."""
+    while directory.startswith(top) and directory != top:
+        if _is_venv(directory):
+            return True
+        directory = os.path.dirname(directory)
+    return False
 
 
 def _copy_entry(src: str, dst: str, *, fresh: bool = False) -> None:
