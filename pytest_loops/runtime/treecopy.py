@@ -135,7 +135,7 @@ class TreeCopy:
 
     def _copy_tree(self) -> None:
         os.makedirs(self.root, exist_ok=True)
-        for rel_dir, dirs, files in _walk(self.source, self.ignored, prune=_is_venv):
+        for rel_dir, dirs, files in _walk(self.source, self.ignored, prune=_is_venv, pruned=self._venvs):
             for name in dirs:
                 os.makedirs(os.path.join(self.root, rel_dir, name), exist_ok=True)
             for name in files:
