@@ -58,18 +58,26 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
 
 
 def create_fresh(path: str | os.PathLike[str], mode: int = 0o644) -> int:
-    """A new file at ``path``, open for writing (a descriptor). What is already there is
-    removed first, never written through: a revise step can write into the harness's
-    run directory, and a link (or a hard link) it left at a name the harness writes
-    next would carry the harness's output to another file. A link planted between the
-    removal and the creation is refused (``O_EXCL | O_NOFOLLOW``)."""
+    """``path`` open for writing from its start (a descriptor), never through a link.
+
+    A revise step can write into the harness's run directory: a symbolic link, or
+    a hard link (a file with other names), it left at a name the harness writes next
+    would carry the harness's output to another file. Such an entry is removed and
+    the file made anew; a link planted after that is refused (``O_NOFOLLOW``, and
+    ``O_EXCL`` for a new file). Anything else there (a file of its own, a device the
+    caller named) is written in place, as ``open(path, "w")`` would."""
     where = os.fspath(path)
+    nofollow = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        os.unlink(where)
+        info = os.lstat(where)
     except FileNotFoundError:
-        pass
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    return os.open(where, flags, mode)
+        info = None
+    if info is not None and (stat.S_ISLNK(info.st_mode) or (stat.S_ISREG(info.st_mode) and info.st_nlink > 1)):
+        os.unlink(where)
+        info = None
+    if info is None:
+        return os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL | nofollow, mode)
+    return os.open(where, os.O_WRONLY | os.O_TRUNC | nofollow)
 
 
 def write_fresh(path: str | os.PathLike[str], text: str) -> None:

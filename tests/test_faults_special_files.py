@@ -9,6 +9,7 @@ the file and exit 64 (pytest's usage error under pytest), at once.
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -169,3 +170,26 @@ def test_links_a_revise_step_plants_in_the_run_directory_are_never_written_throu
     last = run_dir / "iter-003"  # no revise step ran after its checks
     assert last.is_dir() and not last.is_symlink()
     assert (last / "check-1.out").read_text() == "checked\n"
+
+
+def test_create_fresh_breaks_links_and_leaves_devices_and_own_files_in_place(tmp_path):
+    from pytest_loops.limits import create_fresh
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    link, hard, own = tmp_path / "link", tmp_path / "hard", tmp_path / "own"
+    link.symlink_to(victim)
+    os.link(victim, hard)
+    own.write_text("old text")
+    inode = own.stat().st_ino
+    for path in (link, hard, own, tmp_path / "new"):
+        with os.fdopen(create_fresh(path), "w") as f:
+            f.write("harness")
+    assert victim.read_text() == "precious"
+    assert not link.is_symlink() and link.read_text() == "harness"
+    assert hard.read_text() == "harness" and os.stat(hard).st_nlink == 1
+    assert own.read_text() == "harness" and own.stat().st_ino == inode  # written in place
+    assert (tmp_path / "new").read_text() == "harness"
+    fd = create_fresh("/dev/null")  # a device a caller names is written, never replaced
+    os.close(fd)
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)

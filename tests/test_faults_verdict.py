@@ -120,8 +120,10 @@ def _enospc(*_args, **_kwargs):
 
 WRITE_POINTS = {
     "events": ("open", ["*/runs/*.json"]),
-    "failure": ("open", ["*/failure.txt"]),
-    "prompt": ("open", ["*/prompt.md"]),
+    # written through a descriptor, never through a link (limits.create_fresh)
+    "failure": ("os.open", ["*/failure.txt"]),
+    "prompt": ("os.open", ["*/prompt.md"]),
+    "context": ("os.open", ["*/context.json"]),
     "lessons": ("os.open", ["*/lessons/*.md"]),
     "index": ("open", ["*/index.jsonl"]),
     "handoff": ("attr", (handoff, "atomic_write_text", "*.handoff.md")),
