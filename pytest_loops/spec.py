@@ -176,6 +176,9 @@ class LoopSpec:
     ignored: tuple[IgnoredLine, ...] = ()
     origin: Mapping[str, str] = field(default_factory=dict)
     source: str | None = None
+    # how the loop is watched (`watch: poll "CMD" every 30s`, `silence: 10 minutes`):
+    # poll, interval, silence; used by `pytest-loops watch` only, empty otherwise
+    watch: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -183,6 +186,7 @@ class LoopSpec:
         for attr in ("checks", "state_paths", "look_at", "protect", "scope", "ignored"):
             object.__setattr__(self, attr, tuple(getattr(self, attr)))
         object.__setattr__(self, "origin", dict(self.origin))
+        object.__setattr__(self, "watch", dict(self.watch))
         if self.checks and all(c.hidden for c in self.checks):
             raise LoopUsageError(f"loop {self.name!r} has only hidden checks; at least one check must be "
                                  "visible, so the revise step has something to work towards",
@@ -229,6 +233,7 @@ class LoopSpec:
             "ignored": [dataclasses.asdict(i) for i in self.ignored],
             "origin": dict(self.origin),
             "source": self.source,
+            **({"watch": dict(self.watch)} if self.watch else {}),
         }
 
     @classmethod

@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 import pluggy
 
+from pytest_loops.cli.watching import add_watch_parser, cmd_watch
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.pytest_plugin.terminal import iteration_line
 from pytest_loops.runtime.outpaths import check_output_path
@@ -161,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--init", nargs="?", const=".", metavar="DIR",
                       help="write the demo project, its config and a demo.loop into DIR (default: .) to edit")
     demo.add_argument("--quiet", "-q", action="store_true")
+    add_watch_parser(sub)
     return parser
 
 
@@ -468,7 +470,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": cmd_run, "selftest": cmd_selftest, "demo": cmd_demo, "show": cmd_show,
-            "diff": cmd_diff, "verify": cmd_verify, "report": cmd_report}
+            "diff": cmd_diff, "verify": cmd_verify, "report": cmd_report, "watch": cmd_watch}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

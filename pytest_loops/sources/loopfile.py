@@ -140,6 +140,7 @@ _SIGNAL = _re(r"no\s+progress\s+signal\s*:(.*)$")
 _COUNT_TRIES = _re(r"\s*(?:for\s+)?(\S+)\s+(?:tries|try|iterations?)\s*$")
 _REVISE = _re(r"revise\s+with\b\s*:?(.*)$")
 _LISTS = _re(r"(protect|scope|watch)\s*:(.*)$")
+_WATCH = _re(r"(watch\s*:\s*poll\b|silence\s*:)(.*)$")  # the poll command and silence of a watch
 
 _PASS_COND = _re(r"it\s+passes(?:\s+and\s+(?:the\s+)?goal\s+is\s+met)?$")
 _FAIL_COND = _re(r"it\s+(?:fails|breaks)$")
@@ -150,7 +151,7 @@ _WARN = _re(r'\bstop\s+and\s+warn\s+(?:"([^"]*)"|([^",]+))')
 
 _TYPO_KEYS = ["goal", "look at", "look in", "files", "context", "check", "verify", "also",
               "use skills", "skills", "examples", "knowledge", "budget", "protect", "scope",
-              "watch", "each cycle", "models", "hooks", "the bar"]
+              "watch", "silence", "each cycle", "models", "hooks", "the bar"]
 _TYPO_STARTS = ["done when", "remember in", "revise with", "escalate after", "stop when"]
 
 
@@ -628,6 +629,14 @@ class _Parser(FileDraft):
                 raise self.error("`revise with` has no command", line,
                                  fix='write `revise with "python fix.py"`')
             body.settings["revise"] = Setting(command, self.where(line))
+            return True
+        m = _WATCH.match(text)
+        if m:
+            try:
+                found = phrases.watch_values(m.group(1).lower().startswith("silence"), m.group(2))
+            except Problem as exc:
+                raise self.problem(exc, line, m.start(2)) from None
+            body.settings.update((key, Setting(value, self.where(line))) for key, value in found.items())
             return True
         m = _LISTS.match(text)
         if m:

@@ -88,6 +88,30 @@ def duration_seconds(raw: str) -> float:
     return total
 
 
+_POLL = re.compile(r'\s*(?:"([^"]*)"|(\S*))\s*(?:every\b(.*))?$', re.I)
+
+
+def watch_values(silence: bool, text: str) -> dict[str, Any]:
+    """What follows ``silence:`` (a duration; ``none`` is off) or ``watch: poll``
+    (``"CMD" every 30s``; ``every`` is optional) as watch settings."""
+    if silence:
+        return {"silence": duration_seconds(text)}
+    m = _POLL.match(text)
+    command = (m.group(1) if m.group(1) is not None else m.group(2)) if m else ""
+    if not m or not command.strip():
+        raise Problem("`watch: poll` has no command", 0, 'write `watch: poll "python poll.py" every 30s`')
+    found: dict[str, Any] = {"watch_poll": command}
+    if m.group(3) is not None:
+        try:
+            found["watch_interval"] = duration_seconds(m.group(3))
+        except Problem as exc:
+            exc.offset += m.start(3) + len(m.group(3)) - len(m.group(3).lstrip())
+            raise
+        if not found["watch_interval"]:
+            raise Problem("the poll interval must be above zero", m.start(3), "write e.g. `every 30s`")
+    return found
+
+
 # -- lists of paths and descriptions ----------------------------------------------
 
 _PATHISH = re.compile(r"[/\\.*?\[]")
