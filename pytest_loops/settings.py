@@ -51,8 +51,9 @@ class Setting:
     """One setting and every spelling of it; ``None`` means "not on that surface".
 
     kind: ``int`` / ``number`` (guards, validated by the guard rules), ``choice``,
-    ``switch`` (on|off, a bool after parsing), ``size`` (bytes, K/M/G), ``command``
-    (a non-empty shell command), ``path``, ``text``, ``list`` (repeatable).
+    ``switch`` (on|off, a bool after parsing), ``size`` (bytes, K/M/G), ``seconds``
+    (a number >= 0, ``30s`` allowed), ``command`` (a non-empty shell command),
+    ``path``, ``text``, ``list`` (repeatable).
     """
 
     name: str  # the key in resolved values
@@ -81,6 +82,7 @@ class Setting:
     reproduce: str = "changed"  # in the reproduce command: "always", "changed" or "never"
     origin_key: str = ""  # the LoopSpec field and origin key, when not the name (guards.*, the run log's)
     guard: bool = False
+    bare: bool = False  # a switch whose pytest option is a flag alone, standing for "on" (--loop-watch)
 
     # -- spellings ------------------------------------------------------------------
 
@@ -114,6 +116,8 @@ class Setting:
     @property
     def shown_metavar(self) -> str:
         """The metavar in --help: the choices themselves when there are any."""
+        if self.bare:
+            return ""
         return "{" + ",".join(self.choices) + "}" if self.choices else self.metavar
 
     @property
@@ -345,6 +349,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sign_key_env", "sign .tine files with the HMAC key in this environment variable (>= 16 bytes)",
             "text", None, valid="an environment variable name", run_flag="--sign-key-env",
             option="--loop-sign-key-env", ini="loop_sign_key_env", metavar="VAR", sample="LOOP_KEY"),
+    Setting("watch", "'on' (the flag alone): rerun the failing tests in fresh subprocesses on each change, then "
+            "the whole selection once they pass, until Ctrl-C or the silence window; the tests are never imported "
+            "in this process", "switch", False, choices=ON_OFF, valid="on or off", option="--loop-watch",
+            ini="loop_watch", env="PYTEST_LOOPS_WATCH", sample="on", reproduce="never", bare=True),
     Setting("watch_poll", "a watch's poll command, run every --loop-watch-interval instead of watching files; "
             "it prints {\"ready\": bool, \"state_digest\": \"...\", \"payload\": ...}", "command", None,
             valid="a non-empty shell command", option="--loop-watch-poll", ini="loop_watch_poll",

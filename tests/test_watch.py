@@ -253,15 +253,13 @@ loop "calc":
   budget: none
 {extra}"""
 
+# a shell script (fast to start): the runs of the loop, not the polls, take the time
 POLL = """\
-import json, pathlib
-count = pathlib.Path("calls")
-n = int(count.read_text()) + 1 if count.exists() else 1
-count.write_text(str(n))
-if n == 3:
-    pathlib.Path("calc.txt").write_text("bad\\n")
-answer = {"ready": n <= 5, "state_digest": "s1" if n < 3 else "s2", "payload": {"call": n}}
-print(json.dumps(answer))
+n=$(cat calls 2>/dev/null || echo 0); n=$((n + 1)); echo $n > calls
+if [ $n -eq 3 ]; then echo bad > calc.txt; fi
+if [ $n -le 5 ]; then ready=true; else ready=false; fi
+if [ $n -lt 3 ]; then state=s1; else state=s2; fi
+printf '{"ready": %s, "state_digest": "%s", "payload": {"call": %s}}\\n' $ready $state $n
 """
 
 
@@ -272,15 +270,15 @@ def work(tmp_path: Path) -> Path:
 
 
 def test_a_poll_watch_idles_fixes_a_change_and_ends_no_progress_on_silence(work: Path) -> None:
-    (work / "poll.py").write_text(POLL)
-    (work / "w.loop").write_text(LOOP.format(extra=f'  watch: poll "{sys.executable} poll.py" every 0.05s\n'
-                                                   "  silence: 0.5s\n"))
+    (work / "poll.sh").write_text(POLL)
+    (work / "w.loop").write_text(LOOP.format(extra='  watch: poll "sh poll.sh" every 0.05s\n'
+                                                   "  silence: 1s\n"))
     proc = cli("watch", "w.loop", "--max-iter", "0", cwd=work)
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert "max_iter unbounded" in proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == (
         "[calc] watch NO_PROGRESS: 3 tick(s), 3 idle, 1 fix(es), 4 iteration(s); last verdict SUCCESS; exit 4: "
-        f"{WATCH_SOURCE_SILENCE}: no tick with new state in the silence window of 0.5s")
+        f"{WATCH_SOURCE_SILENCE}: no tick with new state in the silence window of 1s")
     log = events(work)
     runs = [e for e in log if e["event"] == "run"]
     assert [(r["verdict"], r["iterations"], r["fixed"]) for r in runs] == [
@@ -293,10 +291,10 @@ def test_a_poll_watch_idles_fixes_a_change_and_ends_no_progress_on_silence(work:
 
 
 def test_the_poll_payload_reaches_the_run(work: Path) -> None:
-    (work / "poll.py").write_text(POLL)
+    (work / "poll.sh").write_text(POLL)
     (work / "w.loop").write_text(
         'loop "p":\n  goal: see the payload\n  done when "cat $LOOP_WATCH_PAYLOAD >> seen" passes\n'
-        f'  watch: poll "{sys.executable} poll.py" every 0.05s\n  silence: 0.5s\n')
+        '  watch: poll "sh poll.sh" every 0.05s\n  silence: 1s\n')
     proc = cli("watch", "w.loop", cwd=work)
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert (work / "seen").read_text() == '{"call": 1}{"call": 3}'

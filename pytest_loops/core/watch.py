@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pytest_loops.errors import LoopUsageError
-from pytest_loops.results import LoopResult
 from pytest_loops.spec import Guards, LoopSpec
 from pytest_loops.verdict import WATCH_SOURCE_SILENCE, Verdict
 
@@ -92,6 +91,22 @@ class Tick:
     error: str | None = None
 
 
+class RunOutcome(Protocol):
+    """What a tick's run reports: a :class:`~pytest_loops.results.LoopResult`, or the like."""
+
+    @property
+    def verdict(self) -> Verdict: ...
+
+    @property
+    def reason(self) -> str: ...
+
+    @property
+    def iterations_run(self) -> int: ...
+
+    @property
+    def log_path(self) -> str | None: ...
+
+
 class Source(Protocol):
     def wait(self, until: float | None) -> Tick | None:
         """The next tick, or None once ``until`` (the driver's clock) has passed."""
@@ -111,8 +126,8 @@ class WatchResult:
     fixes: int = 0
     iterations: int = 0
     interrupted: bool = False
-    last: LoopResult | None = None
-    runs: list[LoopResult] = field(default_factory=list)
+    last: RunOutcome | None = None
+    runs: list[RunOutcome] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -120,16 +135,17 @@ class WatchResult:
             return self.verdict.exit_code
         return 130
 
-    def summary(self) -> str:
-        """The one line a watch ends with (Ctrl-C included)."""
+    def summary(self, exit_code: int | None = None) -> str:
+        """The one line a watch ends with (Ctrl-C included); ``exit_code``: the one the
+        process exits with, when not the verdict's (pytest's codes)."""
         how = "interrupted" if self.interrupted else (self.verdict.value if self.verdict else "ended")
         last = f"last verdict {self.last.verdict.value}" if self.last is not None else "no run finished"
         return (f"watch {how}: {self.ticks} tick(s), {self.idle} idle, {self.fixes} fix(es), "
-                f"{self.iterations} iteration(s); {last}; exit {self.exit_code}"
+                f"{self.iterations} iteration(s); {last}; exit {self.exit_code if exit_code is None else exit_code}"
                 + (f": {self.reason}" if self.reason else ""))
 
 
-RunOnce = Callable[[LoopSpec, int, Tick | None], LoopResult]
+RunOnce = Callable[[LoopSpec, int, Tick | None], RunOutcome]
 Emit = Callable[[dict[str, Any]], None]
 
 
