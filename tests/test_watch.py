@@ -275,7 +275,7 @@ def test_a_poll_watch_idles_fixes_a_change_and_ends_no_progress_on_silence(work:
                                                    "  silence: 1s\n"))
     proc = cli("watch", "w.loop", "--max-iter", "0", cwd=work)
     assert proc.returncode == 4, proc.stdout + proc.stderr
-    assert "max_iter unbounded" in proc.stdout
+    assert "max_iter unbounded" in proc.stdout and "iter 2/- " in proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == (
         "[calc] watch NO_PROGRESS: 3 tick(s), 3 idle, 1 fix(es), 4 iteration(s); last verdict SUCCESS; exit 4: "
         f"{WATCH_SOURCE_SILENCE}: no tick with new state in the silence window of 1s")
@@ -379,6 +379,33 @@ def test_ctrl_c_and_sigterm_leave_no_process_behind(work: Path, sig: signal.Sign
         assert "watch interrupted: 1 tick(s), 0 idle, 0 fix(es), 1 iteration(s); last verdict SUCCESS; exit 0" \
             in out
         assert [e["event"] for e in events(work)][-1] == "watch_ended"
+
+
+def test_ctrl_c_during_the_first_run_stops_its_command_and_exits_130(work: Path) -> None:
+    (work / "check.py").write_text("import os, pathlib, time\n"
+                                   "pathlib.Path('check.pid').write_text(str(os.getpid()))\n"
+                                   "time.sleep(120)\n")
+    (work / "w.loop").write_text(LOOP.format(extra="").replace('"grep -q good calc.txt"',
+                                                                f'"{sys.executable} check.py"'))
+    proc = start("watch", "w.loop", cwd=work)
+    try:
+        wait_for(lambda: (work / "check.pid").exists() and (work / "check.pid").read_text() != "", proc)
+        pid = int((work / "check.pid").read_text())
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out + err
+    assert not pid_alive(pid), "the check outlived the watch"
+    assert "watch interrupted: 1 tick(s), 0 idle, 0 fix(es), 0 iteration(s); no run finished; exit 130" in out
+
+
+def test_show_lists_the_watch_lines(work: Path) -> None:
+    (work / "w.loop").write_text(LOOP.format(extra='  watch: poll "sh poll.sh" every 5s\n  silence: 2 minutes\n'))
+    out = cli("show", "w.loop", cwd=work).stdout
+    assert [line.split() for line in out.splitlines() if line.strip().startswith(("watch_", "silence"))] == [
+        ["watch_poll", "sh", "poll.sh", "w.loop:6"], ["watch_interval", "5s", "w.loop:6"],
+        ["silence", "120s", "w.loop:7"]]
 
 
 def test_watch_needs_one_loop(work: Path) -> None:

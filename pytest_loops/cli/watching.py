@@ -96,9 +96,13 @@ class _IterationPrinter:
 
     @hookimpl
     def pytest_loop_iteration_finished(self, spec: LoopSpec, record: Any) -> None:
+        from pytest_loops.core.watch import UNBOUNDED
         from pytest_loops.pytest_plugin.terminal import iteration_line
 
-        _say(iteration_line(spec, record), self.stream)
+        line = iteration_line(spec, record)
+        if spec.guards.max_iter == UNBOUNDED:  # the watch has no cap: say so, not the stand-in number
+            line = line.replace(f"/{UNBOUNDED}", "/-", 1)
+        _say(line, self.stream)
 
 
 def pick_loop(path: str, name: str | None) -> LoopSpec:
