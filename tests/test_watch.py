@@ -350,10 +350,13 @@ def test_a_file_watch_fixes_a_change_idles_on_a_rewrite_and_ends_on_silence(work
 
 
 def test_changes_to_the_runs_own_artifacts_are_no_tick(work: Path) -> None:
-    (work / "w.loop").write_text(LOOP.format(extra="  silence: 1s\n"))  # the whole directory is watched
+    (work / "calc.txt").write_text("bad\n")  # the run fails once: a lesson in lessons.md, then a fix
+    # the whole directory is watched
+    (work / "w.loop").write_text(LOOP.format(extra='  silence: 1s\n  remember in "lessons.md"\n'))
     proc = cli("watch", "w.loop", "--watch-interval", "0.05", cwd=work)
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert [e["event"] for e in events(work)] == ["watch_started", "tick", "run", "silence", "watch_ended"]
+    assert (work / "lessons.md").is_file()
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 0), (signal.SIGTERM, 143)])

@@ -218,8 +218,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
         source = PollSource(plan.poll, runner=runner, cwd=str(cwd), env=dict(os.environ), interval=plan.interval,
                             output=watch_dir / "poll.out")
     else:
+        page = cwd / spec.memory_page if spec.reflexion and spec.memory_page else None
         fingerprint = StateFingerprint(cwd, watched_patterns(spec),
-                                       exclude=artifact_excludes([artifacts, watch_dir]))
+                                       exclude=artifact_excludes([artifacts, watch_dir, page]))
         source = FileSource(fingerprint, interval=plan.interval, debounce=plan.debounce)
     if not quiet:
         what = f"poll {plan.poll!r} every {plan.interval:g}s" if plan.poll else \

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from pytest_loops.core.checks import CHILD_ENV
+from pytest_loops.core.checks import CHILD_ENV, pytest_command
 from pytest_loops.core.watch import (
     FileSource,
     PollSource,
@@ -46,6 +46,7 @@ from pytest_loops.verdict import EXIT_USAGE, Verdict
 
 WATCH_SETTINGS = ("watch", "watch_poll", "watch_interval", "silence")
 NOTHING_FAILED = (0, 5)  # pytest: all passed, no tests collected
+REPORTER = "pytest_loops.pytest_plugin.watchreport"
 
 
 @dataclass
@@ -101,13 +102,18 @@ class PytestWatch:
         except (OSError, ValueError):
             pass
 
-    def pytest_run(self, targets: list[str], label: str) -> tuple[int | None, list[str]]:
-        """One fresh pytest process: its exit code and the node ids that failed."""
+    def pytest_run(self, targets: list[str], label: str, ids: Path | None = None) -> tuple[int | None, list[str]]:
+        """One fresh pytest process: its exit code and the node ids that failed. With
+        ``ids`` (a file of node ids) it is the fix-loop's rerun: those tests alone, with a
+        cache of their own (:func:`~pytest_loops.core.checks.pytest_command`)."""
         self.runs += 1
         report = self.dir / f"{self.runs:03d}-{label}.failed.jsonl"
         output = self.dir / f"{self.runs:03d}-{label}.out"
-        command = shlex.join([sys.executable, "-m", "pytest", "-p", "pytest_loops.pytest_plugin.watchreport",
-                              *targets])
+        if ids is not None:
+            command = pytest_command(f"@{ids}", str(self.dir / f"{self.runs:03d}-{label}.junit.xml"),
+                                     [*targets, "-p", REPORTER])
+        else:
+            command = shlex.join([sys.executable, "-m", "pytest", "-p", REPORTER, *targets])
         env = {**os.environ, CHILD_ENV: "1", REPORT_ENV: str(report)}
         done = self.runner.run(command, cwd=self.cwd, env=env, output_path=output)
         try:
@@ -132,7 +138,7 @@ class PytestWatch:
             ids = self.dir / f"tick-{number}.ids"
             ids.write_text("\n".join(self.failing) + "\n", encoding="utf-8")
             self.say(f"[watch] tick {number}: running the {len(self.failing)} failing test(s) again")
-            code, failed = self.pytest_run([*self.base, f"@{ids}"], f"tick-{number}-failing")
+            code, failed = self.pytest_run(self.base, f"tick-{number}-failing", ids=ids)
             ran += 1
             if failed or code not in NOTHING_FAILED:
                 self.failing = failed or self.failing
