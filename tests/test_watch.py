@@ -132,6 +132,14 @@ def test_max_iter_spans_the_ticks_and_zero_is_unbounded() -> None:
     assert result.verdict is Verdict.NO_PROGRESS and result.iterations == 6
 
 
+def test_a_change_after_the_cap_was_spent_on_a_pass_ends_max_iter_without_a_run() -> None:
+    runs = Runs((Verdict.SUCCESS, 3))
+    result, events = drive([Tick("start"), Tick("b")], runs, WatchPlan(interval=0.05, silence=0.5, max_iter=3))
+    assert len(runs.specs) == 1 and result.idle == 1
+    assert result.verdict is Verdict.MAX_ITER and "a new change came after it" in result.reason
+    assert [e["event"] for e in events].count("tick") == 1
+
+
 @pytest.mark.parametrize("verdict", [Verdict.ESCALATE, Verdict.TIMEOUT])
 def test_escalate_and_timeout_of_a_tick_end_the_watch(verdict: Verdict) -> None:
     runs = Runs((Verdict.SUCCESS, 1), (verdict, 1))

@@ -73,7 +73,8 @@ def add_watch_parser(sub: Any) -> None:
                        help="seconds the watched files must stay unchanged before a change is a tick "
                             "(default 0.1)")
     watch.add_argument("--artifacts", metavar="DIR", default=None,
-                       help="directory for run logs and the watch log (default: .pytest-loops)")
+                       help="directory for run logs and the watch log, relative to the loop file's directory "
+                            "(default: .pytest-loops there)")
     watch.add_argument("--quiet", "-q", action="store_true", help="print only the summary line")
 
 
@@ -172,7 +173,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     plan.check(where=spec.source or args.file)
     cwd = Path(spec.cwd)
     artifacts = Path(args.artifacts) if args.artifacts else cwd / ".pytest-loops"
-    artifacts = artifacts if artifacts.is_absolute() else Path.cwd() / artifacts
+    artifacts = artifacts if artifacts.is_absolute() else cwd / artifacts  # as `run` reads it
     check_output_path(str(artifacts), "--artifacts", directory=True)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     watch_dir = artifacts / "watch" / f"{spec.slug}-{stamp}-{os.getpid()}"

@@ -249,6 +249,11 @@ class WatchDriver:
 
     def _tick(self, result: WatchResult, tick: Tick | None) -> bool:
         """Run the loop for one tick with new state; True when the watch ends with it."""
+        cap = self.plan.max_iter
+        if cap and result.iterations >= cap:  # the last run passed on the last iteration there was
+            result.verdict = Verdict.MAX_ITER
+            result.reason = f"max_iter={cap} reached over the watch's ticks; a new change came after it"
+            return True
         spec = self._tick_spec(result.iterations)
         if spec is None:
             result.verdict = Verdict.TIMEOUT
@@ -322,7 +327,7 @@ class FileSource:
             sample = self._sample()
             if sample == self._seen:
                 continue
-            while True:  # settle: the same sample twice, `debounce` apart
+            while until is None or self.clock() < until:  # settle: the same sample twice, `debounce` apart
                 self.sleep(self.debounce)
                 again = self._sample()
                 if again == sample:
