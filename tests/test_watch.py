@@ -18,13 +18,16 @@ import pytest
 from pytest_loops.core.watch import (
     BAD_POLLS_TO_ESCALATE,
     UNBOUNDED,
+    FileSource,
     Tick,
     WatchDriver,
     WatchPlan,
+    file_source,
     parse_poll_output,
     watched_patterns,
 )
 from pytest_loops.errors import LoopUsageError
+from pytest_loops.progress.journal import JournalLost, unavailable_reason
 from pytest_loops.runtime.process import pid_alive
 from pytest_loops.spec import Check, Guards, LoopSpec
 from pytest_loops.verdict import WATCH_SOURCE_SILENCE, Verdict
@@ -222,6 +225,75 @@ def test_watched_paths_are_the_state_paths_else_the_look_at_paths_else_the_direc
     assert watched_patterns(base.replace(state_paths=("src/**",), look_at=("lib",))) == ["src/**"]
     assert watched_patterns(base.replace(look_at=("lib/x.py", "the last failure"))) == ["lib/x.py"]
     assert watched_patterns(base) == ["."]
+
+
+# -- the file source: the change journal wakes it ------------------------------------------------------
+
+needs_inotify = pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
+
+
+def source_in(root: Path, **kw: Any) -> FileSource:
+    return file_source(root, ["."], [str(root / "out")], interval=kw.pop("interval", 0.01), debounce=0.01)
+
+
+@needs_inotify
+def test_without_events_the_files_are_not_sampled_every_interval(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("a")
+    source = source_in(tmp_path)
+    assert source.wake is not None
+    before = source.samples
+    assert source.wait(time.monotonic() + 0.3) is None
+    assert source.samples - before <= 2, "sampled on a timer, not on the journal's events"
+
+
+@needs_inotify
+def test_a_file_in_a_new_directory_is_a_tick(tmp_path: Path) -> None:
+    source = source_in(tmp_path)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.txt").write_text("b")
+    tick = source.wait(time.monotonic() + 30)
+    assert tick is not None and tick.digest != ""
+    (tmp_path / "sub" / "b.txt").write_text("c")  # the new directory is watched now
+    assert source.wait(time.monotonic() + 30) is not None
+
+
+@needs_inotify
+def test_writes_in_skipped_directories_wake_nothing(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "out").mkdir()
+    source = source_in(tmp_path)
+    before = source.samples
+    for name in (".git/x", "out/run.json", "__pycache__"):
+        (tmp_path / name).write_text("x") if "/" in name else (tmp_path / name).mkdir()
+    assert source.wait(time.monotonic() + 0.3) is None
+    assert source.samples - before <= 2
+
+
+@needs_inotify
+def test_a_lost_journal_falls_back_to_sampling_every_interval(tmp_path: Path, monkeypatch) -> None:
+    source = source_in(tmp_path)
+    assert source.wake is not None
+
+    def lost(timeout: float) -> bool:
+        raise JournalLost("the inotify event queue overflowed")
+
+    monkeypatch.setattr(source.wake, "wait", lost)
+    (tmp_path / "a.txt").write_text("a")
+    assert source.wait(time.monotonic() + 30) is not None
+    assert source.wake is None
+
+
+def test_without_inotify_the_files_are_sampled_every_interval(tmp_path: Path, monkeypatch) -> None:
+    from pytest_loops.core import watch
+
+    def unavailable(*_: Any) -> Any:
+        raise JournalLost("inotify is Linux only", sticky=True)
+
+    monkeypatch.setattr(watch, "JournalWake", unavailable)
+    source = source_in(tmp_path)
+    assert source.wake is None
+    (tmp_path / "a.txt").write_text("a")
+    assert source.wait(time.monotonic() + 30) is not None
 
 
 # -- the command line, end to end -------------------------------------------------------------------

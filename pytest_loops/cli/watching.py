@@ -142,15 +142,14 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from pytest_loops.artifacts.finishers import ArtifactOptions, make_engine
     from pytest_loops.core.pluginmanager import make_plugin_manager
     from pytest_loops.core.watch import (
-        FileSource,
         PollSource,
         Tick,
         WatchDriver,
         WatchPlan,
         artifact_excludes,
+        file_source,
         watched_patterns,
     )
-    from pytest_loops.progress.fingerprint import StateFingerprint
     from pytest_loops.runtime.outpaths import check_output_path
     from pytest_loops.runtime.process import ProcessRunner, TerminationGuard
 
@@ -220,9 +219,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
                             output=watch_dir / "poll.out")
     else:
         page = cwd / spec.memory_page if spec.reflexion and spec.memory_page else None
-        fingerprint = StateFingerprint(cwd, watched_patterns(spec),
-                                       exclude=artifact_excludes([artifacts, watch_dir, page]))
-        source = FileSource(fingerprint, interval=plan.interval, debounce=plan.debounce)
+        source = file_source(cwd, watched_patterns(spec), artifact_excludes([artifacts, watch_dir, page]),
+                             interval=plan.interval, debounce=plan.debounce)
     if not quiet:
         what = f"poll {plan.poll!r} every {plan.interval:g}s" if plan.poll else \
             f"files {', '.join(watched_patterns(spec))}"

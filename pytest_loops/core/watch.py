@@ -36,7 +36,7 @@ from pytest_loops.errors import LoopUsageError
 from pytest_loops.spec import Guards, LoopSpec
 from pytest_loops.verdict import WATCH_SOURCE_SILENCE, Verdict
 
-__all__ = ["BAD_POLLS_TO_ESCALATE", "UNBOUNDED", "FileSource", "PollSource", "Tick", "WatchDriver",
+__all__ = ["BAD_POLLS_TO_ESCALATE", "UNBOUNDED", "FileSource", "JournalWake", "PollSource", "Tick", "WatchDriver",
            "WatchPlan", "WatchResult", "parse_poll_output"]
 
 UNBOUNDED = 1_000_000_000
@@ -289,24 +289,107 @@ class WatchDriver:
 Sleep = Callable[[float], None]
 
 
+SAMPLE_ANYWAY_EVERY = 16
+"""With the change journal on, the files are sampled only when it reports an event,
+and every this-many-th interval anyway: a bound on how long a change inotify never
+reports (a write through mmap, a file behind a symbolic link) can go unseen."""
+
+
+class JournalWake:
+    """Waits until the change journal (inotify) reports an event under ``root``.
+
+    Every directory below ``root`` is watched, except those named in ``skip_names``
+    and those in ``skip_paths``; a directory that appears is watched when its parent's
+    event is read. Raises :class:`~pytest_loops.progress.journal.JournalLost` when
+    inotify cannot be used here (the caller then samples every interval)."""
+
+    def __init__(self, root: str, skip_names: Sequence[str], skip_paths: Sequence[str]) -> None:
+        from pytest_loops.progress.journal import DirectoryJournal
+
+        self.root = os.path.abspath(root)
+        self.skip_names = tuple(skip_names)
+        self.skip_paths = {os.path.abspath(p) for p in skip_paths}
+        self.journal = DirectoryJournal(self.root)
+        try:
+            self._watch_tree(self.root)
+        except BaseException:
+            self.journal.close()
+            raise
+
+    def _skipped(self, path: str, name: str) -> bool:
+        import fnmatch
+
+        return path in self.skip_paths or any(fnmatch.fnmatchcase(name, pattern) for pattern in self.skip_names)
+
+    def _watch_tree(self, top: str) -> None:
+        stack = [top]
+        while stack:
+            path = stack.pop()
+            if path != self.root and not self.journal.watch(path):
+                continue  # gone, a file or a symbolic link: never followed
+            try:
+                entries = list(os.scandir(path))  # listed after the watch: nothing appears unseen
+            except OSError:
+                continue
+            stack += [e.path for e in entries if e.is_dir(follow_symlinks=False) and not self._skipped(e.path, e.name)]
+
+    def wait(self, timeout: float) -> bool:
+        """True when an event about a path that is not skipped arrived within ``timeout`` s."""
+        import select
+
+        readable, _, _ = select.select([self.journal.fileno()], [], [], max(0.0, timeout))
+        if not readable:
+            return False
+        changes = self.journal.drain(ignore=self._skipped)
+        for path in sorted(changes.relisted | changes.touched):
+            if os.path.isdir(path) and not os.path.islink(path) and not self.journal.is_watched(path):
+                self._watch_tree(path)
+        return bool(changes.touched or changes.relisted)
+
+    def close(self) -> None:
+        self.journal.close()
+
+
 class FileSource:
     """Ticks from the watched files: the state fingerprint (its change journal, inotify,
-    falling back to a walk) and each file's size and mtime are sampled every
-    ``interval``; a difference that stays unchanged for ``debounce`` is a tick. A
+    falling back to a walk) and each file's size and mtime are sampled when ``wake``
+    (a :class:`JournalWake`) reports an event, or every ``interval`` without one;
+    a difference that stays unchanged for ``debounce`` is a tick. A
     write that leaves every file's content as it was is a tick with the same digest
     (idle). ``fingerprint`` is a :class:`~pytest_loops.progress.fingerprint.StateFingerprint`
     over the watched paths that excludes the run's artifacts."""
 
     def __init__(self, fingerprint: Any, *, interval: float, debounce: float,
-                 clock: Callable[[], float] = time.monotonic, sleep: Sleep = time.sleep) -> None:
+                 clock: Callable[[], float] = time.monotonic, sleep: Sleep = time.sleep,
+                 wake: JournalWake | None = None) -> None:
         self.fp = fingerprint
         self.interval = interval
         self.debounce = debounce
         self.clock = clock
         self.sleep = sleep
+        self.wake = wake
+        self.samples = 0
+        self._quiet = 0  # intervals without an event since the last sample (with the journal)
         self._seen = self._sample()
 
+    def _pause(self, seconds: float) -> bool:
+        """Wait ``seconds`` (less when the journal reports an event); whether to sample now."""
+        if self.wake is None:
+            self.sleep(seconds)
+            return True
+        from pytest_loops.progress.journal import JournalLost
+
+        try:
+            woke = self.wake.wait(seconds)
+        except JournalLost:  # the journal cannot vouch any more: sample every interval from now on
+            self.wake.close()
+            self.wake = None
+            return True
+        self._quiet = 0 if woke else self._quiet + 1
+        return woke or self._quiet % SAMPLE_ANYWAY_EVERY == 0
+
     def _sample(self) -> tuple[str, tuple[tuple[str, int, int], ...]]:
+        self.samples += 1
         digest = self.fp.compute()
         stamps = []
         root = self.fp.root
@@ -323,7 +406,8 @@ class FileSource:
             now = self.clock()
             if until is not None and now >= until:
                 return None
-            self.sleep(self.interval if until is None else max(0.0, min(self.interval, until - now)))
+            if not self._pause(self.interval if until is None else max(0.0, min(self.interval, until - now))):
+                continue
             sample = self._sample()
             if sample == self._seen:
                 continue
@@ -339,6 +423,25 @@ class FileSource:
     def settle(self, tick: Tick | None) -> str:
         self._seen = self._sample()
         return self._seen[0]
+
+
+def file_source(root: str | os.PathLike[str], patterns: Sequence[str], exclude: Sequence[str], *,
+                interval: float, debounce: float) -> FileSource:
+    """A :class:`FileSource` over ``patterns`` under ``root`` (``exclude``: absolute paths
+    that are no state), woken by the change journal when inotify can be used here."""
+    from pytest_loops.progress.fingerprint import StateFingerprint
+    from pytest_loops.progress.journal import JournalLost
+    from pytest_loops.progress.matching import DEFAULT_EXCLUDES
+
+    fingerprint = StateFingerprint(root, list(patterns), exclude=list(exclude))
+    wake = None
+    inside = all(not os.path.isabs(p) and not os.path.normpath(p).startswith("..") for p in patterns)
+    if inside:  # the journal watches the root's tree only
+        try:
+            wake = JournalWake(os.fspath(root), DEFAULT_EXCLUDES, exclude)
+        except JournalLost:
+            wake = None
+    return FileSource(fingerprint, interval=interval, debounce=debounce, wake=wake)
 
 
 def parse_poll_output(text: str) -> tuple[bool, str, Any]:

@@ -30,12 +30,12 @@ import pytest
 
 from pytest_loops.core.checks import CHILD_ENV, pytest_command
 from pytest_loops.core.watch import (
-    FileSource,
     PollSource,
     Tick,
     WatchDriver,
     WatchPlan,
     artifact_excludes,
+    file_source,
 )
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.pytest_plugin.options import ini_value
@@ -172,7 +172,6 @@ def _exit_code(config: pytest.Config, result: Any) -> int:
 
 def run_watch(config: pytest.Config, settings: Resolved) -> int:
     """The whole ``pytest --loop-watch`` session; its exit code."""
-    from pytest_loops.progress.fingerprint import StateFingerprint
     from pytest_loops.runtime.process import TerminationGuard
 
     verdict_mode = (config.getoption("loop_exitcode") or ini_value(config, "exitcode")) == "verdict"
@@ -201,8 +200,8 @@ def run_watch(config: pytest.Config, settings: Resolved) -> int:
         source = PollSource(plan.poll, runner=watch.runner, cwd=str(watch.root), env=dict(os.environ),
                             interval=plan.interval, output=watch.dir / "poll.out")
     else:
-        fingerprint = StateFingerprint(watch.root, ["."], exclude=artifact_excludes([watch.artifacts]))
-        source = FileSource(fingerprint, interval=plan.interval, debounce=plan.debounce)
+        source = file_source(watch.root, ["."], artifact_excludes([watch.artifacts]), interval=plan.interval,
+                             debounce=plan.debounce)
     spec = LoopSpec(name="pytest --loop-watch", checks=(Check.command_passes("pytest"),),
                     guards=Guards(budget_seconds=0), cwd=str(watch.root))
     driver = WatchDriver(spec, plan, source, watch.run_once, emit=emit)
