@@ -353,7 +353,7 @@ SETTINGS: tuple[Setting, ...] = (
             "the whole selection once they pass, until Ctrl-C or the silence window; the tests are never imported "
             "in this process", "switch", False, choices=ON_OFF, valid="on or off", option="--loop-watch",
             ini="loop_watch", env="PYTEST_LOOPS_WATCH", sample="on", reproduce="never", bare=True),
-    Setting("watch_poll", "a watch's poll command, run every --loop-watch-interval instead of watching files; "
+    Setting("watch_poll", "a watch's poll command, run every watch interval instead of watching files; "
             "it prints {\"ready\": bool, \"state_digest\": \"...\", \"payload\": ...}", "command", None,
             valid="a non-empty shell command", option="--loop-watch-poll", ini="loop_watch_poll",
             env="PYTEST_LOOPS_WATCH_POLL", loop_line='watch: poll "python poll.py" every 30s', metavar="CMD",

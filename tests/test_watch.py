@@ -426,6 +426,7 @@ def test_a_file_watch_fixes_a_change_idles_on_a_rewrite_and_ends_on_silence(work
     assert [e["event"] for e in log] == ["watch_started", "tick", "run", "tick", "run", "idle", "silence",
                                          "watch_ended"]
     assert log[4]["fixed"] and log[4]["iterations"] == 2
+    assert ("files calc.txt (the change journal)" if unavailable_reason() is None else "sampled every") in out
     assert log[-1]["reason"].startswith(WATCH_SOURCE_SILENCE)
 
 

@@ -222,8 +222,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
         source = file_source(cwd, watched_patterns(spec), artifact_excludes([artifacts, watch_dir, page]),
                              interval=plan.interval, debounce=plan.debounce)
     if not quiet:
+        how = "the change journal" if getattr(source, "wake", None) else f"sampled every {plan.interval:g}s"
         what = f"poll {plan.poll!r} every {plan.interval:g}s" if plan.poll else \
-            f"files {', '.join(watched_patterns(spec))}"
+            f"files {', '.join(watched_patterns(spec))} ({how})"
         _say(f"[{spec.name}] watching {what}; silence {plan.silence:g}s; "
              f"max_iter {plan.max_iter or 'unbounded'}; log {log_path}", out)
     driver = WatchDriver(spec, plan, source, run_once, emit=emit)
