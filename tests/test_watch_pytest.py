@@ -4,6 +4,7 @@ selection; the controller never imports the code under test."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -81,6 +82,39 @@ def test_reruns_only_the_failing_tests_after_an_edit_then_the_whole_selection(pr
     runs = [json.loads(line) for line in log.read_text().splitlines() if '"run"' in line]
     assert [(r["verdict"], r["iterations"], r["fixed"]) for r in runs] == [
         ("NO_PROGRESS", 1, False), ("SUCCESS", 2, True)]
+
+
+def test_an_edit_of_the_code_is_a_tick(project: pytest.Pytester) -> None:
+    """The files under the rootdir are the source; what the runs write there is no tick."""
+    import subprocess
+    import time
+
+    proc = project.popen([sys.executable, "-m", "pytest", "--loop-watch", "--loop-watch-interval=0.05",
+                          "--loop-silence=3", "-p", "no:cacheprovider"], stdin=subprocess.DEVNULL)
+
+    def runs() -> list[dict]:
+        found = []
+        for log in (project.path / ".pytest-loops" / "watch").glob("pytest-*/watch.jsonl"):
+            found += [json.loads(line) for line in log.read_text().splitlines() if '"run"' in line]
+        return found
+
+    def wait_for(count: int) -> None:
+        end = time.monotonic() + 90
+        while len(runs()) < count:
+            assert proc.poll() is None and time.monotonic() < end, proc.communicate()
+            time.sleep(0.02)
+
+    try:
+        wait_for(1)
+        calc = project.path / "calc.py"
+        calc.write_text(calc.read_text().replace("a - b", "a + b"))
+        out, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out.decode() + err.decode()
+    assert [(r["verdict"], r["fixed"]) for r in runs()] == [("NO_PROGRESS", False), ("SUCCESS", True)]
+    assert (project.path / "ran.txt").read_text().split() == ["add", "sub", "other", "add", "add", "sub", "other"]
+    assert (project.path / "imported.txt").read_text().split() == ["1", "1", "1"]
 
 
 def test_the_silence_window_exits_with_the_verdict_under_exitcode_verdict(project: pytest.Pytester) -> None:

@@ -162,6 +162,7 @@ class WatchDriver:
         self.run_once = run_once
         self.clock = clock
         self.emit = emit or (lambda event: None)
+        self._settled = ""  # the state digest after the last run
 
     def run(self) -> WatchResult:
         result = WatchResult(verdict=None, reason="")
@@ -191,7 +192,7 @@ class WatchDriver:
     def _watch(self, result: WatchResult) -> None:
         if self._tick(result, None):
             return
-        last_digest = self.source.settle(None)
+        last_digest = self._settled
         quiet_since = self.clock()
         bad = 0
         while True:
@@ -219,7 +220,7 @@ class WatchDriver:
                 continue
             if self._tick(result, tick):
                 return
-            last_digest = self.source.settle(tick)
+            last_digest = self._settled
             quiet_since = self.clock()
 
     def _ended_waiting(self, result: WatchResult, quiet_since: float) -> None:
@@ -263,6 +264,9 @@ class WatchDriver:
         self.emit({"event": "tick", "tick": result.ticks, "digest": tick.digest if tick else None,
                    "elapsed_s": self._elapsed()})
         run = self.run_once(spec, result.ticks, tick)
+        # the state after the run, before anyone hears of it: what the run changed is no tick,
+        # and a change made once its end is logged is one
+        self._settled = self.source.settle(tick)
         result.runs.append(run)
         result.last = run
         result.iterations += run.iterations_run
