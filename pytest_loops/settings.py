@@ -52,8 +52,9 @@ class Setting:
     """One setting and every spelling of it; ``None`` means "not on that surface".
 
     kind: ``int`` / ``number`` (guards, validated by the guard rules), ``choice``,
-    ``switch`` (on|off, a bool after parsing), ``size`` (bytes, K/M/G), ``command``
-    (a non-empty shell command), ``path``, ``text``, ``list`` (repeatable).
+    ``switch`` (on|off, a bool after parsing), ``size`` (bytes, K/M/G), ``seconds``
+    (a number >= 0, ``30s`` allowed), ``command`` (a non-empty shell command),
+    ``path``, ``text``, ``list`` (repeatable).
     """
 
     name: str  # the key in resolved values
@@ -83,6 +84,7 @@ class Setting:
     origin_key: str = ""  # the LoopSpec field and origin key, when not the name (guards.*, the run log's)
     guard: bool = False
     bounds: tuple[int, int] = (0, 1 << 31)  # a "count": the smallest and largest value
+    bare: bool = False  # a switch whose pytest option is a flag alone, standing for "on" (--loop-watch)
 
     # -- spellings ------------------------------------------------------------------
 
@@ -116,6 +118,8 @@ class Setting:
     @property
     def shown_metavar(self) -> str:
         """The metavar in --help: the choices themselves when there are any."""
+        if self.bare:
+            return ""
         return "{" + ",".join(self.choices) + "}" if self.choices else self.metavar
 
     @property
@@ -152,6 +156,8 @@ class Setting:
             return self._cap(raw, where)
         if kind == "count":
             return self._count(raw, where)
+        if kind == "seconds":
+            return self._seconds(raw, where)
         if kind == "choice":
             if not isinstance(raw, str) or raw.strip() not in self.choices:
                 raise self.fail(raw, where)
@@ -227,6 +233,17 @@ class Setting:
                 or (not text.endswith(("%", "s")) and value > 100):
             raise self.fail(raw, where)
         return text
+
+    def _seconds(self, raw: Any, where: str) -> float:
+        """Seconds: a number >= 0, optionally written with an ``s`` (``0.5``, ``30s``)."""
+        text = raw.strip().lower().removesuffix("s").strip() if isinstance(raw, str) else raw
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            raise self.fail(raw, where) from None
+        if isinstance(raw, bool) or not math.isfinite(value) or value < 0:
+            raise self.fail(raw, where)
+        return value
 
     def _size(self, raw: Any, where: str) -> int:
         text = str(raw).strip().lower().removesuffix("b").removesuffix("i")
@@ -358,6 +375,24 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sign_key_env", "sign .tine files with the HMAC key in this environment variable (>= 16 bytes)",
             "text", None, valid="an environment variable name", run_flag="--sign-key-env",
             option="--loop-sign-key-env", ini="loop_sign_key_env", metavar="VAR", sample="LOOP_KEY"),
+    Setting("watch", "'on' (the flag alone): rerun the failing tests in fresh subprocesses on each change, then "
+            "the whole selection once they pass, until Ctrl-C or the silence window; the tests are never imported "
+            "in this process", "switch", False, choices=ON_OFF, valid="on or off", option="--loop-watch",
+            ini="loop_watch", env="PYTEST_LOOPS_WATCH", sample="on", reproduce="never", bare=True),
+    Setting("watch_poll", "a watch's poll command, run every watch interval instead of watching files; "
+            "it prints {\"ready\": bool, \"state_digest\": \"...\", \"payload\": ...}", "command", None,
+            valid="a non-empty shell command", option="--loop-watch-poll", ini="loop_watch_poll",
+            env="PYTEST_LOOPS_WATCH_POLL", loop_line='watch: poll "python poll.py" every 30s', metavar="CMD",
+            sample="python poll.py"),
+    Setting("watch_interval", "seconds between a watch's polls, or scans of its watched files (default 0.5)",
+            "seconds", 0.5, valid="a number of seconds >= 0, e.g. 30 or 0.5s", option="--loop-watch-interval",
+            ini="loop_watch_interval", env="PYTEST_LOOPS_WATCH_INTERVAL",
+            loop_line='watch: poll "python poll.py" every 30s', metavar="S", sample="30"),
+    Setting("silence", "end a watch NO_PROGRESS (reason watch_source_silence) when no tick with new state "
+            "arrives for this many seconds; 0 = off (default)", "seconds", 0.0,
+            valid="a number of seconds >= 0, e.g. 600 or 0.5s (0 turns it off)", option="--loop-silence",
+            ini="loop_silence", env="PYTEST_LOOPS_SILENCE", loop_line="silence: 10 minutes", metavar="S",
+            sample="600"),
     Setting("sign_key_file", "sign .tine files with this Ed25519 private key file", "path", None,
             valid="a key file path", run_flag="--sign-key-file", option="--loop-sign-key-file",
             ini="loop_sign_key_file", metavar="FILE", sample="key.pem"),
@@ -485,7 +520,7 @@ def marker_layer(kwargs: Mapping[str, Any], where: str) -> dict[str, Any]:
         if value is None:
             continue
         row = by_marker(keyword)
-        if row.kind in ("int", "number") and isinstance(value, str):
+        if row.kind in ("int", "number", "count") and isinstance(value, str):
             raise LoopUsageError(f"{value!r} is not a valid {row.name}; give a number",
                                  location=f"{where}({keyword}=...)")
         layer[row.name] = row.parse(value, f"{where}({keyword}=...)")

@@ -183,6 +183,9 @@ class LoopSpec:
     max_parallel: int = 0  # candidates run at once; 0: the CPU count
     origin: Mapping[str, str] = field(default_factory=dict)
     source: str | None = None
+    # how the loop is watched (`watch: poll "CMD" every 30s`, `silence: 10 minutes`):
+    # poll, interval, silence; used by `pytest-loops watch` only, empty otherwise
+    watch: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -195,6 +198,7 @@ class LoopSpec:
                                  location=self.source, fix="grant only those names (or none)")
         object.__setattr__(self, "grants", tuple(dict.fromkeys(self.grants)))
         object.__setattr__(self, "origin", dict(self.origin))
+        object.__setattr__(self, "watch", dict(self.watch))
         if self.checks and all(c.hidden for c in self.checks):
             raise LoopUsageError(f"loop {self.name!r} has only hidden checks; at least one check must be "
                                  "visible, so the revise step has something to work towards",
@@ -255,6 +259,7 @@ class LoopSpec:
             "ignored": [dataclasses.asdict(i) for i in self.ignored],
             "origin": dict(self.origin),
             "source": self.source,
+            **({"watch": dict(self.watch)} if self.watch else {}),
         }
 
     @classmethod

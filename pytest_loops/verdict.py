@@ -11,6 +11,10 @@ EXIT_INTERNAL = 70
 """An internal error of the harness (sysexits EX_SOFTWARE)."""
 
 
+WATCH_SOURCE_SILENCE = "watch_source_silence"
+"""The reason a watch ends NO_PROGRESS: no tick with new state arrived within its silence window."""
+
+
 class Verdict(enum.StrEnum):
     """How a loop ended. Exactly one per loop."""
 

@@ -148,6 +148,8 @@ README_BLOCKS: list[tuple[str, dict[str, list[str]]]] = [
     ('loop "fix calc":', {"setup": ["buggy-project"], "file": ["fix.loop"]}),
     ("pytest --loop fix.loop", {"expect": ["1 repaired"]}),
     ("pytest-loops report .pytest-loops", {"expect": ["loop run(s)"]}),
+    ("pytest-loops watch fix.loop", {"skip": [""], "reason": ["a watch stays up until its silence window: "
+                                                                "tests/test_watch.py runs both kinds"]}),
 ]
 
 

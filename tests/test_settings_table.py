@@ -125,8 +125,8 @@ def pytest_help(tmp_path_factory) -> str:
 
 @pytest.mark.parametrize("row", rows_with("option"))
 def test_pytest_option_and_ini_key_are_in_pytest_help(row: Setting, pytest_help: str) -> None:
-    for option in row.options:  # old spellings too
-        assert f"{option}={row.shown_metavar}" in pytest_help
+    for option in row.options:  # old spellings too; a flag alone (--loop-watch) has no value
+        assert (f"{option} " if row.bare else f"{option}={row.shown_metavar}") in pytest_help
     for ini in row.inis:
         assert f"  {ini} (" in pytest_help
     if row.choices:
@@ -146,8 +146,8 @@ LAYERED = [pytest.param(row, id=row.name) for row in option_rows() if row.name !
 
 @pytest.mark.parametrize("row", LAYERED)
 def test_pytest_option_sets_the_value(pytester: pytest.Pytester, row: Setting) -> None:
-    settings = settings_of(pytester, f"{row.option}={row.sample}")
-    assert settings[row.name] == row.parse(row.sample, "x")
+    settings = settings_of(pytester, str(row.option) if row.bare else f"{row.option}={row.sample}")
+    assert settings[row.name] == row.parse("on" if row.bare else row.sample, "x")
     assert settings.origin[row.name] == "command line"
 
 

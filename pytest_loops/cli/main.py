@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 import pluggy
 
+from pytest_loops.cli.watching import add_watch_parser, cmd_watch
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.pytest_plugin.terminal import iteration_line
 from pytest_loops.runtime.outpaths import check_output_path
@@ -185,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     from pytest_loops.cli.listing import add_list_parser
 
     add_list_parser(sub)
+    add_watch_parser(sub)
     return parser
 
 
@@ -522,7 +524,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 COMMANDS = {"run": cmd_run, "selftest": cmd_selftest, "demo": cmd_demo, "show": cmd_show,
             "diff": cmd_diff, "compare": cmd_compare, "mcp": cmd_mcp, "verify": cmd_verify,
-            "report": cmd_report, "list": cmd_list}
+            "report": cmd_report, "list": cmd_list, "watch": cmd_watch}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -223,6 +223,12 @@ class DirectoryJournal:
         self._paths.clear()
         self._wds.clear()
 
+    def fileno(self) -> int:
+        """The inotify descriptor, readable when events are pending (for ``select``)."""
+        if self.closed:
+            raise JournalLost("the journal is closed", sticky=True)
+        return self._fd
+
     # -- watches
 
     def is_watched(self, path: str) -> bool:

@@ -58,6 +58,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         assert row.option is not None and row.ini is not None
         help_text = row.help + (" (repeatable)" if row.repeatable else "")
         for option in row.options:  # an old spelling keeps its own dest: the new one wins over it
+            if row.bare:  # a flag alone: `--loop-watch`
+                group.addoption(option, action="store_const", const="on", default=None,
+                                dest=row.option_dest(option), help=help_text)
+                continue
             group.addoption(option, action="append" if row.repeatable else "store", default=None,
                             dest=row.option_dest(option), metavar=row.shown_metavar,
                             help=help_text if option == row.option else f"the same as {row.option}")
@@ -147,7 +151,7 @@ def check_outputs(config: pytest.Config, settings: Resolved) -> None:
                       base=config.invocation_params.dir)
 
 
-VALUE_FLAGS = tuple(option for row in option_rows() for option in row.options)
+VALUE_FLAGS = tuple(option for row in option_rows() if not row.bare for option in row.options)
 
 
 def _given_flags(args: list[str]) -> list[str]:
@@ -195,8 +199,31 @@ def check_space_form(config: pytest.Config, args: list[str]) -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """``pytest --loop-watch``: this process watches, and every test run is a fresh one."""
+    if os.environ.get(CHILD_ENV) or config.pluginmanager.hasplugin("pytest_loops.runtime.judge"):
+        return None
+    row = BY_NAME["watch"]
+    if not (config.getoption(row.dest) or ini_value(config, "watch") or os.environ.get(str(row.env))):
+        return None  # the usual session: nothing read, nothing checked here
+    try:
+        settings = build_settings(config)
+    except LoopUsageError as exc:
+        if config.getoption("loop_watch"):
+            usage_error(config, str(exc))
+        return None  # not watching: the session reports it where it always has
+    if not settings.values.get("watch"):
+        return None
+    from pytest_loops.pytest_plugin.watching import run_watch
+
+    return run_watch(config, settings)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
+    if config.getoption("loop_watch") and not os.environ.get(CHILD_ENV):
+        return  # the watch runs every test in a fresh process (pytest_cmdline_main)
     # a re-run the harness started (and every run it judges) never starts loops itself
     judged = config.pluginmanager.hasplugin("pytest_loops.runtime.judge")
     enabled = bool(config.getoption("loop")) and not os.environ.get(CHILD_ENV) and not judged

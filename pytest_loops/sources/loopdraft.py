@@ -200,6 +200,13 @@ class FileDraft:
         if self.cwd_where:
             origin["cwd"] = self.cwd_where
 
+        watch_conf = {}
+        for key in ("watch_poll", "watch_interval", "silence"):  # `pytest-loops watch` reads them
+            setting = body.settings.get(key) or defaults.get(key)
+            if setting:
+                watch_conf[key.removeprefix("watch_")] = setting.value
+                origin[key] = setting.where
+
         checks = self.checks(body, name)
         try:
             return LoopSpec(
@@ -209,7 +216,7 @@ class FileDraft:
                 escalate_when_blocked=bool(escalate_when_blocked), look_at=tuple(look_at),
                 protect=tuple(protect), scope=tuple(scope), grants=tuple(grants), ignored=tuple(body.ignored),
                 no_progress_signal=no_progress_signal, **counts,
-                origin=origin, source=self.where(body.header),
+                origin=origin, source=self.where(body.header), watch=watch_conf,
             )
         except LoopUsageError as exc:  # values are validated above; this is a last line of defence
             raise LoopFileError(exc.message, self.path, body.header.no, 1, exc.fix) from None

@@ -150,7 +150,7 @@ _WARN = _re(r'\bstop\s+and\s+warn\s+(?:"([^"]*)"|([^",]+))')
 
 _TYPO_KEYS = ["goal", "look at", "look in", "files", "context", "check", "verify", "also",
               "use skills", "skills", "examples", "knowledge", "budget", "protect", "scope",
-              "watch", "each cycle", "models", "hooks", "the bar", "grants"]
+              "watch", "silence", "each cycle", "models", "hooks", "the bar", "grants"]
 _TYPO_STARTS = ["done when", "remember in", "revise with", "escalate after", "stop when"]
 
 
@@ -587,12 +587,12 @@ class _Parser(FileDraft):
     def own_line(self, body: Body, line: Line) -> bool:
         """budget / stop when nothing changes / escalate after / revise with / protect / scope / watch / grants."""
         text = line.text
-        try:  # grants: / grant ctx: / branches: / max parallel:
+        try:  # grants: / grant ctx: / branches: / max parallel: / watch: poll / silence:
             found = phrases.setting_line(text)
         except Problem as exc:
             raise self.problem(exc, line, 0) from None
         if found is not None:
-            body.settings[found[0]] = Setting(found[1], self.where(line))
+            body.settings.update((key, Setting(value, self.where(line))) for key, value in found)
             return True
         m = _BUDGET.match(text)
         if m:

@@ -88,6 +88,30 @@ def duration_seconds(raw: str) -> float:
     return total
 
 
+_POLL = re.compile(r'\s*(?:"([^"]*)"|(\S*))\s*(?:every\b(.*))?$', re.I)
+
+
+def watch_values(silence: bool, text: str) -> dict[str, Any]:
+    """What follows ``silence:`` (a duration; ``none`` is off) or ``watch: poll``
+    (``"CMD" every 30s``; ``every`` is optional) as watch settings."""
+    if silence:
+        return {"silence": duration_seconds(text)}
+    m = _POLL.match(text)
+    command = (m.group(1) if m.group(1) is not None else m.group(2)) if m else ""
+    if not m or not command.strip():
+        raise Problem("`watch: poll` has no command", 0, 'write `watch: poll "python poll.py" every 30s`')
+    found: dict[str, Any] = {"watch_poll": command}
+    if m.group(3) is not None:
+        try:
+            found["watch_interval"] = duration_seconds(m.group(3))
+        except Problem as exc:
+            exc.offset += m.start(3) + len(m.group(3)) - len(m.group(3).lstrip())
+            raise
+        if not found["watch_interval"]:
+            raise Problem("the poll interval must be above zero", m.start(3), "write e.g. `every 30s`")
+    return found
+
+
 # -- lists of paths and descriptions ----------------------------------------------
 
 _PATHISH = re.compile(r"[/\\.*?\[]")
@@ -131,21 +155,29 @@ def grant_names(text: str) -> list[str]:
     return [it.lower() for it in items]
 
 
+_WATCH_LINE = re.compile(r"\s*(watch\s*:\s*poll\b|silence\s*:)(.*)$", re.I)  # a watch's poll and silence
 _SETTING_LINE = re.compile(r"\s*(grants|grant\s+ctx|ctx\s+grants|branches|max\s+parallel)\s*:(.*)$", re.I)
 _EXAMPLES = {"branches": "branches: 3", "max_parallel": "max parallel: 4"}
 
 
-def setting_line(text: str) -> tuple[str, Any, int] | None:
-    """``grants: skills, agents`` (LoopFlow's ``grant ctx:`` read the same way),
-    ``branches: 3``, ``max parallel: 4``: (setting, value, offset of the value), or
-    None for any other line. A bad value is a Problem (its offset in ``text``)."""
+def setting_line(text: str) -> list[tuple[str, Any]] | None:
+    """The settings of a one-line setting of a loop body, None for any other line:
+    ``grants: skills, agents`` (LoopFlow's ``grant ctx:`` read the same way),
+    ``branches: 3``, ``max parallel: 4``, ``watch: poll "CMD" every 30s``,
+    ``silence: 10 minutes``. A bad value is a Problem (its offset in ``text``)."""
+    m = _WATCH_LINE.match(text)
+    if m:
+        try:
+            return list(watch_values(m.group(1).lower().startswith("silence"), m.group(2)).items())
+        except Problem as exc:
+            raise Problem(exc.message, m.start(2) + exc.offset, exc.fix) from None
     m = _SETTING_LINE.match(text)
     if not m:
         return None
     word, raw, start = " ".join(m.group(1).lower().split()), m.group(2), m.start(2)
     if word in ("grants", "grant ctx", "ctx grants"):
         try:
-            return "grants", grant_names(raw), start
+            return [("grants", grant_names(raw))]
         except Problem as exc:
             raise Problem(exc.message, start + exc.offset, exc.fix) from None
     from pytest_loops.settings import BY_NAME
@@ -156,7 +188,7 @@ def setting_line(text: str) -> tuple[str, Any, int] | None:
     if not value.isdigit() or not low <= int(value) <= high:
         raise Problem(f"{value!r} is not a valid {key}: an integer from {low} to {high}", start,
                       f"write `{example}`")
-    return key, int(value), start
+    return [(key, int(value))]
 
 
 # -- predicates (`done when ...`) -------------------------------------------------

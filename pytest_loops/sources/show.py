@@ -69,6 +69,11 @@ def _format_loop(spec: LoopSpec, title: str, verbose: bool) -> list[str]:
         rows.append(("max_parallel", str(spec.max_parallel or "CPU count"), origin.get("max_parallel", "default")))
     rows.append(("state_paths", ", ".join(spec.state_paths) or "-", origin.get("state_paths", "default")))
     rows.append(("lessons_page", spec.memory_page or "-", origin.get("memory_page", "default")))
+    for key, name, unit in (("poll", "watch_poll", ""), ("interval", "watch_interval", "s"),
+                            ("silence", "silence", "s")):
+        if key in spec.watch:  # read by `pytest-loops watch`
+            value = spec.watch[key]
+            rows.append((name, f"{value:g}{unit}" if unit else str(value), origin.get(name, "default")))
     if spec.stop_message:
         rows.append(("stop_message", f'"{spec.stop_message}"', origin.get("stop_message", "default")))
     if spec.escalate_when_blocked:
