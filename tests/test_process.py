@@ -974,3 +974,38 @@ def test_one_pump_by_default_stops_after_a_few_chunks_of_an_endless_flood(tmp_pa
     capture.finish()
     assert 0 < got <= 4 * capture_mod._CHUNK
     assert len(reads) <= 4
+
+
+@pytest.mark.parametrize("cgroup", ["off", None], ids=["no-cgroup", "default"])
+def test_commands_run_at_once_never_take_each_other_for_strays(tmp_path, monkeypatch, cgroup):
+    # fan-out runs candidates' commands in threads of one runner: a command that ends
+    # while another is between its start and its registration must not count that
+    # one's fresh process as its own escaped child (it was killed: exit -15). The
+    # window is widened here: reading a new process's start time takes 50 ms.
+    from pytest_loops.runtime import process
+
+    real = process.read_stat
+
+    def slow(pid):
+        time.sleep(0.05)
+        return real(pid)
+
+    monkeypatch.setattr(process, "read_stat", slow)
+    if cgroup is not None:  # without a cgroup the runner tells a command's escapees by who started when
+        from pytest_loops.runtime import reaper
+
+        monkeypatch.setattr(reaper, "_bases", [])
+    runner = ProcessRunner()
+    codes: dict[str, list[int | None]] = {"quick": [], "slow": []}
+
+    def work(kind: str, command: str, times: int) -> None:
+        for _ in range(times):
+            codes[kind].append(runner.run(command, cwd=tmp_path, timeout=30).exit_code)
+
+    threads = [threading.Thread(target=work, args=("quick", "sh -c 'sleep 0.01 & true'", 40)),
+               threading.Thread(target=work, args=("slow", "sleep 0.2", 8))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert codes == {"quick": [0] * 40, "slow": [0] * 8}, codes

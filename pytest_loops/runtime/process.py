@@ -342,7 +342,9 @@ class ProcessRunner:
                      cgroup.path if cgroup is not None else "-", cgroup.version if cgroup is not None else 0)
             running.children_before = children_before
             running.main_start = ticks_before
-            running.sole = lambda: len(self._active) == 1
+            # another command registered, or between its Popen() and registration
+            # (fan-out runs candidates at once): then a new child may be that one's
+            running.sole = lambda: len(self._active) == 1 and not self._starting
             self._active[id(running)] = running
             self._starting.discard(thread)
             self._resume_deferred()
