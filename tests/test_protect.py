@@ -489,3 +489,22 @@ def test_bytecode_a_check_compiled_is_not_run_after_a_same_size_edit(cli, tmp_pa
                "--max-iter", "3", "--no-progress-k", "0", "-q", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("SUCCESS (exit 0) after 2 iteration(s)")
+
+
+def test_stale_bytecode_is_dropped_and_fresh_bytecode_kept(tmp_path):
+    import py_compile
+
+    from pytest_loops.runtime.protect.tree import clear_stale_bytecode
+
+    (tmp_path / "pkg").mkdir()
+    for name in ("edited", "fresh"):
+        src = tmp_path / "pkg" / f"{name}.py"
+        src.write_text("X = 1\n")
+        py_compile.compile(str(src), cfile=str(tmp_path / "pkg" / "__pycache__" / f"{name}.cpython-311.pyc"))
+    cached = tmp_path / "pkg" / "__pycache__" / "edited.cpython-311.pyc"
+    st = cached.stat()
+    edited = tmp_path / "pkg" / "edited.py"
+    edited.write_text("X = 2\n")  # same size, after the .pyc was written
+    os.utime(edited, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    assert clear_stale_bytecode(str(tmp_path)) == [os.path.join("pkg", "__pycache__", "edited.cpython-311.pyc")]
+    assert not cached.exists() and (tmp_path / "pkg" / "__pycache__" / "fresh.cpython-311.pyc").exists()

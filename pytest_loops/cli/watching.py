@@ -209,6 +209,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
             payload = watch_dir / f"payload-{number}.json"
             payload.write_text(json.dumps(tick.payload), encoding="utf-8")
             env["LOOP_WATCH_PAYLOAD"] = str(payload)
+        from pytest_loops.runtime.protect.tree import clear_stale_bytecode
+
+        clear_stale_bytecode(str(cwd))  # an edit just now must not run as the old code
         engine = make_engine(runner=runner, plugin_manager=pm, artifacts=ArtifactOptions(),
                              artifacts_dir=str(artifacts), env=env)
         return engine.run(tick_spec, log_path=watch_dir / f"tick-{number}.json")

@@ -40,6 +40,7 @@ from pytest_loops.core.watch import (
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.pytest_plugin.options import ini_value
 from pytest_loops.pytest_plugin.watchreport import REPORT_ENV
+from pytest_loops.runtime.protect.tree import clear_stale_bytecode
 from pytest_loops.settings import BY_NAME, Resolved
 from pytest_loops.spec import Check, Guards, LoopSpec
 from pytest_loops.verdict import EXIT_USAGE, Verdict
@@ -115,6 +116,7 @@ class PytestWatch:
         else:
             command = shlex.join([sys.executable, "-m", "pytest", "-p", REPORTER, *targets])
         env = {**os.environ, CHILD_ENV: "1", REPORT_ENV: str(report)}
+        clear_stale_bytecode(str(self.cwd))  # an edit just now must not run as the old code
         done = self.runner.run(command, cwd=self.cwd, env=env, output_path=output)
         try:
             with open(output, "rb") as f:

@@ -312,3 +312,33 @@ def clear_bytecode_of(root: str, sources: list[str]) -> list[str]:
                     continue
                 removed.append(os.path.join(cache, cached))
     return removed
+
+
+def clear_stale_bytecode(root: str) -> list[str]:
+    """Remove each cached `.pyc` under ``root`` whose source was written after it.
+
+    The interpreter checks a `.pyc` against its source's mtime in whole seconds (and
+    its size): an edit within the second the `.pyc` was written, keeping the size,
+    runs the old code. A watch runs the tests again right after an edit; before it
+    does, this drops such caches (the VCS, tool caches and virtual environments are
+    not walked). Returns the removed paths, relative to ``root``."""
+    from pytest_loops.runtime.protect.rules import IGNORED_DIRS
+
+    removed = []
+    for top, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in IGNORED_DIRS and not d.endswith(".egg-info")
+                   and not os.path.isfile(os.path.join(top, d, "pyvenv.cfg"))]
+        if os.path.basename(top) != "__pycache__":
+            continue
+        for name in files:
+            if not name.endswith(".pyc"):
+                continue
+            source = os.path.join(os.path.dirname(top), name.split(".", 1)[0] + ".py")
+            cached = os.path.join(top, name)
+            try:
+                if os.stat(source).st_mtime_ns > os.stat(cached).st_mtime_ns:
+                    os.unlink(cached)
+                    removed.append(os.path.relpath(cached, root))
+            except OSError:
+                continue
+    return removed
