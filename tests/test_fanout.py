@@ -30,7 +30,7 @@ echo "branch=$LOOP_BRANCH of=$LOOP_BRANCHES workdir=$LOOP_WORKDIR"
 """
 
 
-def project(root: Path, revise: str = REVISE, git: bool = False) -> Path:
+def project(root: Path, revise: str = REVISE, git: bool = True) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "calc.py").write_text(BUGGY)
     (root / "check.py").write_text(CHECK)
@@ -133,7 +133,7 @@ def test_a_candidate_that_games_the_judge_is_discarded(cli, tmp_path, tmpdir_env
 def test_a_candidate_outside_the_scope_is_discarded(cli, tmp_path, tmpdir_env):
     revise = ('if [ "$LOOP_BRANCH" = 0 ]; then echo x > other.txt; sed -i "s/a - b/a + b/" calc.py; '
               'else echo "# tried" >> calc.py; fi\n')
-    work = project(tmp_path / "w", revise=revise)
+    work = project(tmp_path / "w", revise=revise, git=False)  # a plain copy: the scope bounds the loop
     done = cli("run", "--verify", "python check.py", "--revise", "sh fix.sh", "--branches", "2", "--scope",
                "calc.py", "--max-iter", "2", "-q", cwd=work, env=tmpdir_env)
     assert done.returncode == 2, done.stdout + done.stderr
@@ -365,3 +365,73 @@ def test_a_virtual_environment_in_the_tree_is_linked_not_copied(tmp_path, git):
         copy.remove()
         os.rmdir(parent)
     assert (venv / "lib" / "big.py").exists()  # removing the copy leaves the real venv alone
+
+
+def test_fan_out_outside_git_needs_a_scope(cli, tmp_path, tmpdir_env):
+    work = project(tmp_path / "w", git=False)
+    done = cli("run", "--verify", "python check.py", "--revise", "sh fix.sh", "--branches", "3", cwd=work,
+               env=tmpdir_env)
+    assert done.returncode == 64, done.stdout + done.stderr
+    assert "not in a git repository" in done.stderr and "--scope GLOB" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert not (work / ".pytest-loops").exists(), "nothing runs or is written before the check"
+    assert (work / "calc.py").read_text() == BUGGY
+    scoped = cli("run", "--verify", "python check.py", "--revise", "sh fix.sh", "--branches", "3", "--scope",
+                 "calc.py", "-q", cwd=work, env=tmpdir_env)
+    assert scoped.returncode == 0, scoped.stdout + scoped.stderr
+
+
+RIGHT = "def add(a, b):\n    return a + b\n"
+PATCHES = [RIGHT, "def add(a, b):\n    return a * b\n", "def add(a, b):\n    return a - b + 1\n"]
+RANDOM_PATCH = """\
+import os, random, sys
+seed, it, branch = sys.argv[1], os.environ["LOOP_ITERATION"], os.environ.get("LOOP_BRANCH", "0")
+patches = {patches!r}
+open("calc.py", "w").write(patches[random.Random(f"{{seed}}-{{it}}-{{branch}}").randrange(3)])
+"""
+
+
+def _draw(seed: int, iteration: int, branch: int) -> int:
+    import random
+
+    return random.Random(f"{seed}-{iteration}-{branch}").randrange(3)
+
+
+def test_three_random_patches_best_of_three_beats_one(cli, tmp_path, tmpdir_env):
+    # the done-when of fan-out: each candidate writes one of three patches at random (one
+    # right); a seed where one revise at a time misses first and a fan-out of three hits
+    seed = next(s for s in range(1000) if _draw(s, 1, 0) != 0 and 0 in (_draw(s, 1, 1), _draw(s, 1, 2)))
+    script = tmp_path / "patch.py"
+    script.write_text(RANDOM_PATCH.format(patches=PATCHES))
+    (tmp_path / "test_calc.py").write_text("from calc import add\n\ndef test_add():\n    assert add(2, 3) == 5\n")
+    results = {}
+    for n in (1, 3):
+        work = project(tmp_path / f"w{n}")
+        (work / "test_calc.py").write_text((tmp_path / "test_calc.py").read_text())
+        subprocess.run(["git", "add", "test_calc.py"], cwd=work, check=True)
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "tests"],
+                       cwd=work, check=True)
+        arts = tmp_path / f"arts{n}"
+        done = cli("run", "--verify", f"{sys.executable} -m pytest -q -p no:cacheprovider test_calc.py",
+                   "--revise", f"{sys.executable} {script} {seed}", "--branches", str(n), "--max-iter", "12",
+                   "--no-progress-k", "0", "--artifacts", str(arts), "-q", cwd=work, env=tmpdir_env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        (log,) = (arts / "runs").glob("*.json")
+        results[n] = json.loads(log.read_text())
+        # exactly the right patch, nothing else changed; no worktree left behind
+        assert (work / "calc.py").read_text() == RIGHT
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=work,
+                                capture_output=True, text=True).stdout
+        assert status.split("\n")[0].strip() == "M calc.py" and len(status.strip().splitlines()) == 1, status
+        listed = subprocess.run(["git", "worktree", "list"], cwd=work, capture_output=True, text=True).stdout
+        assert len(listed.strip().splitlines()) == 1, listed
+    assert results[3]["iterations_run"] == 2 < results[1]["iterations_run"]
+    (tine,) = (tmp_path / "arts3" / "runs").glob("*.tine")
+    assert cli("verify", str(tine)).returncode == 0
+    from opentine import Run
+
+    steps = Run.load(tine).steps
+    first = next(s for s in steps if (s.tool_info or {}).get("name") == "iteration")
+    forks = [s for s in steps if (s.tool_info or {}).get("name") == "branch" and s.parent_ids == [first.id]]
+    assert len(forks) == 3 and sum(bool(s.outputs["chosen"]) for s in forks) == 1
+    assert leftovers(tmpdir_env) == []

@@ -255,12 +255,29 @@ def test_xfail_and_setup_errors_start_no_loop(project: Project) -> None:
     assert not project.exists("revised.txt")
 
 
+def git_repository(path) -> None:
+    import subprocess
+
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@example.com", "commit",
+                                                 "-qm", "base"]):
+        subprocess.run(["git", *args], cwd=path, check=True, capture_output=True)
+
+
+def test_fan_out_without_git_or_scope_is_a_usage_error(project: Project) -> None:
+    project.marked_test(marker='revise="true", branches=2')
+    result = project.run("--loop")
+    assert result.ret == 4, result.stdout.str()
+    assert "not in a git repository" in result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
 def test_a_marker_fans_the_repair_out_into_branches(project: Project) -> None:
     # branch 0 fixes the bug; branch 1 breaks the test file (read-only: discarded)
     project.write("fix.sh", f"""\
         if [ "$LOOP_BRANCH" = 0 ]; then {FIX_ADD}; else echo "def test_add(): pass" > test_calc.py; fi
         """)
     project.marked_test(marker='revise="sh fix.sh", branches=2, max_iter=3')
+    git_repository(project.path)  # fan-out copies a git worktree (outside git it needs a scope)
     result = project.run("--loop", "-v")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["*test_calc.py::test_add REPAIRED*"])

@@ -348,6 +348,9 @@ def test_fan_out_judges_each_candidate_in_its_own_copy(project: Project) -> None
     # reruns (in their copies, with the session's --rootdir moved there) tell them apart
     project.write("test_calc.py", COUNTING_TESTS)
     project.write("fix.sh", f'if [ "$LOOP_BRANCH" = 1 ]; then {FIX_ADD}; else echo "# no" >> calc.py; fi\n')
+    from test_plugin_marker import git_repository
+
+    git_repository(project.path)
     result = project.run("--loop", "--loop-revise", "sh fix.sh", "--loop-branches", "2", "--loop-max-iter", "3",
                          "--loop-suspects", "off")
     assert result.ret == 0, result.stdout.str()

@@ -195,6 +195,7 @@ class Engine:
         One run writes a run log at a time: a second run given the same log path
         raises LoopUsageError naming the run that holds it.
         """
+        fanout.check_fan_out(spec)  # bad input before anything runs or is written
         wall0 = self.wall()
         self.artifact_errors = []
         paths = resolve_paths(spec, artifacts_dir=self.artifacts_dir, log_path=log_path,

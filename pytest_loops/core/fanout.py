@@ -26,9 +26,11 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pytest_loops.core.context import LoopContext
+from pytest_loops.errors import LoopUsageError
 from pytest_loops.results import CheckResult, CommandResult, IterationRecord
 from pytest_loops.runtime.treecopy import Change, TreeCopy, new_parent
 from pytest_loops.spec import LoopSpec
@@ -206,6 +208,23 @@ def _why_not(c: Candidate, best: Candidate, total: int) -> str:
     if c.diff_size != best.diff_size:
         return f"a bigger diff ({c.diff_size} against {best.diff_size})"
     return f"a tie, broken by the lower branch number ({best.branch})"
+
+
+def check_fan_out(spec: LoopSpec) -> None:
+    """Bad input (LoopUsageError) before anything runs: fan-out outside a git
+    repository without a scope. A worktree copy is bounded by what git tracks; a plain
+    copy of an arbitrary directory (a home directory, a mount) is not, so it is made
+    only for a loop that names what it may change."""
+    if spec.branches <= 1 or spec.scope:
+        return
+    from pytest_loops.runtime.treecopy import git_top
+
+    if git_top(os.fspath(Path(spec.cwd).resolve())) is None:
+        raise LoopUsageError(
+            f"branches {spec.branches}: the working directory {spec.cwd} is not in a git repository "
+            "(with a commit) and the loop has no scope", location="branches",
+            fix="run it in a git repository (git init && git add -A && git commit -m base), or give the loop "
+                "a scope (--scope GLOB, `scope:` in the loop file)")
 
 
 def parallel_limit(max_parallel: int, environ: Mapping[str, str] | None = None) -> int:

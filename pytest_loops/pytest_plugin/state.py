@@ -178,6 +178,12 @@ class SessionState:
         from pytest_loops.core.pluginmanager import register_builtins
 
         register_builtins(self.config.pluginmanager)  # the checks and revise steps loops run
+        from pytest_loops.core.fanout import check_fan_out
+
+        try:
+            check_fan_out(spec)
+        except LoopUsageError as exc:
+            usage_exit(self.config, str(exc))
         self.announce(spec)
         revises = spec.revise or len(self.config.pluginmanager.hook.pytest_loop_revise.get_hookimpls()) > 1
         if not revises:  # a loop that changes nothing needs no lock
