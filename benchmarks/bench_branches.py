@@ -9,7 +9,8 @@ process, in one run:
 1. **The fix task.** A project whose ``add`` is wrong; the revise step is a
    script that fixes it with probability 0.3 per candidate (a seeded draw per
    trial, iteration and branch, so every N sees the same luck for branch 0).
-   Each N of ``--branches`` runs ``--trials`` trials (max 30 iterations) with
+   Each N of ``--branches`` runs ``--trials`` trials (``--scope calc.py``: the
+   project is not a git repository) (max 30 iterations) with
    ``--branches N``; reported: the mean iterations to SUCCESS and the mean wall
    time per trial, side by side. With p = 0.3 the expected iterations are
    1 + 1/(1-(0.7)^N) revise rounds: 4.33 (N=1), 2.96 (N=2), 2.32 (N=4).
@@ -72,7 +73,8 @@ def fix_task(tmp: Path, branches: list[int], trials: int) -> Table:
             env.pop("PYTHONDONTWRITEBYTECODE", None)
             sample = run_timed([script, "run", "--verify", f"{sys.executable} check.py", "--revise",
                                 f"{sys.executable} revise.py", "--branches", str(n), "--max-iter", "30",
-                                "--no-progress-k", "0", "--no-tine", "-q", "--artifacts", str(tmp / f"a-{n}-{trial}")],
+                                "--no-progress-k", "0", "--no-tine", "-q", "--scope", "calc.py",
+                                "--artifacts", str(tmp / f"a-{n}-{trial}")],
                                cwd=work, env=env, expect=None)
             log = next((tmp / f"a-{n}-{trial}" / "runs").glob("*.json"))
             import json
@@ -123,6 +125,7 @@ def copy_cost(tmp: Path, files: int, rounds: int) -> Table:
             shutil.rmtree(arts, ignore_errors=True)
             return lambda: run_timed([script, "run", "--verify", "false", "--revise", "true", "--max-iter", "2",
                                       "--no-progress-k", "0", "--branches", str(b), "--max-parallel", "1",
+                                      *([] if kind == "git worktree" else ["--scope", "pkg*/**"]),
                                       "--no-tine", "--lessons", "off", "--no-suspects", "-q",
                                       "--artifacts", str(arts)], cwd=root, expect=2)
 

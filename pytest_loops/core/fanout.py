@@ -221,10 +221,9 @@ def check_fan_out(spec: LoopSpec) -> None:
 
     if git_top(os.fspath(Path(spec.cwd).resolve())) is None:
         raise LoopUsageError(
-            f"branches {spec.branches}: the working directory {spec.cwd} is not in a git repository "
-            "(with a commit) and the loop has no scope", location="branches",
-            fix="run it in a git repository (git init && git add -A && git commit -m base), or give the loop "
-                "a scope (--scope GLOB, `scope:` in the loop file)")
+            f"branches {spec.branches}: {spec.cwd} is not in a git repository with a commit and the loop has "
+            "no scope", fix="run it in a git repository (git init && git add -A && git commit -m base), or give "
+                            "the loop a scope (--scope GLOB, `scope:` in the loop file)")
 
 
 def parallel_limit(max_parallel: int, environ: Mapping[str, str] | None = None) -> int:
