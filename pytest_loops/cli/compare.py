@@ -59,7 +59,7 @@ def _side(run: Mapping[str, Any], names: Sequence[str]) -> tuple[dict[str, Any],
     rows = [_statuses(it, names) for it in iterations]
     numbers = [it.get("iter", index + 1) for index, it in enumerate(iterations)]
     summary = {
-        "source": run.get("source_path") or run.get("_source"),
+        "source": None,  # the caller's label for the run (its file)
         "loop": run.get("loop"),
         "verdict": run.get("verdict"),
         "exit_code": run.get("exit_code"),

@@ -128,7 +128,7 @@ class RunsDir:
             item: dict[str, Any] = {"id": stem, "files": {k: self.relative(Path(v)) for k, v in sorted(files.items())}}
             source = files.get("json") or files["tine"]
             try:
-                run = self._load(self.resolve(self.relative(Path(source)), suffixes=RUN_SUFFIXES))
+                run = self._load(self.resolve(self.relative(Path(source))))
             except LoopUsageError as exc:
                 item["error"] = str(exc)
                 item["started_at"] = None

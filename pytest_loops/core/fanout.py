@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +33,7 @@ from typing import Any
 from pytest_loops.core.context import LoopContext
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.results import CheckResult, CommandResult, IterationRecord
-from pytest_loops.runtime.treecopy import Change, TreeCopy, new_parent
+from pytest_loops.runtime.treecopy import Change, TreeCopy, git_top, new_parent
 from pytest_loops.spec import LoopSpec
 
 BRANCH_VARIABLE = "LOOP_BRANCH"
@@ -107,7 +108,9 @@ class FanOut:
         """The chosen candidate's revise outcome (its changes now in the real tree)
         and every candidate, in branch order."""
         parent = new_parent()
-        copies = [TreeCopy(ctx.workdir, parent, f"b{i}", ignored=self._ignored) for i in range(self.branches)]
+        top = git_top(os.fspath(ctx.workdir))
+        copies = [TreeCopy(ctx.workdir, parent, f"b{i}", ignored=self._ignored, use_git=top is not None, top=top)
+                  for i in range(self.branches)]
         candidates = [Candidate(branch=i) for i in range(self.branches)]
         try:
             workers = max(1, min(self.branches, self.max_parallel))
@@ -123,12 +126,7 @@ class FanOut:
         finally:
             for copy in copies:
                 copy.remove()
-            try:
-                os.rmdir(parent)
-            except OSError:
-                import shutil
-
-                shutil.rmtree(parent, ignore_errors=True)
+            shutil.rmtree(parent, ignore_errors=True)
 
     def _ignored(self, rel: str) -> bool:
         parts = rel.split("/")
@@ -217,8 +215,6 @@ def check_fan_out(spec: LoopSpec) -> None:
     only for a loop that names what it may change."""
     if spec.branches <= 1 or spec.scope:
         return
-    from pytest_loops.runtime.treecopy import git_top
-
     if git_top(os.fspath(Path(spec.cwd).resolve())) is None:
         raise LoopUsageError(
             f"branches {spec.branches}: {spec.cwd} is not in a git repository with a commit and the loop has "

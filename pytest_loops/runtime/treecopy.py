@@ -84,11 +84,14 @@ class TreeCopy:
     """One copy of ``source`` (the loop's working directory) under ``parent``."""
 
     def __init__(self, source: str | os.PathLike[str], parent: str | os.PathLike[str], name: str, *,
-                 ignored: Callable[[str], bool] = _ignored_default, use_git: bool = True) -> None:
+                 ignored: Callable[[str], bool] = _ignored_default, use_git: bool = True,
+                 top: str | None = None) -> None:
         self.source = os.path.realpath(os.fspath(source))
         self.path = os.path.join(os.fspath(parent), name)  # the copy's top directory
         self.ignored = ignored
-        self.top = git_top(self.source) if use_git else None
+        # ``top``: the git work tree's top, when the caller looked it up already (one
+        # lookup for all of an iteration's copies)
+        self.top = (top or git_top(self.source)) if use_git else None
         self.kind = "git-worktree" if self.top else "copy"
         sub = os.path.relpath(self.source, self.top) if self.top else "."
         self.root = os.path.normpath(os.path.join(self.path, sub))  # the candidate's working directory

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_loops.settings import BY_NAME
 from pytest_loops.spec import GRANT_NAMES, Check, CheckKind
 
 
@@ -180,8 +181,6 @@ def setting_line(text: str) -> list[tuple[str, Any]] | None:
             return [("grants", grant_names(raw))]
         except Problem as exc:
             raise Problem(exc.message, start + exc.offset, exc.fix) from None
-    from pytest_loops.settings import BY_NAME
-
     key = word.replace(" ", "_")
     (low, high), example = BY_NAME[key].bounds, _EXAMPLES[key]
     value = raw.strip()

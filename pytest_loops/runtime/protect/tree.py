@@ -322,8 +322,6 @@ def clear_stale_bytecode(root: str) -> list[str]:
     runs the old code. A watch runs the tests again right after an edit; before it
     does, this drops such caches (the VCS, tool caches and virtual environments are
     not walked). Returns the removed paths, relative to ``root``."""
-    from pytest_loops.runtime.protect.rules import IGNORED_DIRS
-
     removed = []
     for top, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if d not in IGNORED_DIRS and not d.endswith(".egg-info")
