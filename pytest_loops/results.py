@@ -177,6 +177,7 @@ class LoopResult:
     run_dir: str | None = None
     memory_page: str | None = None
     artifacts: dict[str, str] = field(default_factory=dict)
+    sandbox: dict[str, str] = field(default_factory=dict)  # the isolation tier it ran in
 
     @property
     def exit_code(self) -> int:

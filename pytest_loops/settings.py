@@ -356,6 +356,20 @@ SETTINGS: tuple[Setting, ...] = (
             "'warn' records the findings, 'off' skips it", "choice", "error", choices=("error", "warn", "off"),
             valid="error, warn, off", run_flag="--audit", option="--loop-audit", ini="loop_audit",
             sample="warn"),
+    Setting("sandbox", "how the kernel keeps the revise step and the judge apart: 'auto' (default: the "
+            "strongest available), 'namespaces' (bubblewrap), 'landlock' or 'none' (detection only); a tier "
+            "asked for by name and not available here is an error", "choice", "auto",
+            choices=("auto", "namespaces", "landlock", "none"), valid="auto, namespaces, landlock, none",
+            run_flag="--sandbox", option="--loop-sandbox", ini="loop_sandbox", env="PYTEST_LOOPS_SANDBOX",
+            sample="none"),
+    Setting("sandbox_writable", "a path the sandboxed revise step may write besides the working tree and the "
+            "agents' own state directories (repeatable)", "list", [], valid="a path",
+            run_flag="--sandbox-writable", option="--loop-sandbox-writable", ini="loop_sandbox_writable",
+            env="PYTEST_LOOPS_SANDBOX_WRITABLE", metavar="PATH", sample="~/.myagent"),
+    Setting("sandbox_network", "'on' (default): sandboxed commands reach the network (agents call their "
+            "model); 'off' gives them none (namespaces tier)", "switch", True, choices=ON_OFF,
+            valid="on or off", run_flag="--sandbox-network", option="--loop-sandbox-network",
+            ini="loop_sandbox_network", env="PYTEST_LOOPS_SANDBOX_NETWORK", sample="off"),
     Setting("exitcode", "'pytest' (default): exit 1 when a loop fails; 'verdict': exit with the highest loop "
             "verdict code (5 ESCALATE > 4 NO_PROGRESS > 3 TIMEOUT > 2 MAX_ITER)", "choice", "pytest",
             choices=("pytest", "verdict"), valid="pytest, verdict", option="--loop-exitcode",

@@ -16,7 +16,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_loops"
 BASE = {"errors", "verdict", "defaults", "spec", "results", "settings", "limits", "redact", "deadline"}
-LAYERS = ["base", "progress", "runtime", "core", "localization", "artifacts", "sources",
+LAYERS = ["base", "progress", "sandbox", "runtime", "core", "localization", "artifacts", "sources",
           "pytest_plugin", "cli"]
 ENTRY = {"pytest_loops", "pytest_loops.__main__"}
 # imports that still point upward, to be removed (the test fails when one is gone, so

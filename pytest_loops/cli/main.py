@@ -234,6 +234,18 @@ def verdict_lines(result: Any) -> list[str]:
 
 # -- run ----------------------------------------------------------------------------
 
+SANDBOX_KEYS = ("sandbox", "sandbox_writable", "sandbox_network")
+
+
+def sandbox_settings(args: argparse.Namespace, environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """The engine's isolation settings: defaults < environment < flags."""
+    flags = {key: getattr(args, key, None) for key in SANDBOX_KEYS}
+    settings = resolve([("environment", env_layer(environ)), ("command line", flags)],
+                       defaults={key: BY_NAME[key].default for key in SANDBOX_KEYS})
+    return {"sandbox": settings["sandbox"], "sandbox_writable": tuple(settings["sandbox_writable"] or ()),
+            "sandbox_network": bool(settings["sandbox_network"])}
+
+
 def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -> tuple[LoopSpec, dict[str, Any]]:
     """Build the LoopSpec: defaults < config file < environment < flags."""
     cwd = Path(args.cwd or ".")
@@ -430,7 +442,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     engine = make_engine(runner=runner, plugin_manager=pm, artifacts=options,
                          artifacts_dir=extra.get("artifacts", args.artifacts), localize=args.suspects is not False,
                          audit=args.audit or "error",
-                    hide_env=[args.sign_key_env or ""])
+                         hide_env=[args.sign_key_env or ""], **sandbox_settings(args))
+    if not args.quiet and engine.sandbox is not None:
+        _say(f"[{spec.name}] sandbox: {engine.sandbox.describe()}", out)
     with TerminationGuard(runner):
         result = engine.run(spec, log_path=extra["log_path"], resume_from=resume_from)
     lines = verdict_lines(result)

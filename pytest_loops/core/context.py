@@ -22,6 +22,7 @@ from pytest_loops.spec import Check, LoopSpec
 
 if TYPE_CHECKING:
     from pytest_loops.runtime.cleanroom import CleanRoom
+    from pytest_loops.sandbox import Confinement
 
 ARTIFACTS_DIRNAME = ".pytest-loops"
 
@@ -67,7 +68,8 @@ class CommandRunner(Protocol):
     """Runs one shell command; see :class:`pytest_loops.runtime.process.ProcessRunner`."""
 
     def run(self, command: str, *, cwd: str | os.PathLike, env: Mapping[str, str] | None = None,
-            timeout: float | None = None, output_path: str | os.PathLike | None = None) -> CommandResult: ...
+            timeout: float | None = None, output_path: str | os.PathLike | None = None,
+            sandbox: Confinement | None = None) -> CommandResult: ...
 
 
 class Fingerprint(Protocol):
@@ -107,6 +109,8 @@ class LoopContext:
     localizer: Localizer | None = None  # failing tests, narrowed reruns, suspects; None: none
     branch: int | None = None  # a fan-out candidate's number: its workdir is a copy of the tree
     real_workdir: Path | None = None  # for a candidate: the loop's own working directory
+    # (context, "revise" | "check") -> how the kernel confines that command; None: not at all
+    confine: Callable[[LoopContext, str], Confinement | None] | None = None
 
     def moved(self, value: str) -> str:
         """A path (or ``--rootdir=PATH``, ``-c PATH``...) under the loop's working
@@ -153,7 +157,7 @@ class LoopContext:
         return f"{self.label_prefix}check-{index}"
 
     def run_command(self, command: str, *, label: str, timeout: float | None = None,
-                    extra_env: Mapping[str, str] | None = None) -> CommandResult:
+                    extra_env: Mapping[str, str] | None = None, revise: bool = False) -> CommandResult:
         """Run a shell command in the loop's workdir with the budget as a deadline.
 
         Sets ``budget_hit`` when the command was killed because the budget ran out
@@ -179,8 +183,13 @@ class LoopContext:
                 raise
             self.artifact_error(str(self.run_dir / f"iter-{self.iteration:03d}"), exc)
             output_path = None  # the runner keeps the output in a temporary file
-        result = self.runner.run(command, cwd=self.workdir, env=env, timeout=effective,
-                                 output_path=output_path)
+        sandbox = self.confine(self, "revise" if revise else "check") if self.confine is not None else None
+        if sandbox is not None:
+            result = self.runner.run(command, cwd=self.workdir, env=env, timeout=effective,
+                                     output_path=output_path, sandbox=sandbox)
+        else:
+            result = self.runner.run(command, cwd=self.workdir, env=env, timeout=effective,
+                                     output_path=output_path)
         if result.timed_out and budget_limited:
             self.budget_hit = True
         if self.scrub is not None:

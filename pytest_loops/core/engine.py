@@ -51,9 +51,23 @@ from pytest_loops.spec import Check, LoopSpec, Pipeline
 from pytest_loops.verdict import Verdict
 
 if TYPE_CHECKING:
+    from pytest_loops.core.isolation import Isolation
     from pytest_loops.runtime.protect import TreeGuard
+    from pytest_loops.sandbox import Choice
 
 AUDIT_CHOICES = ("error", "warn", "off")
+
+
+def choose_sandbox(requested: str) -> Choice:
+    """The tier a loop runs in; a tier asked for by name and not available here is bad
+    input (one line, exit 64)."""
+    from pytest_loops.errors import LoopUsageError
+    from pytest_loops.sandbox import SandboxUnavailable, choose
+
+    try:
+        return choose(requested)
+    except SandboxUnavailable as exc:
+        raise LoopUsageError(str(exc), location="sandbox") from None
 
 
 def _iso(wall: float) -> str:
@@ -82,6 +96,7 @@ class _Loop:
     # check name -> the pytest node ids its output named failed so far (the clean room's rule)
     failed_tests_seen: dict[str, set[str]] = field(default_factory=dict)
     ctx: LoopContext | None = None
+    isolation: Isolation | None = None
 
 
 class Engine:
@@ -111,7 +126,10 @@ class Engine:
                  localizer: Localizer | None = None,
                  clean_room: bool | None = None,
                  audit: str = "error",
-                 hide_env: Sequence[str] = ()) -> None:
+                 hide_env: Sequence[str] = (),
+                 sandbox: str = "auto",
+                 sandbox_writable: Sequence[str] = (),
+                 sandbox_network: bool = True) -> None:
         if runner is None:
             from pytest_loops.runtime.process import ProcessRunner
 
@@ -141,6 +159,10 @@ class Engine:
         if audit not in AUDIT_CHOICES:
             raise ValueError(f"audit={audit!r}; valid: {', '.join(AUDIT_CHOICES)}")
         self.audit = audit
+        # the kernel's isolation needs real processes too: chosen once, for every loop
+        self.sandbox: Choice | None = choose_sandbox(sandbox) if clean_room else None
+        self.sandbox_writable = tuple(sandbox_writable)
+        self.sandbox_network = sandbox_network
         self.write_index = write_index
         self.localize = localize
         self.localizer = localizer
@@ -260,7 +282,16 @@ class Engine:
                           extra_ancestors=[tempfile.gettempdir()], should_stop=stop)
         from pytest_loops import __version__
 
+        isolation = None
+        if self.sandbox is not None:
+            from pytest_loops.core.isolation import Isolation
+
+            isolation = Isolation(self.sandbox, watch, own=[paths.log, paths.run_dir, paths.memory_page,
+                                                             paths.artifacts_dir],
+                                  writable=self.sandbox_writable, network=self.sandbox_network)
         run.header.update({
+            "sandbox": self.sandbox.to_dict() if self.sandbox is not None else {"tier": "none",
+                                                                               "note": "no real processes"},
             "loop": spec.name, "goal": spec.goal, "source": spec.source,
             "guards": g.to_dict(), "state_paths": list(spec.state_paths),
             "started_at": _iso(wall0), "cwd": str(workdir), "revise": spec.revise,
@@ -287,7 +318,7 @@ class Engine:
         return _Loop(spec=spec, paths=paths, run=run, state=state, plan=plan, t0=t0, deadline=deadline,
                      stop=stop, workdir=workdir, watch=watch, fingerprint=fingerprint,
                      first_results=first_results if not prior else None, pending=plan.revise,
-                     lessons=list(lessons_read), failed_tests_seen=failed_tests_seen)
+                     lessons=list(lessons_read), failed_tests_seen=failed_tests_seen, isolation=isolation)
 
     def _drive(self, loop: _Loop, wall0: float,
                before_start: Callable[[Callable[[], bool] | None], None] | None) -> LoopResult:
@@ -309,6 +340,8 @@ class Engine:
             if close is not None:
                 close()  # release the change journal (an inotify descriptor) now
             loop.watch.close()  # and the guard's journal and private store
+            if loop.isolation is not None:
+                loop.isolation.close()
         assert state.verdict is not None
         result = LoopResult(
             spec=spec, verdict=state.verdict, reason=state.reason, iterations=state.records,
@@ -316,6 +349,7 @@ class Engine:
             log_path=str(paths.log), run_dir=str(paths.run_dir),
             memory_page=str(paths.memory_page) if paths.memory_page else None,
             artifacts={"log": str(paths.log), "run_dir": str(paths.run_dir)},
+            sandbox=dict(loop.run.header.get("sandbox") or {}),
         )
         if paths.memory_page and paths.memory_page.exists():
             result.artifacts["memory"] = str(paths.memory_page)
@@ -370,7 +404,7 @@ class Engine:
             runner=self.runner, clock=self.clock, deadline=loop.deadline, base_env=dict(self.env),
             lessons=loop.lessons, scrub=self.scrub, previous=state.records[-1] if state.records else None,
             artifact_error=self._artifact_failed, localizer=self.localizer,
-            failed_tests_seen=loop.failed_tests_seen)
+            failed_tests_seen=loop.failed_tests_seen, confine=loop.isolation)
         if resumed:
             # verify, progress, lesson and guards ran before the kill: only the revise
             # step is run again, so no iteration is counted twice
@@ -519,12 +553,16 @@ class Engine:
             if outside:
                 record.guard = "clean_room"
                 return Verdict.ESCALATE, f"configuration outside the tree changed: {outside[0]}"
-            watch.build_clean_room(room.root)
-            cwd = Path(room.root) / os.path.relpath(ctx.workdir, watch.root)
+            mounted = self.sandbox is not None and self.sandbox.tier.value == "namespaces"
+            if mounted:  # the room's tree is seen at the project's own path
+                room.mount(watch.root)
+            watch.build_clean_room(room.root, link_venvs=not mounted)
+            cwd = ctx.workdir if mounted else Path(room.root) / os.path.relpath(ctx.workdir, watch.root)
             clean = LoopContext(spec=spec, iteration=ctx.iteration, workdir=cwd, run_dir=ctx.run_dir,
                                 runner=self.runner, clock=self.clock, deadline=ctx.deadline,
                                 base_env=dict(room.env), scrub=self.scrub, clean_room=room, localizer=self.localizer,
-                                label_prefix="cleanroom-", failed_tests_seen=ctx.failed_tests_seen)
+                                label_prefix="cleanroom-", failed_tests_seen=ctx.failed_tests_seen,
+                                confine=ctx.confine)
             for check in spec.checks:
                 result = self._run_check(check, clean)
                 if not isinstance(result, CheckResult):

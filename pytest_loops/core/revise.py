@@ -226,4 +226,4 @@ class BuiltinRevise:
             "LOOP_PROMPT_FILE": str(context.prompt_file),
             "LOOP_CONTEXT_FILE": str(context.context_file),
         }
-        return context.run_command(spec.revise, label="revise", extra_env=env)
+        return context.run_command(spec.revise, label="revise", extra_env=env, revise=True)

@@ -253,7 +253,9 @@ class SessionFixCheck:
         if not str(root).startswith(room.root + os.sep) and str(root) != room.root:
             return None  # the rootdir is outside the tree the clean room copies
         data = Path(room.parent) / "judged-spectra.json"
-        _, env = spectra_command(root, [], data_file=data, base_env=room.env)
+        # the judged run sees the room at the project's own path when it is mounted there
+        seen_at = os.path.realpath(self.rootdir) if room.mounted_at else root
+        _, env = spectra_command(seen_at, [], data_file=data, base_env=room.env)
         env.pop(CHILD_ENV, None)
         return _Mapping(PLUGIN, env, data, root, snapshot(root))
 

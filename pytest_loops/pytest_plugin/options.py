@@ -56,6 +56,15 @@ def choice_value(config: pytest.Config, key: str, choices: tuple[str, ...]) -> s
     return ("on" if parsed else "off") if row.kind == "switch" else parsed
 
 
+def sandbox_values(settings: Resolved) -> dict[str, Any]:
+    """The engine's isolation settings from the session's resolved settings."""
+    values = settings.values
+    network = values.get("sandbox_network")
+    return {"sandbox": values.get("sandbox") or BY_NAME["sandbox"].default,
+            "sandbox_writable": tuple(values.get("sandbox_writable") or ()),
+            "sandbox_network": True if network is None else bool(network)}
+
+
 def fixloop_settings(settings: Resolved) -> tuple[tuple[str, float], str]:
     """(suspects_cap, confirm) of the session fix-loop, from the session's settings.
 

@@ -124,6 +124,12 @@ def build_settings(config: pytest.Config, environ: Mapping[str, str] | None = No
     return resolve(layers, defaults=PYTEST_DEFAULTS)
 
 
+def _sandbox_origin(settings: Resolved) -> str:
+    origin = settings.origin.get("sandbox", "")
+    row = BY_NAME["sandbox"]
+    return {"command line": str(row.option), "ini": f"ini {row.ini}", "environment": str(row.env)}.get(origin, origin)
+
+
 def check_outputs(config: pytest.Config, settings: Resolved) -> None:
     """Every path a loop writes is checked before the first test runs (see outputs.py)."""
     from pytest_loops.runtime.outpaths import check_output_path
@@ -254,6 +260,13 @@ def pytest_configure(config: pytest.Config) -> None:
                 "environment": "PYTEST_LOOPS_REVISE"}.get(origin, f"{origin}: revise.cmd"))
         choice_value(config, "suspects", SUSPECTS_CHOICES)
         choice_value(config, "audit", AUDIT_CHOICES)
+        if settings.values.get("sandbox") not in (None, "auto"):  # a tier asked for by name: here?
+            from pytest_loops.core.engine import choose_sandbox
+
+            try:
+                choose_sandbox(settings["sandbox"])
+            except LoopUsageError as exc:
+                raise LoopUsageError(exc.message, location=_sandbox_origin(settings)) from None
         from pytest_loops.redact import export_masks
 
         # masked values go to this process's environment for the session only

