@@ -228,3 +228,38 @@ def test_the_mcp_verify_run_and_show_say_the_same(tmp_path, cli, failed_loop):
     assert shown["verified"] is False and "not authenticated" in shown["unverified_why"]
     log = load_run(tmp_path / "run.json")  # the run log's MACs hold, its .tine is forged
     assert log["verified"] is False and "not authenticated" in log["unverified_why"]
+
+
+VOUCH_EDITS = {
+    "vouch not an object": lambda meta: meta.update({VOUCH_FIELD: "x"}),
+    "vouch a list": lambda meta: meta.update({VOUCH_FIELD: []}),
+    "mac not a string": lambda meta: meta[VOUCH_FIELD].update(mac=5, key_id=None),
+    "unknown scheme": lambda meta: meta[VOUCH_FIELD].update(scheme="pytest-loops.tine-vouch/9"),
+    "mac cut short": lambda meta: meta[VOUCH_FIELD].update(mac=meta[VOUCH_FIELD]["mac"][:10]),
+    "a number no JSON can hold": lambda meta: meta.update(elapsed=float("nan")),
+}
+
+
+@pytest.mark.parametrize("edit", [*VOUCH_EDITS, "metadata not an object"])
+def test_a_damaged_vouch_is_one_line_and_exit_1_never_a_traceback(tmp_path, failed_loop, edit):
+    import contextlib
+    import io
+
+    from pytest_loops.cli import main as cli_main
+
+    doc = tine_json(failed_loop)
+    if edit == "metadata not an object":
+        doc["metadata"] = [doc["metadata"]]
+    else:
+        VOUCH_EDITS[edit](doc["metadata"])
+    failed_loop.write_text(json.dumps(doc), encoding="utf-8")  # NaN is written as NaN
+    for argv, codes in ((["verify", str(failed_loop)], {1}), (["show", str(failed_loop)], {0, 64})):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli_main.main(argv)
+        assert code in codes, (argv, code, out.getvalue(), err.getvalue())
+        assert "Traceback" not in err.getvalue() and "internal error" not in err.getvalue()
+        if argv[0] == "verify":
+            assert len((out.getvalue() + err.getvalue()).strip().splitlines()) == 1
+        elif code == 0:
+            assert "unverified" in out.getvalue()
