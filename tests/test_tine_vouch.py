@@ -263,3 +263,23 @@ def test_a_damaged_vouch_is_one_line_and_exit_1_never_a_traceback(tmp_path, fail
             assert len((out.getvalue() + err.getvalue()).strip().splitlines()) == 1
         elif code == 0:
             assert "unverified" in out.getvalue()
+
+
+@pytest.mark.parametrize("field", ["status", "tags", "goal", "run_id"])
+def test_the_vouch_covers_more_than_the_steps_and_the_verdict(tmp_path, field):
+    from test_cost_tine import make_result
+
+    path = Path(write_tine(make_result(2), tmp_path / "r.tine"))
+    doc = tine_json(path)
+    if field == "status":
+        doc["status"] = "completed"  # the run failed (MAX_ITER)
+    elif field == "tags":
+        doc["metadata"]["tags"] = ["pytest-loops", "success"]
+    elif field == "goal":
+        doc["metadata"]["goal"] = "something else"
+    else:
+        doc["run_id"] = "0" * len(doc["run_id"])
+    rewrite(path, doc)
+    assert intact(path)
+    ok, message = verify_tine(path)
+    assert not ok and "its vouch does not match" in message, message
