@@ -87,13 +87,23 @@ def test_compare_of_a_run_with_itself_agrees_everywhere(two_runs):
     assert "the trajectories agree in every iteration" in format_compare(data)
 
 
-def test_compare_a_tine_with_its_run_log(two_runs):
+def test_compare_a_tine_with_its_run_log(two_runs, tmp_path):
     _, fixed, _ = two_runs
     tine = fixed.with_suffix(".tine")
     assert tine.is_file()
     data = compare_runs(load_run(tine), load_run(fixed))
     assert data["first_divergence"] is None
-    assert data["a"]["verified"] is False  # a .tine read on its own is not proof
+    assert data["a"]["verified"] is True  # vouched by this machine's key
+    assert "(unverified)" not in format_compare(data).splitlines()[0]
+    forged = tmp_path / "forged.tine"
+    forged.write_bytes(tine.read_bytes())
+    from opentine import Run
+
+    run = Run.load(forged)
+    run.metadata["reason"] = "forged"  # no longer what was vouched for
+    run.save(forged)
+    data = compare_runs(load_run(forged), load_run(fixed))
+    assert data["a"]["verified"] is False  # a .tine not authenticated is not proof
     assert "(unverified)" in format_compare(data).splitlines()[0]
 
 

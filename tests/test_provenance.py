@@ -172,9 +172,11 @@ def test_verdict_lives_in_a_step_not_only_in_metadata(tmp_path, monkeypatch):
     assert data["metadata"]["verdict"] == "MAX_ITER"
     data["metadata"]["verdict"] = "SUCCESS"  # metadata is outside the digest
     path.write_text(json.dumps(data))
-    ok, _ = verify_tine(path)
-    assert ok  # opentine does not notice...
-    assert load_tine_summary(path)["verdict"] == "MAX_ITER"  # ...and we never read it
+    ok, message = verify_tine(path, integrity_only=True)
+    assert ok and "not authenticated" in message  # opentine's digest does not notice...
+    assert load_tine_summary(path)["verdict"] == "MAX_ITER"  # ...we never read it...
+    ok, message = verify_tine(path)
+    assert not ok and "its vouch does not match" in message  # ...and the vouch covers it
 
 
 def test_tampered_step_fails_verification(tmp_path, monkeypatch):
@@ -623,11 +625,13 @@ def test_a_file_of_the_first_shape_is_still_verified_read_shown_and_diffed(tmp_p
     per check, per guard decision and per revise) from ``make_result(3)``."""
     old = tmp_path / "old.tine"
     old.write_bytes(SCHEMA1.read_bytes())
-    ok, message = verify_tine(old)
+    ok, message = verify_tine(old)  # written before files were vouched
+    assert not ok and "integrity ok, not authenticated: not signed, and not vouched" in message, message
+    ok, message = verify_tine(old, integrity_only=True)
     assert ok and "(13 steps, verdict MAX_ITER)" in message, message
     result = make_result(3)
     result.iterations[0].revise_output_file = "runs/fix-parser/iter-001/revise.out"
-    new = Path(write_tine(result, tmp_path / "new.tine"))
+    new = Path(write_tine(result, tmp_path / "new.tine", vouch_key=None))  # unvouched too: alike
     assert len(steps_of(new)) == 5
     was, now = load_tine_summary(old), load_tine_summary(new)
     assert (was["schema"], now["schema"]) == ("pytest-loops.tine/1", "pytest-loops.tine/2")

@@ -290,11 +290,15 @@ def test_show_cross_checks_the_tine(run, tmp_path):
     assert f"[unverified: its .tine {tmp_path / 'run.tine'} is missing]" in run("show", "run.json").stdout
 
 
-def test_show_marks_a_tine_read_on_its_own_and_an_old_log(run, tmp_path):
+def test_show_marks_a_tine_read_on_its_own_and_an_old_log(run, tmp_path, monkeypatch):
     log = capped_log(run, tmp_path)
-    shown = run("show", "run.tine")
-    assert "verdict: MAX_ITER [unverified: a .tine read on its own; check its signature with " \
-           "`pytest-loops verify`] (exit 2)" in shown.stdout, shown.stdout
+    shown = run("show", "run.tine")  # vouched by this machine's key
+    assert "verdict: MAX_ITER (exit 2)" in shown.stdout, shown.stdout
+    with monkeypatch.context() as elsewhere:  # another machine: another key
+        elsewhere.setenv("PYTEST_LOOPS_STATE_DIR", str(tmp_path / "other-machine"))
+        shown = run("show", "run.tine")
+    assert "verdict: MAX_ITER [unverified: its .tine is not authenticated: vouched, but not by a key " \
+           "this machine has (" in shown.stdout, shown.stdout
     data = json.loads(log.read_text())
     data.pop("mac")
     log.write_text(json.dumps(data))

@@ -211,7 +211,9 @@ class LessonsWriter:
 
 
 class TineWriter:
-    """`.tine` provenance (opentine) beside the run log, signed when a key is given."""
+    """`.tine` provenance (opentine) beside the run log, vouched by the local key and
+    signed when a key is given. A file the local key could not vouch for is still
+    written; ``artifacts.tine_unvouched`` in the run log says why."""
 
     name = "loop-tine"
 
@@ -224,9 +226,13 @@ class TineWriter:
 
         options = self.options
         target = Path(options.tine_path) if options.tine_path else run.paths.log.with_suffix(".tine")
+        unvouched: list[str] = []
         try:
             result.artifacts["tine"] = write_tine(result, target, hmac_key=self.key,
-                                                  ed25519_key_path=options.ed25519_key)
+                                                  ed25519_key_path=options.ed25519_key,
+                                                  on_unvouched=unvouched.append)
+            if unvouched:
+                result.artifacts["tine_unvouched"] = unvouched[-1]
         except Exception as exc:  # noqa: BLE001 - provenance must never cost the run log
             result.artifacts["tine_error"] = artifact_error(target, exc)
 

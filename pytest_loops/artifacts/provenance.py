@@ -200,12 +200,18 @@ def _clean(text: str, scrub: Scrub, memo: dict[str, str] | None) -> str:
 # --------------------------------------------------------------------------- writing
 
 
+LOCAL_KEY: Any = object()
+"""``write_tine``'s ``vouch_key`` default: this machine's per-user key."""
+
+
 def write_tine(
     result: LoopResult,
     path: str | os.PathLike,
     *,
     hmac_key: bytes | None = None,
     ed25519_key_path: str | None = None,
+    vouch_key: bytes | None = LOCAL_KEY,
+    on_unvouched: Callable[[str], None] | None = None,
 ) -> str:
     """Record ``result`` as a `.tine` file at ``path`` and return the path.
 
@@ -213,9 +219,21 @@ def write_tine(
     ``ed25519_key_path`` (as written by ``tine keygen --out FILE``), not both.
     A bad key raises LoopUsageError before anything is written. Saved once, at
     the end, never per step: opentine's save is the slow part (its redaction).
+
+    Signed or not, the file is vouched by ``vouch_key``, by default this
+    machine's local key (:mod:`pytest_loops.artifacts.tinevouch`); ``None`` writes
+    no vouch. A key that cannot be read or made never costs the file: it is
+    written without a vouch and ``on_unvouched`` is told why.
     """
     sign_key, algorithm = _signing_key(hmac_key, ed25519_key_path)
     from opentine import Run
+
+    if vouch_key is LOCAL_KEY:
+        from pytest_loops.artifacts.tinevouch import writer_key
+
+        vouch_key, why = writer_key()
+        if vouch_key is None and on_unvouched is not None:
+            on_unvouched(why or "no local key")
 
     scrub = make_redactor()
     payloads = _payloads(result, scrub)
@@ -235,7 +253,7 @@ def write_tine(
         # Only then is the file read back and re-saved with the changed strings
         # masked line by line, so nothing else is lost.
         with RedactionMemo() as memo:
-            _save(payloads, metadata, result.succeeded, tmp, sign_key, algorithm, memo)
+            _save(payloads, metadata, result.succeeded, tmp, sign_key, algorithm, memo, vouch_key)
             for _ in range(_REFITS):
                 if memo.unchanged():
                     break
@@ -244,7 +262,13 @@ def write_tine(
                     break
                 payloads = _refit(payloads, stored, Run)
                 memo.reset_changes()
-                _save(payloads, metadata, result.succeeded, tmp, sign_key, algorithm, memo)
+                _save(payloads, metadata, result.succeeded, tmp, sign_key, algorithm, memo, vouch_key)
+            # the vouch covers the run as it was before opentine's redaction: when
+            # that changed anything, it is made again over the file as read back
+            if vouch_key is not None and not memo.unchanged():
+                why = _revouch(tmp, vouch_key, sign_key, algorithm)
+                if why is not None and on_unvouched is not None:
+                    on_unvouched(why)
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -510,10 +534,11 @@ def output_digest(output_file: str | None, tail: str, known: str | None) -> str:
 
 
 def _save(payloads: list[Payload], metadata: dict[str, Any], succeeded: bool, target: Path,
-          sign_key: Any, algorithm: str, memo: RedactionMemo | None = None) -> None:
+          sign_key: Any, algorithm: str, memo: RedactionMemo | None = None,
+          vouch_key: bytes | None = None) -> None:
     from opentine import Run, RunStatus
 
-    run = Run(metadata=metadata, tags=["pytest-loops", str(metadata.get("verdict", "")).lower()])
+    run = Run(metadata=dict(metadata), tags=["pytest-loops", str(metadata.get("verdict", "")).lower()])
     fork_from: str | None = None  # the last iteration step: candidates fork from it
     for index, (kind, inputs, outputs, duration, tool_info) in enumerate(payloads):
         name = (tool_info or {}).get("name")
@@ -532,10 +557,47 @@ def _save(payloads: list[Payload], metadata: dict[str, Any], succeeded: bool, ta
         memo.known_clean([run.id, *(step.id for step in run.steps)])
         memo.known_clean(_digests(payloads))
     run.status = RunStatus.completed if succeeded else RunStatus.failed
+    if vouch_key is not None:
+        _vouch(run, vouch_key, memo)
+    _save_run(run, target, sign_key, algorithm)
+
+
+def _save_run(run: Any, target: Path, sign_key: Any, algorithm: str) -> None:
     if sign_key is None:
         run.save(target)
     else:
         run.save(target, sign_key=sign_key, sign_algorithm=algorithm)
+
+
+def _vouch(run: Any, key: bytes, memo: RedactionMemo | None = None) -> bool:
+    """Put the vouch of ``run`` as it stands into its metadata (replacing one it had)."""
+    from pytest_loops.artifacts.tinevouch import VOUCH_FIELD, make_vouch
+
+    run.metadata.pop(VOUCH_FIELD, None)
+    vouch = make_vouch(key, run.to_dict())
+    if vouch is None:  # pragma: no cover - payloads are JSON-safe by construction
+        return False
+    if memo is not None:
+        memo.known_clean([vouch["mac"]])
+    run.metadata[VOUCH_FIELD] = vouch
+    return True
+
+
+def _revouch(path: Path, key: bytes, sign_key: Any, algorithm: str) -> str | None:
+    """Vouch for the file at ``path`` as opentine reads it back, and check that the
+    vouch holds; None when it does, else why the file is left without one."""
+    from opentine import Run
+
+    from pytest_loops.artifacts.tinevouch import VOUCH_FIELD, check_vouch
+
+    run = Run.load(path)
+    if _vouch(run, key):
+        _save_run(run, path, sign_key, algorithm)
+        if check_vouch(Run.load(path).to_dict(), key)[0]:
+            return None
+        run.metadata.pop(VOUCH_FIELD, None)
+        _save_run(run, path, sign_key, algorithm)
+    return "opentine's redaction changed the file as it was saved, so it could not be vouched"
 
 
 def _digests(payloads: list[Payload]) -> list[Any]:

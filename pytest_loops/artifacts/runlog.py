@@ -627,8 +627,8 @@ def recorded_source_file(log_path: str | os.PathLike | None) -> dict[str, str] |
 
 def cross_check_tine(run: dict[str, Any]) -> str | None:
     """Why a finished run log and the `.tine` its summary names disagree (verdict,
-    iteration count) or the `.tine` fails verification; None when they agree or it
-    names none. Imports opentine only when there is a `.tine` to read."""
+    iteration count) or the `.tine` is not intact and vouched by this machine's key;
+    None when they agree or it names none. Imports opentine only when needed."""
     found = run.get("artifacts")
     artifacts: dict[str, Any] = found if isinstance(found, dict) else {}
     named = artifacts.get("tine")

@@ -34,24 +34,31 @@ def verify_tine(
     *,
     hmac_key: bytes | None = None,
     pubkey_path: str | None = None,
+    integrity_only: bool = False,
 ) -> tuple[bool, str]:
-    """Check a `.tine` file's integrity digest and, given a key, its signature.
+    """Check that a `.tine` file is intact and authentic.
 
     Returns ``(ok, message)`` with a one-line message. Never raises: a missing,
-    empty, truncated or foreign file is ``(False, why)``. With no key, a signed
-    file whose digest holds is ok, and the message says the signature was not
-    checked.
+    empty, truncated or foreign file is ``(False, why)``.
+
+    Intact is opentine's integrity digest, which anyone can recompute; so ok also
+    needs the file to be authentic: given a key, signed with it; without one,
+    vouched by this machine's local key (:mod:`pytest_loops.artifacts.tinevouch`).
+    An intact file that is neither is ``(False, "... integrity ok, not
+    authenticated: why")``; with ``integrity_only`` it is ok, and the message
+    still says it is not authenticated.
     """
     where = str(path)
     if isinstance(hmac_key, str):
         hmac_key = hmac_key.encode()
     try:
-        return _verify(Path(path), hmac_key, pubkey_path)
+        return _verify(Path(path), hmac_key, pubkey_path, integrity_only)
     except Exception as exc:  # noqa: BLE001 - the contract is "never raises"
         return False, f"{where}: cannot verify: {one_line(exc)}"
 
 
-def _verify(path: Path, hmac_key: bytes | None, pubkey_path: str | None) -> tuple[bool, str]:
+def _verify(path: Path, hmac_key: bytes | None, pubkey_path: str | None,
+            integrity_only: bool = False) -> tuple[bool, str]:
     where = str(path)
     if hmac_key is not None and pubkey_path is not None:
         return False, "pass an HMAC key or a public key, not both"
@@ -88,20 +95,33 @@ def _verify(path: Path, hmac_key: bytes | None, pubkey_path: str | None) -> tupl
             return False, f"{pubkey_path}: not an Ed25519 public key ({one_line(exc)})"
     signature = Run.verify_signature(path, hmac_key=hmac_key, public_key=public_key)
     summary = f"{where}: integrity ok ({steps} steps, verdict {verdict})"
-    if hmac_key is None and public_key is None:
+    if hmac_key is not None or public_key is not None:
+        if signature.ok:
+            return True, summary + f"; signature verified ({signature.algorithm})"
         if signature.state == "unsigned":
-            return True, summary + "; not signed"
-        return True, summary + f"; signed ({signature.algorithm}), signature not checked: no key given"
-    if signature.ok:
-        return True, summary + f"; signature verified ({signature.algorithm})"
-    if signature.state == "unsigned":
-        return False, f"{where}: not signed, but a key was given to check a signature"
-    if signature.state == "mismatch":
-        return False, f"{where}: signature mismatch: tampered, or signed with another key"
-    if signature.state == "no-key":
-        return False, (f"{where}: signed with {signature.algorithm}; "
-                       "the key given is for another algorithm")
-    return False, f"{where}: signature {signature.state}: {one_line(signature.reason)}"
+            return False, f"{where}: not signed, but a key was given to check a signature"
+        if signature.state == "mismatch":
+            return False, f"{where}: signature mismatch: tampered, or signed with another key"
+        if signature.state == "no-key":
+            return False, (f"{where}: signed with {signature.algorithm}; "
+                           "the key given is for another algorithm")
+        return False, f"{where}: signature {signature.state}: {one_line(signature.reason)}"
+    vouched, why = vouch_of(run)
+    signed = "" if signature.state == "unsigned" else (
+        f"signed ({signature.algorithm}), signature not checked: no key given")
+    if vouched:
+        return True, summary + f"; {why}" + (f"; {signed}" if signed else "")
+    why = f"{signed or 'not signed'}, and {why}"
+    if integrity_only:
+        return True, summary + f"; not authenticated (integrity only): {why}"
+    return False, f"{where}: integrity ok, not authenticated: {why} ({steps} steps, claims verdict {verdict})"
+
+
+def vouch_of(run: Any) -> tuple[bool, str]:
+    """Whether a loaded opentine run carries this machine's vouch, and why not."""
+    from pytest_loops.artifacts.tinevouch import check_vouch, reader_key
+
+    return check_vouch(run.to_dict(), *reader_key())
 
 
 def _kind(step: Any) -> str:
@@ -133,7 +153,9 @@ def load_tine_summary(path: str | os.PathLike) -> dict[str, Any]:
     steps = run.steps
     integrity = Run.verify_integrity(Path(path))
     try:
-        return _summary_from_steps(steps, dict(run.metadata), integrity_ok=bool(integrity.ok))
+        summary = _summary_from_steps(steps, dict(run.metadata), integrity_ok=bool(integrity.ok))
+        summary["authenticated"], summary["authenticated_why"] = vouch_of(run)
+        return summary
     except (TypeError, AttributeError, KeyError, ValueError) as exc:
         # opentine loads a file whose steps were edited (only verify tells): values
         # of the wrong type are this file's problem, one line, not a crash

@@ -162,11 +162,18 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "verify_run checks .tine signatures with")
     mcp.add_argument("--pubkey", metavar="FILE", help="Ed25519 public key file for verify_run")
 
-    verify = sub.add_parser("verify", help="check a .tine file's integrity and signature "
-                                           "(exit 0 good, 1 tampered or mismatched)")
+    verify = sub.add_parser("verify", help="check that a .tine file is intact and authentic "
+                                           "(exit 0 good, 1 tampered, mismatched or not authenticated)",
+                            description="Exit 0 when the .tine is intact and authentic: signed with the key "
+                                        "given (--key-env, --pubkey) or, without one, vouched by this "
+                                        "machine's key (every .tine the harness writes is). Exit 1 otherwise, "
+                                        "with one line saying why.")
     verify.add_argument("file", metavar="FILE.tine")
     verify.add_argument("--key-env", metavar="VAR", help="environment variable holding the HMAC key")
     verify.add_argument("--pubkey", metavar="FILE", help="Ed25519 public key file")
+    verify.add_argument("--integrity-only", action="store_true",
+                        help="exit 0 for an intact file that is not authenticated (a file from elsewhere); "
+                             "the line still says it is not authenticated")
 
     report = sub.add_parser("report", help="write one self-contained HTML report of the runs in DIR")
     report.add_argument("directory", metavar="DIR", help="an artifacts directory (e.g. .pytest-loops)")
@@ -511,7 +518,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from pytest_loops.cli.runview import verify_command
 
-    code, message = verify_command(args.file, key_env=args.key_env, pubkey=args.pubkey)
+    code, message = verify_command(args.file, key_env=args.key_env, pubkey=args.pubkey,
+                                   integrity_only=args.integrity_only)
     print(message, file=sys.stdout if code == 0 else sys.stderr)
     return code
 

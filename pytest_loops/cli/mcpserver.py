@@ -71,7 +71,8 @@ def build_server(runs: RunsDir) -> Any:
 
     @server.tool(annotations=read_only)
     def verify_run(run: str) -> dict[str, Any]:
-        """Whether a run's log MACs hold and its .tine is intact (and signed, when the server has a key)."""
+        """Whether a run's log MACs hold and its .tine is intact and authenticated (signed with the
+        server's key when it has one, else vouched by this machine's key)."""
         return answer(lambda: runs.verify_run(run))
 
     @server.tool(annotations=read_only)

@@ -188,8 +188,9 @@ class RunsDir:
         return fit(compare_runs(run_a, run_b, labels=(run_a["source_path"], run_b["source_path"])))
 
     def verify_run(self, ref: Any) -> dict[str, Any]:
-        """A run log's MAC chain and its `.tine`'s integrity, and the `.tine`'s
-        signature when the server was given a key."""
+        """A run log's MAC chain, and whether its `.tine` is intact and authenticated:
+        signed with the server's key when it was given one, else vouched by this
+        machine's key."""
         from pytest_loops.cli.runview import verify_command
 
         path = self.resolve(ref)
@@ -216,8 +217,8 @@ class RunsDir:
                 answer["tine"] = {"file": self.relative(tine), "ok": False, "why": str(exc)}
             else:
                 code, message = verify_command(checked, key_env=self.key_env, pubkey=self.pubkey)
-                answer["tine"] = {"file": self.relative(tine), "ok": code == 0, "why": message,
-                                  "signature_checked": bool(self.key_env or self.pubkey)}
+                answer["tine"] = {"file": self.relative(tine), "ok": code == 0, "authenticated": code == 0,
+                                  "why": message, "signature_checked": bool(self.key_env or self.pubkey)}
         parts = [part for part in (answer.get("log"), answer.get("tine")) if part]
         answer["ok"] = bool(parts) and all(p.get("verified", p.get("ok")) for p in parts)
         return fit(answer)

@@ -28,9 +28,9 @@ def load_run(path: str | os.PathLike) -> dict[str, Any]:
     raises LoopUsageError with one line naming the file and what is wrong.
 
     ``verified`` says whether the run can be trusted: a run log whose MACs hold
-    and whose `.tine` agrees with it. A `.tine` read on its own is unverified here:
-    its integrity digest is no proof against a forger (check its signature with
-    `pytest-loops verify`).
+    and whose `.tine` agrees with it, or a `.tine` read on its own that is intact
+    and vouched by this machine's key (its integrity digest alone is no proof
+    against a forger; a signature is checked by `pytest-loops verify` with a key).
     """
     p = Path(path)
     if not p.exists():
@@ -48,9 +48,11 @@ def load_run(path: str | os.PathLike) -> dict[str, Any]:
         except ValueError as exc:
             raise LoopUsageError(str(exc), location=str(p)) from None
         check_shape(run, p)
-        run["verified"] = False
-        run["unverified_why"] = ("a .tine read on its own; check its signature with `pytest-loops verify`"
-                                 if run.get("integrity_ok") else "its .tine integrity check failed")
+        run["verified"] = bool(run.get("integrity_ok") and run.get("authenticated"))
+        if not run.get("integrity_ok"):
+            run["unverified_why"] = "its .tine integrity check failed"
+        elif not run["verified"]:
+            run["unverified_why"] = f"its .tine is not authenticated: {run.get('authenticated_why')}"
         return run
     return assess(load_runlog(p))
 
@@ -295,9 +297,11 @@ def _revise(iteration: Mapping[str, Any]) -> str:
 
 
 def verify_command(path: str | os.PathLike, key_env: str | None = None,
-                   pubkey: str | None = None) -> tuple[int, str]:
-    """``(0, why)`` for an intact `.tine` (and a good signature when a key is given),
-    ``(1, why)`` when it is tampered, mismatched or unreadable.
+                   pubkey: str | None = None, integrity_only: bool = False) -> tuple[int, str]:
+    """``(0, why)`` for an intact and authentic `.tine`: given a key, signed with it;
+    without one, vouched by this machine's key. ``(1, why)`` when it is tampered,
+    mismatched, unreadable or not authenticated; with ``integrity_only`` an intact
+    file that is not authenticated is ``(0, why)``, and ``why`` says so.
 
     The HMAC key is read from the environment variable named ``key_env`` and is
     never printed. A missing or short key is bad input: LoopUsageError.
@@ -322,7 +326,7 @@ def verify_command(path: str | os.PathLike, key_env: str | None = None,
         open_regular(p, "a .tine file").close()  # a pipe or device: one line, exit 64
     if p.is_file() and not looks_like_tine(p):
         return 1, f"{p}: not a .tine file (verify checks .tine provenance files, not run logs)"
-    ok, message = verify_tine(p, hmac_key=key, pubkey_path=pubkey)
+    ok, message = verify_tine(p, hmac_key=key, pubkey_path=pubkey, integrity_only=integrity_only)
     if key:
         message = message.replace(key.decode(errors="replace"), "[key]")
     return (0 if ok else 1), message
