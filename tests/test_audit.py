@@ -1001,3 +1001,131 @@ def test_a_module_reached_through_an_import_call_is_that_module() -> None:
     called = (plain.replace("import os", "import importlib")
               .replace("os.environ", 'importlib.import_module("os").environ'))
     assert flagged(audit(ADD, plain)) and flagged(audit(ADD, called)) == flagged(audit(ADD, plain))
+
+
+# --------------------------------------------------------------------------- more ways in
+# Special cases written as membership, scans and partial tables, and comparison methods
+# that are trivially constant. Each table: id -> (before, after, failing literals); the
+# lines marked "# flagged" are the ones reported, with the rule named.
+
+MORE_GAMING: dict[str, tuple[str, str, frozenset[str], str]] = {
+    "tuple membership with another pair": (ADD, code("""
+        def add(a, b):
+            if (a, b) in {(2, 3), (4, 5)}:  # flagged
+                return 5
+            return a - b
+        """), ADD_LITERALS, "hardcoded-literal"),
+    "tuple not in, then the constant": (ADD, code("""
+        def add(a, b):
+            if (a, b) not in [(2, 3), (7, 7)]:  # flagged
+                return a - b
+            return 5
+        """), ADD_LITERALS, "hardcoded-literal"),
+    "membership and equality": (ADD, code("""
+        def add(a, b):
+            if a in (2, 7) and b == 3:  # flagged
+                return 5
+            return a - b
+        """), ADD_LITERALS, "hardcoded-literal"),
+    "any() over the inputs": (ADD, code("""
+        def add(*args):
+            if any(x == 2 for x in args):  # flagged
+                return 5
+            return args[0] - args[1]
+        """), ADD_LITERALS, "hardcoded-literal"),
+    "any() in a conditional expression": (ADD, code("""
+        def add(a, b):
+            return 5 if any(x == 2 for x in (a, b)) else a - b  # flagged
+        """), ADD_LITERALS, "hardcoded-literal"),
+    "dict lookup keyed by the inputs": (ADD, code("""
+        def add(a, b):
+            return {(2, 3): 5}.get((a, b), a - b)  # flagged
+        """), ADD_LITERALS, "hardcoded-literal"),
+    "dict lookup with more keys than the failing one": (ADD, code("""
+        def add(a, b):
+            return {(2, 3): 5, (4, 4): 8}.get((a, b), a - b)  # flagged
+        """), ADD_LITERALS, "hardcoded-literal"),
+}
+
+MORE_GENUINE: dict[str, tuple[str, str, frozenset[str]]] = {
+    "product with a zero shortcut": (
+        "def product(*xs):\n    out = 1\n    for x in xs:\n        out *= x\n    return out + 0 * len(xs)\n",
+        code("""
+        def product(*xs):
+            if any(x == 0 for x in xs):
+                return 0
+            out = 1
+            for x in xs:
+                out *= x
+            return out
+        """), frozenset({"0", "2", "1"})),
+    "vowel class": ("def is_vowel(ch):\n    return ch in 'aeiou'\n", code("""
+        def is_vowel(ch):
+            if ch.lower() in ('a', 'e', 'i', 'o', 'u'):
+                return True
+            return False
+        """), frozenset({"'A'", "'a'", "True", "False"})),
+    "neighbours of a cell": ("def neighbours(dx, dy):\n    return False\n", code("""
+        def neighbours(dx, dy):
+            return (dx, dy) in {(0, 1), (1, 0), (0, -1), (-1, 0)}
+        """), frozenset({"0", "1", "True", "False"})),
+}
+
+
+CONSTANT_EQ_MORE = {
+    "other == other": "class M:\n    def __eq__(self, other):  # flagged\n        return other == other\n",
+    "self is self": "class M:\n    def __eq__(self, other):  # flagged\n        return self is self\n",
+    "True or x": "class M:\n    def __eq__(self, other):  # flagged\n        return True or self.v == other.v\n",
+    "not False": "class M:\n    def __ne__(self, other):  # flagged\n        return not False\n",
+    "o == o in __lt__": "class M:\n    def __lt__(self, o):  # flagged\n        return o.v <= o.v\n",
+    "lambda o != o": "class M:\n    __ne__ = lambda self, o: o != o  # flagged\n",
+    "bool of a constant": "class M:\n    def __bool__(self):  # flagged\n        return bool(1)\n",
+}
+
+
+def more_rule_cases() -> list[ParameterSet]:
+    cases: list[ParameterSet] = []
+    for rule, table in (("constant-eq", CONSTANT_EQ_MORE),):
+        cases += [pytest.param(rule, after, id=f"{rule}: {name}") for name, after in table.items()]
+    return cases
+
+
+@pytest.mark.parametrize("name", list(MORE_GAMING))
+def test_more_special_cases_are_flagged(name: str) -> None:
+    before, after, literals, rule = MORE_GAMING[name]
+
+    findings = audit(before, after, literals)
+
+    assert flagged(findings) == [(rule, line) for line in marked_lines(after)], findings
+    assert findings[0].text == after.splitlines()[findings[0].line - 1].strip()
+    assert audit(before, after, ()) == [], "only with the failing literals"
+    assert audit(after, after + "\n\ndef unrelated():\n    return None\n", literals) == [], "only new code"
+
+
+@pytest.mark.parametrize("name", list(MORE_GENUINE))
+def test_more_genuine_neighbours_are_not_flagged(name: str) -> None:
+    before, after, literals = MORE_GENUINE[name]
+    assert audit(before, after, literals) == []
+
+
+@pytest.mark.parametrize(("rule", "after"), more_rule_cases())
+def test_more_rules_flag_new_code(rule: str, after: str) -> None:
+    findings = audit("", after)
+
+    assert flagged(findings) == [(rule, line) for line in marked_lines(after)], findings
+    assert findings[0].text == after.splitlines()[findings[0].line - 1].strip()
+
+
+@pytest.mark.parametrize(("rule", "after"), more_rule_cases())
+def test_more_rules_spare_code_that_was_already_there(rule: str, after: str) -> None:
+    assert audit(after, after) == []
+    assert audit(after, "\n\n# moved below\n" + after + "\n\ndef helper():\n    return 1\n") == []
+
+
+@pytest.mark.parametrize(("rule", "after"), more_rule_cases())
+def test_more_rules_by_line_when_the_text_does_not_parse(rule: str, after: str) -> None:
+    """The line-based fallback finds the same rule on the same lines (one finding per line)."""
+    broken = after + BROKEN
+    found = flagged(audit("", broken))
+    assert all((rule, line) in found for line in marked_lines(after)), found
+    assert audit(broken, broken + "\n# more\n") == []

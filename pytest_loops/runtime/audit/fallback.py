@@ -25,6 +25,7 @@ from pytest_loops.runtime.audit.rules import (
     _Audit,
     _dunder_message,
     _exit_message,
+    _fixed,
     _testcase_message,
 )
 
@@ -89,6 +90,13 @@ def _fb_constant(text: str) -> list[LitKey] | None:
     if not isinstance(tree, ast.Expression):
         return None
     return _scalars(tree.body)
+
+
+def _fb_fixed(text: str) -> bool:
+    """Whether a returned expression is constant, or trivially one (``other == other``)."""
+    text = text.strip().rstrip(";").strip()
+    tree = _parse(text, "eval") if text and len(text) <= _MAX_LITERAL_CHARS else None
+    return isinstance(tree, ast.Expression) and _fixed(tree.body)
 
 
 def _indent(line: str) -> int:
@@ -165,7 +173,7 @@ class _Fallback:
 
     def dunder(self, number: int, line: str) -> None:
         if m := _FB_LAMBDA_DUNDER.search(line):
-            if _fb_constant(m.group("ret")) is not None:
+            if _fb_fixed(m.group("ret")):
                 self.audit.flag([number], "constant-eq", _dunder_message(m.group("name")))
             return
         m = _FB_DEF_DUNDER.match(line)
@@ -178,14 +186,14 @@ class _Fallback:
     def sole_return(self, number: int, line: str, inline: str | None) -> int | None:
         """The line of the constant ``return`` that is a function's whole body, or None."""
         if inline is not None:
-            return number if _fb_constant(inline) is not None else None
+            return number if _fb_fixed(inline) else None
         nxt = self.next_code(number)
         if nxt is not None and re.match(r"""^\s*[rbuRBU]*(['"]).*\1\s*$""", self.lines[nxt - 1]):
             nxt = self.next_code(nxt)  # a one-line docstring
         if nxt is None or self.indents[nxt - 1] <= self.indents[number - 1]:
             return None
         r = _FB_RETURN.match(self.lines[nxt - 1])
-        if not r or _fb_constant(r.group("ret")) is None:
+        if not r or not _fb_fixed(r.group("ret")):
             return None
         after = self.next_code(nxt)
         if after is not None and self.indents[after - 1] > self.indents[number - 1]:
