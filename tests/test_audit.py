@@ -1370,3 +1370,55 @@ def test_more_rules_are_for_library_code() -> None:
                        "import sys", "sys.stdout = None", "sys.path.insert(0, os.path.dirname(__file__))", ""])
     assert audit("", after, path="tests/test_calc.py") == []
     assert {f.rule for f in audit("", after)} == {"wall-clock", "process-probe", "output-redirect", "import-path"}
+
+
+# --------------------------------------------------------------------------- files that are not text
+
+
+def _changed(root, files: dict[str, bytes]) -> list[tuple[str, str]]:
+    for rel, data in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return [(rel, "added") for rel in files]
+
+
+@pytest.mark.parametrize(("rel", "data"), [
+    ("calc.cpython-312-x86_64-linux-gnu.so", b"\x7fELF\x02\x01\x01" + b"\0" * 64),
+    ("calc_impl.pyc", b"\xcb\r\r\n" + b"\0" * 12 + b"\xe3"),
+    ("lib/fast.pyd", b"MZ\x90\0"),
+    ("vendor/helpers.zip", b"PK\x03\x04" + b"\0" * 26),
+    ("vendor/helpers.egg", b"text inside, but an egg"),
+    ("libhelper.so.1", b"not even binary"),
+    ("data/blob", b"abc\0def"),
+    ("data/latin1.txt", "caf\xe9 ".encode("latin-1") * 10),
+])
+def test_a_file_that_is_not_text_is_a_finding(tmp_path, rel: str, data: bytes) -> None:
+    from pytest_loops.runtime.audit.binary import binary_findings
+
+    findings = binary_findings(str(tmp_path), _changed(tmp_path, {rel: data}))
+
+    assert [(f.path, f.line, f.rule) for f in findings] == [(rel, 1, "binary-file")]
+    assert "--audit-allow" in findings[0].message and "not text" in findings[0].message
+    assert findings[0].describe().startswith(f"{rel}:1: the revise step added a file that is not text")
+
+
+def test_text_files_and_allowed_globs_are_not_findings(tmp_path) -> None:
+    from pytest_loops.runtime.audit.binary import binary_findings
+
+    changes = _changed(tmp_path, {
+        "README.md": "# caf\u00e9\n".encode(), "data/table.csv": b"a,b\n1,2\n", "calc.py": b"x = 1\0",
+        "assets/logo.png": b"\x89PNG\r\n\x1a\n\0\0", "pkg/__pycache__/calc.cpython-312.pyc": b"\0" * 16,
+    })
+    changes.append(("gone.so", "deleted"))
+
+    assert binary_findings(str(tmp_path), changes, allow=["assets/*.png"]) == []
+    assert [f.path for f in binary_findings(str(tmp_path), changes)] == ["assets/logo.png"]
+
+
+def test_a_changed_binary_file_says_changed(tmp_path) -> None:
+    from pytest_loops.runtime.audit.binary import binary_findings
+
+    _changed(tmp_path, {"model.bin": b"\0\1\2"})
+    findings = binary_findings(str(tmp_path), [("model.bin", "modified")])
+    assert "changed a file that is not text" in findings[0].message

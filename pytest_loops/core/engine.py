@@ -111,6 +111,7 @@ class Engine:
                  localizer: Localizer | None = None,
                  clean_room: bool | None = None,
                  audit: str = "error",
+                 audit_allow: Sequence[str] = (),
                  hide_env: Sequence[str] = ()) -> None:
         if runner is None:
             from pytest_loops.runtime.process import ProcessRunner
@@ -141,6 +142,7 @@ class Engine:
         if audit not in AUDIT_CHOICES:
             raise ValueError(f"audit={audit!r}; valid: {', '.join(AUDIT_CHOICES)}")
         self.audit = audit
+        self.audit_allow = tuple(audit_allow)  # globs of non-text files the revise step may add
         self.write_index = write_index
         self.localize = localize
         self.localizer = localizer
@@ -628,20 +630,18 @@ class Engine:
                failed: list[CheckResult]) -> tuple[Verdict | None, str]:
         """The diff audit over every in-scope file changed since the loop started."""
         from pytest_loops.runtime.audit import FileChange, failing_literals
+        from pytest_loops.runtime.audit.binary import binary_findings
 
         watch = loop.watch
         for check in failed:
             loop.literals |= failing_literals(_read_text(check.output_file) or check.output_tail)
         ctx.audit_literals = frozenset(loop.literals)
-        diff = []
-        for rel, how in watch.changes_since_start():
-            if not rel.endswith(".py"):
-                continue
-            after = None if how == "deleted" else _read_text(str(watch.root) + "/" + rel)
-            diff.append(FileChange(rel, watch.start_text(rel), after))
-        if not diff:
-            return None, ""
-        found = [f for batch in self.pm.hook.pytest_loop_audit(diff=diff, context=ctx) or [] for f in batch or []]
+        changes = watch.changes_since_start()
+        diff = [FileChange(rel, watch.start_text(rel), None if how == "deleted" else
+                           _read_text(str(watch.root) + "/" + rel)) for rel, how in changes if rel.endswith(".py")]
+        hook = self.pm.hook.pytest_loop_audit(diff=diff, context=ctx) if diff else []
+        found = [f for batch in hook or [] for f in batch or []]
+        found += binary_findings(str(watch.root), changes, self.audit_allow)  # files it cannot read
         if not found:
             return None, ""
         from pytest_loops.runtime.protect import printable
