@@ -75,5 +75,5 @@ def binary_findings(root: str, changes: Iterable[tuple[str, str]], allow: Sequen
             rel, 1, "binary-file",
             f"the revise step {'added' if how == 'added' else 'changed'} a file that is not text ({why}): "
             f"the audit cannot read what it does, and compiled code or an archive can stand in for the "
-            f"code under repair (allow it with --audit-allow GLOB)", size))
+            f"code under repair (--audit-allow GLOB, under pytest --loop-audit-allow GLOB, allows it)", size))
     return findings
