@@ -1372,6 +1372,20 @@ def test_more_rules_are_for_library_code() -> None:
     assert {f.rule for f in audit("", after)} == {"wall-clock", "process-probe", "output-redirect", "import-path"}
 
 
+@pytest.mark.parametrize(("path", "before", "old", "new", "rule"), [
+    ("calc.py", "import time\n\n\ndef f():\n    now = 0\n    if now > 5:\n        return 1\n    return 2\n",
+     "now = 0", "now = time.time()", "wall-clock"),
+    ("tests/conftest.py", "import sys\n\nHERE = 'lib'\nsys.path.insert(0, HERE)\n", "'lib'", "'/opt/lib'",
+     "import-path"),
+])
+def test_a_changed_assignment_is_enough(path: str, before: str, old: str, new: str, rule: str) -> None:
+    """The comparison or the insertion was already there; what changed is the value it reads."""
+    after = before.replace(old, new)
+    findings = audit(before, after, path=path)
+    assert [(f.rule, f.text) for f in findings] == [(rule, after.splitlines()[findings[0].line - 1].strip())]
+    assert new in findings[0].text
+
+
 # --------------------------------------------------------------------------- files that are not text
 
 

@@ -108,6 +108,18 @@ class _Probes:
                     return True
         return False
 
+    def origins(self, node: ast.AST, seen: set[str] | None = None) -> list[int]:
+        """The lines that assign the names an expression reads, and theirs in turn: a change
+        there changes what the expression means (``now = time.time()`` edited, ``if now > X`` not)."""
+        seen = set() if seen is None else seen
+        lines: list[int] = []
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Name) and inner.id in self.assigned and inner.id not in seen:
+                seen.add(inner.id)
+                value = self.assigned[inner.id]
+                lines += [value.lineno, *self.origins(value, seen)]
+        return lines
+
     def clock_comparison(self, node: ast.Compare) -> None:
         """``if time.time() > X``, ``return datetime.now().year < 2030``: the result depends on
         when the code runs. A duration returned or logged is not compared, so not flagged."""
@@ -119,7 +131,7 @@ class _Probes:
             name = next((n.id for n in ast.walk(operand) if isinstance(n, ast.Name) and n.id in self.clocked), None)
             if clock or name:
                 shown = f"{clock}()" if clock else f"{name}, read from the clock"
-                self.audit.flag([node.lineno], "wall-clock",
+                self.audit.flag([node.lineno, *self.origins(operand)], "wall-clock",
                                 f"library code compares the wall clock ({shown}) in a condition, so "
                                 f"its result depends on when it runs instead of on its inputs")
                 return
@@ -239,7 +251,7 @@ class _Probes:
         outside = [e for e in entries if e is None or self.escapes(e)]
         if outside:
             shown = ast.unparse(outside[0]) if outside[0] is not None else "a computed list"
-            self.audit.flag([line], "import-path",
+            self.audit.flag([line, *(n for e in outside if e is not None for n in self.origins(e))], "import-path",
                             f"new code adds {shown[:80]} to the import path ({name}), outside the tree, "
                             f"where the modules the checks import can be replaced")
         elif self.audit.library and not (exempt and name.startswith("sys.path")):
