@@ -46,13 +46,19 @@ class _Probes:
         self.audit = audit
         self.tree = tree
         self.parents: dict[int, ast.AST] = {}
-        self.assigned: dict[str, ast.expr] = {}
+        self.assigned: dict[str, list[ast.expr]] = {}  # a name's values, wherever it is assigned
         for node in audit.nodes:
             for child in ast.iter_child_nodes(node):
                 self.parents[id(child)] = node
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                self.assigned[node.targets[0].id] = node.value
-        self.clocked = {name for name, value in self.assigned.items() if self.reads_clock(value, set())}
+            target = value = None
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target, value = node.targets[0], node.value
+            elif isinstance(node, ast.AnnAssign | ast.NamedExpr):
+                target, value = node.target, node.value
+            if isinstance(target, ast.Name) and value is not None:
+                self.assigned.setdefault(target.id, []).append(value)
+        self.clocked = {name for name, values in self.assigned.items()
+                        if any(self.reads_clock(value, set()) for value in values)}
         self.depth = audit.path.replace("\\", "/").strip("/").count("/")
 
     def run(self) -> None:
@@ -104,7 +110,7 @@ class _Probes:
                 return True
             if isinstance(inner, ast.Name) and inner.id in self.assigned and inner.id not in seen:
                 seen.add(inner.id)
-                if self.reads_clock(self.assigned[inner.id], seen):
+                if any(self.reads_clock(value, seen) for value in self.assigned[inner.id]):
                     return True
         return False
 
@@ -116,8 +122,8 @@ class _Probes:
         for inner in ast.walk(node):
             if isinstance(inner, ast.Name) and inner.id in self.assigned and inner.id not in seen:
                 seen.add(inner.id)
-                value = self.assigned[inner.id]
-                lines += [value.lineno, *self.origins(value, seen)]
+                for value in self.assigned[inner.id]:
+                    lines += [value.lineno, *self.origins(value, seen)]
         return lines
 
     def clock_comparison(self, node: ast.Compare) -> None:
@@ -279,8 +285,10 @@ class _Probes:
         if isinstance(node, ast.Name):
             if node.id == "__file__":
                 return (-1, -1)
-            if node.id in self.assigned and node.id not in seen:
-                return self.levels(self.assigned[node.id], seen | {node.id})
+            if node.id in self.assigned and node.id not in seen:  # the highest of its values
+                found = [self.levels(value, seen | {node.id}) for value in self.assigned[node.id]]
+                known = [f for f in found if f is not None]
+                return max(known, key=lambda f: f[1]) if len(known) == len(found) else None
             return None
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             return None if _ABSOLUTE.match(node.value) else _down((self.depth, self.depth), [node.value])
