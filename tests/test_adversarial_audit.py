@@ -195,3 +195,24 @@ def test_the_session_fix_loop_audits_binary_files_too(allow: bool, tmp_path: Pat
         assert outcome.returncode == 1, outcome.tail()
         assert "ESCALATE" in outcome.output and "impl.dat:1: the revise step added a file" in outcome.output, \
             outcome.tail()
+
+
+def test_a_binary_file_written_by_a_check_is_not_a_finding(tmp_path: Path) -> None:
+    """A check that writes a binary file into the tree (coverage data, an image) changes the
+    tree too; only what a revise step changed is its to answer for."""
+    writes = "python -c \"import os; open('results.bin', 'wb').write(b'\\0' + os.urandom(64))\""
+    fix_on_the_second_try = """\
+if revise_count() == 1:
+    edit("calc.py", "def sub(a, b):", "# add() is next\\ndef sub(a, b):")
+else:
+    edit("calc.py", "a - b  # BUG", "a + b")
+"""
+    attack = kit.Attack("genuine-fix-beside-a-binary-output", fix_on_the_second_try, modes=("run-cmd",),
+                        check=f"{writes} && python -m pytest -q", max_iter=3, genuine=True)
+    project = kit.build_project(tmp_path, attack, "run-cmd")
+
+    outcome = _run(project)
+
+    assert outcome.returncode == 0, outcome.tail()
+    assert (project.root / "results.bin").is_file()
+    assert _logged(project) == (["SUCCESS"], [])

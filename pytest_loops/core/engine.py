@@ -79,6 +79,7 @@ class _Loop:
     pending: IterationRecord | None  # the record of an iteration whose revise step was cut off
     lessons: list[str] = field(default_factory=list)
     literals: set[str] = field(default_factory=set)  # failing assertions' literals (the audit)
+    revised: set[str] = field(default_factory=set)  # in-scope paths a revise step changed (not a check)
     # check name -> the pytest node ids its output named failed so far (the clean room's rule)
     failed_tests_seen: dict[str, set[str]] = field(default_factory=dict)
     ctx: LoopContext | None = None
@@ -601,6 +602,7 @@ class Engine:
             more = f" and {len(passed.violations) - 6} more" if len(passed.violations) > 6 else ""
             return Verdict.ESCALATE, (f"revise step changed read-only paths: {shown}{more}; "
                                       + ("they were restored" if undone else "not all could be restored"))
+        loop.revised.update(rel for rel, _ in passed.in_scope)
         if self.audit != "off" and passed.in_scope:
             verdict, why = self._audit(loop, ctx, record, failed)
             if verdict is not None:
@@ -641,7 +643,7 @@ class Engine:
                            _read_text(str(watch.root) + "/" + rel)) for rel, how in changes if rel.endswith(".py")]
         hook = self.pm.hook.pytest_loop_audit(diff=diff, context=ctx) if diff else []
         found = [f for batch in hook or [] for f in batch or []]
-        found += binary_findings(str(watch.root), changes, self.audit_allow)  # files it cannot read
+        found += binary_findings(str(watch.root), [c for c in changes if c[0] in loop.revised], self.audit_allow)
         if not found:
             return None, ""
         from pytest_loops.runtime.protect import printable
