@@ -1423,6 +1423,7 @@ def test_text_files_and_allowed_globs_are_not_findings(tmp_path) -> None:
     changes = _changed(tmp_path, {
         "README.md": "# caf\u00e9\n".encode(), "data/table.csv": b"a,b\n1,2\n", "calc.py": b"x = 1\0",
         "assets/logo.png": b"\x89PNG\r\n\x1a\n\0\0", "pkg/__pycache__/calc.cpython-312.pyc": b"\0" * 16,
+        ".coverage": b"SQLite format 3\0", "sub/.coverage.host.123.456": b"SQLite format 3\0",
     })
     changes.append(("gone.so", "deleted"))
 

@@ -4,7 +4,7 @@ A compiled module beside the code under repair (``calc.cpython-312-x86_64-linux-
 is imported before ``calc.py``), a sourceless ``.pyc``, a zip or egg put on the import
 path: each can carry whatever the checks need without a line the audit could quote. Such
 a file is a finding of its own (rule ``binary-file``) unless a glob of ``audit_allow``
-(``--audit-allow``) names it.
+(``--audit-allow``) names it, or it is a file test tools write themselves (``TOOL_FILES``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ COMPILED_SUFFIXES = (".so", ".pyd", ".pyc", ".pyo", ".dll", ".dylib", ".egg", ".
                      ".exe", ".o", ".a", ".bin")
 _MAGIC = (b"\x7fELF", b"PK\x03\x04", b"MZ", b"\xca\xfe\xba\xbe", b"\xcf\xfa\xed\xfe", b"\xce\xfa\xed\xfe")
 _SNIFF = 8192
+# what test tools write on their own, never imported: coverage data (a revise step that runs the
+# tests under coverage leaves it), macOS folder metadata
+TOOL_FILES = ("**/.coverage", "**/.coverage.*", "**/.DS_Store")
 _VERSIONED_SO = re.compile(r"\.so(?:\.\d+)+$")
 
 
@@ -57,12 +60,12 @@ def binary_findings(root: str, changes: Iterable[tuple[str, str]], allow: Sequen
     Python sources are audited as text; bytecode caches are removed after every revise step."""
     from pytest_loops.runtime.protect.rules import matches
 
-    allow = tuple(a for a in allow if a)
+    allow = (*TOOL_FILES, *(a for a in allow if a))
     findings: list[Finding] = []
     for rel, how in changes:
         if how == "deleted" or rel.endswith(".py") or "__pycache__" in rel.split("/"):
             continue
-        if allow and matches(rel, allow):
+        if matches(rel, allow):
             continue
         why = not_text(os.path.join(root, rel))
         if why is None:
