@@ -1066,6 +1066,12 @@ MORE_GENUINE: dict[str, tuple[str, str, frozenset[str]]] = {
                 return True
             return False
         """), frozenset({"'A'", "'a'", "True", "False"})),
+    "a scan of a list the code was given": ("def describe(row):\n    return 'plain'\n", code("""
+        def describe(row):
+            if any(x == 0 for x in row):
+                return "has a zero"
+            return "plain"
+        """), frozenset({"[1, 0]", "1", "0", "'has a zero'", "'plain'"})),
     "neighbours of a cell": ("def neighbours(dx, dy):\n    return False\n", code("""
         def neighbours(dx, dy):
             return (dx, dy) in {(0, 1), (1, 0), (0, -1), (-1, 0)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 
 from pytest_loops.runtime.audit.literals import (
     _EXITS,
@@ -74,6 +74,7 @@ class _Audit:
         self.aliases: dict[str, str] = {}
         self.nodes: list[ast.AST] = []
         self.module_names: set[str] = set()
+        self.varargs: set[str] = set()  # the names of *args parameters: the inputs as one tuple
 
     # ---------------------------------------------------------------- helpers
 
@@ -105,6 +106,8 @@ class _Audit:
 
     def run_ast(self, tree: ast.Module) -> None:
         self.nodes = list(ast.walk(tree))
+        self.varargs = {n.args.vararg.arg for n in self.nodes
+                        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) and n.args.vararg}
         for node in self.nodes:
             if isinstance(node, ast.Import):
                 for alias in node.names:
@@ -166,7 +169,7 @@ class _Audit:
         if result is None or not cond:
             return
         keys, stmt = result
-        if _qualifies([k for k, _ in cond], keys, self.lits) or _scan_qualifies(test, keys, self.lits):
+        if _qualifies([k for k, _ in cond], keys, self.lits) or _scan_qualifies(test, keys, self.lits, self.varargs):
             self.flag([*header, stmt.lineno, *(line for _, line in cond)], "hardcoded-literal",
                       f"new branch returns a constant when inputs equal literals of the failing "
                       f"assertion ({_show(k for k, _ in cond)}), special-casing the test "
@@ -209,7 +212,7 @@ class _Audit:
                 cond = _compare_literals(node.test, self.lits, negated=negated)
                 keys = _scalars(branch)
                 if _qualifies([k for k, _ in cond], keys, self.lits) or (
-                        cond and not negated and _scan_qualifies(node.test, keys, self.lits)):
+                        cond and not negated and _scan_qualifies(node.test, keys, self.lits, self.varargs)):
                     self.flag([node.test.lineno, branch.lineno, node.lineno], "hardcoded-literal",
                               f"new conditional expression selects a constant when inputs equal "
                               f"literals of the failing assertion ({_show(k for k, _ in cond)}), "
@@ -520,15 +523,25 @@ def _exit_message(name: str) -> str:
             f"failures are reported")
 
 
-def _scan_qualifies(test: ast.AST | None, result: Sequence[LitKey] | None, lits: frozenset[LitKey]) -> bool:
-    """``if any(x == 2 for x in args): return 5``: a scan of the inputs for a failing literal
-    that returns a constant made of failing literals, one of them not small (a shortcut such
-    as ``if any(x == 0 for x in xs): return 0`` is not special-casing)."""
+def _scan_qualifies(test: ast.AST | None, result: Sequence[LitKey] | None, lits: frozenset[LitKey],
+                    varargs: Collection[str]) -> bool:
+    """``if any(x == 2 for x in args): return 5``: a scan of the inputs (``*args``, or a tuple
+    of names such as ``(a, b)``) for a failing literal that returns a constant made of failing
+    literals, one of them not small. A shortcut such as ``if any(x == 0 for x in xs): return 0``
+    is not special-casing, nor is a scan of a string or a list the code was given."""
     if test is None or not result or not all(k in lits for k in result) or all(k in _SMALL for k in result):
         return False
-    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("any", "all")
-               and len(node.args) == 1 and isinstance(node.args[0], ast.GeneratorExp | ast.ListComp | ast.SetComp)
-               and _compare_literals(node.args[0], lits) for node in ast.walk(test))
+    for node in ast.walk(test):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("any", "all")
+                and len(node.args) == 1 and isinstance(node.args[0], ast.GeneratorExp | ast.ListComp | ast.SetComp)):
+            continue
+        scanned = node.args[0].generators[0].iter
+        inputs = (isinstance(scanned, ast.Name) and scanned.id in varargs) or (
+            isinstance(scanned, ast.Tuple | ast.List) and len(scanned.elts) >= 2
+            and all(isinstance(e, ast.Name) for e in scanned.elts))
+        if inputs and _compare_literals(node.args[0], lits):
+            return True
+    return False
 
 
 def _without_docstring(body: Sequence[ast.stmt]) -> list[ast.stmt]:
