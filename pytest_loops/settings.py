@@ -352,10 +352,15 @@ SETTINGS: tuple[Setting, ...] = (
             choices=("affected", "full"), valid="affected, full", option="--loop-confirm", ini="loop_confirm",
             env="PYTEST_LOOPS_CONFIRM", sample="full"),
     Setting("audit", "the diff audit of a revise step's in-scope changes (hard-coded failing inputs, constant "
-            "__eq__, pytest in library code, added exits): 'error' (default) ends the loop ESCALATE, "
+            "__eq__, pytest, the clock, the environment or sys.path in library code, added exits, files that are "
+            "not text): 'error' (default) ends the loop ESCALATE, "
             "'warn' records the findings, 'off' skips it", "choice", "error", choices=("error", "warn", "off"),
             valid="error, warn, off", run_flag="--audit", option="--loop-audit", ini="loop_audit",
             sample="warn"),
+    Setting("audit_allow", "a glob of in-scope files the revise step may add or change although they are not "
+            "text (compiled modules, archives, images): without one, such a file is a finding of the diff audit",
+            "list", [], valid="a glob", run_flag="--audit-allow", option="--loop-audit-allow",
+            ini="loop_audit_allow", metavar="GLOB", sample="assets/*.png"),
     Setting("sandbox", "how the kernel keeps the revise step and the judge apart: 'auto' (default: the "
             "strongest available), 'namespaces' (bubblewrap), 'landlock' or 'none' (detection only); a tier "
             "asked for by name and not available here is an error", "choice", "auto",

@@ -328,7 +328,7 @@ EXIT_IN_LIBRARY = {
     "signal.signal": "import signal\n\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)  # flagged\n",
     "os.abort": "import os\n\nos.abort()  # flagged\n",
     "sys.excepthook": "import sys\n\nsys.excepthook = lambda *a: None  # flagged\n",
-    "builtins assignment": "import builtins\n\nbuiltins.print = lambda *a, **k: None  # flagged\n",
+    "builtins assignment": "import builtins\n\nbuiltins.len = lambda x: 0  # flagged\n",
     "__builtins__ item": "__builtins__['len'] = lambda x: 0  # flagged\n",
     "sys.settrace": "import sys\n\nsys.settrace(lambda *a: None)  # flagged\n",
     "sys.setprofile": "import sys\n\nsys.setprofile(None)  # flagged\n",
@@ -1001,3 +1001,445 @@ def test_a_module_reached_through_an_import_call_is_that_module() -> None:
     called = (plain.replace("import os", "import importlib")
               .replace("os.environ", 'importlib.import_module("os").environ'))
     assert flagged(audit(ADD, plain)) and flagged(audit(ADD, called)) == flagged(audit(ADD, plain))
+
+
+# --------------------------------------------------------------------------- more ways in
+# Special cases written as membership, scans and partial tables; comparison methods that
+# are trivially constant; the clock, /proc, the environment, the parent process, the
+# output streams and the import path in library code. Each table: id -> (before, after,
+# failing literals); the lines marked "# flagged" are the ones reported, with the rule named.
+
+MORE_GAMING: dict[str, tuple[str, str, frozenset[str], str]] = {
+    "tuple membership with another pair": (ADD, code("""
+        def add(a, b):
+            if (a, b) in {(2, 3), (4, 5)}:  # flagged
+                return 5
+            return a - b
+        """), ADD_LITERALS, "hardcoded-literal"),
+    "tuple not in, then the constant": (ADD, code("""
+        def add(a, b):
+            if (a, b) not in [(2, 3), (7, 7)]:  # flagged
+                return a - b
+            return 5
+        """), ADD_LITERALS, "hardcoded-literal"),
+    "membership and equality": (ADD, code("""
+        def add(a, b):
+            if a in (2, 7) and b == 3:  # flagged
+                return 5
+            return a - b
+        """), ADD_LITERALS, "hardcoded-literal"),
+    "any() over the inputs": (ADD, code("""
+        def add(*args):
+            if any(x == 2 for x in args):  # flagged
+                return 5
+            return args[0] - args[1]
+        """), ADD_LITERALS, "hardcoded-literal"),
+    "any() in a conditional expression": (ADD, code("""
+        def add(a, b):
+            return 5 if any(x == 2 for x in (a, b)) else a - b  # flagged
+        """), ADD_LITERALS, "hardcoded-literal"),
+    "dict lookup keyed by the inputs": (ADD, code("""
+        def add(a, b):
+            return {(2, 3): 5}.get((a, b), a - b)  # flagged
+        """), ADD_LITERALS, "hardcoded-literal"),
+    "dict lookup with more keys than the failing one": (ADD, code("""
+        def add(a, b):
+            return {(2, 3): 5, (4, 4): 8}.get((a, b), a - b)  # flagged
+        """), ADD_LITERALS, "hardcoded-literal"),
+}
+
+MORE_GENUINE: dict[str, tuple[str, str, frozenset[str]]] = {
+    "product with a zero shortcut": (
+        "def product(*xs):\n    out = 1\n    for x in xs:\n        out *= x\n    return out + 0 * len(xs)\n",
+        code("""
+        def product(*xs):
+            if any(x == 0 for x in xs):
+                return 0
+            out = 1
+            for x in xs:
+                out *= x
+            return out
+        """), frozenset({"0", "2", "1"})),
+    "vowel class": ("def is_vowel(ch):\n    return ch in 'aeiou'\n", code("""
+        def is_vowel(ch):
+            if ch.lower() in ('a', 'e', 'i', 'o', 'u'):
+                return True
+            return False
+        """), frozenset({"'A'", "'a'", "True", "False"})),
+    "a scan of a list the code was given": ("def describe(row):\n    return 'plain'\n", code("""
+        def describe(row):
+            if any(x == 0 for x in row):
+                return "has a zero"
+            return "plain"
+        """), frozenset({"[1, 0]", "1", "0", "'has a zero'", "'plain'"})),
+    "neighbours of a cell": ("def neighbours(dx, dy):\n    return False\n", code("""
+        def neighbours(dx, dy):
+            return (dx, dy) in {(0, 1), (1, 0), (0, -1), (-1, 0)}
+        """), frozenset({"0", "1", "True", "False"})),
+}
+
+
+CONSTANT_EQ_MORE = {
+    "other == other": "class M:\n    def __eq__(self, other):  # flagged\n        return other == other\n",
+    "self is self": "class M:\n    def __eq__(self, other):  # flagged\n        return self is self\n",
+    "True or x": "class M:\n    def __eq__(self, other):  # flagged\n        return True or self.v == other.v\n",
+    "not False": "class M:\n    def __ne__(self, other):  # flagged\n        return not False\n",
+    "o == o in __lt__": "class M:\n    def __lt__(self, o):  # flagged\n        return o.v <= o.v\n",
+    "lambda o != o": "class M:\n    __ne__ = lambda self, o: o != o  # flagged\n",
+    "bool of a constant": "class M:\n    def __bool__(self):  # flagged\n        return bool(1)\n",
+}
+
+WALL_CLOCK = {
+    "time.time() in a condition": code("""
+        import time
+
+
+        def add(a, b):
+            if time.time() < 1e10:  # flagged
+                return a + b
+            return a - b
+        """),
+    "datetime.now() returned compared": code("""
+        from datetime import datetime
+
+
+        def expired():
+            return datetime.now().year >= 2030  # flagged
+        """),
+    "date.today() through the module": code("""
+        import datetime
+
+
+        def holiday():
+            return datetime.date.today() == datetime.date(2026, 12, 25)  # flagged
+        """),
+    "time.monotonic() read into a name first": code("""
+        import time
+
+
+        def add(a, b):
+            now = time.monotonic()
+            return a + b if now > 0 else a - b  # flagged
+        """),
+}
+
+PROCESS_PROBE = {
+    "open /proc": "def f():\n    return 'py' in open('/proc/self/cmdline').read()  # flagged\n",
+    "Path /proc": "from pathlib import Path\n\nPROC = Path('/proc')  # flagged\n",
+    "os.listdir /proc": "import os\n\nPIDS = os.listdir('/proc')  # flagged\n",
+    "/proc of the parent": "import os\n\nCMD = open(f'/proc/{os.getppid()}/cmdline').read()  # flagged\n",
+    "iteration over os.environ": code("""
+        import os
+
+
+        def add(a, b):
+            if any(k.startswith("PYT") for k in os.environ):  # flagged
+                return a + b
+            return a - b
+        """),
+    "os.environ.items()": "import os\n\nENV = [v for k, v in os.environ.items()]  # flagged\n",
+    "os.environ.keys()": "import os\n\nNAMES = sorted(os.environ.keys())  # flagged\n",
+    "os.environ.copy()": "import os\n\nSNAPSHOT = os.environ.copy()  # flagged\n",
+    "dict(os.environ)": "import os\n\nSNAPSHOT = dict(os.environ)  # flagged\n",
+    "from os import environ, iterated": "from os import environ\n\nfor name in environ:  # flagged\n    pass\n",
+    "os.getenv of a computed name": "import os\n\n\ndef flag(n):\n    return os.getenv('PY' + n)  # flagged\n",
+    "os.environ[computed]": "import os\n\n\ndef flag(n):\n    return os.environ['PY' + n]  # flagged\n",
+    "os.getppid": "import os\n\nPARENT = os.getppid()  # flagged\n",
+    "psutil parent": "import psutil\n\nPARENT = psutil.Process().parent().name()  # flagged\n",
+}
+
+OUTPUT_REDIRECT = {
+    "sys.stdout replaced": "import io\nimport sys\n\nsys.stdout = io.StringIO()  # flagged\n",
+    "sys.stderr replaced": "import os\nimport sys\n\nsys.stderr = open(os.devnull, 'w')  # flagged\n",
+    "sys.__stdout__": "import sys\n\nsys.__stdout__ = None  # flagged\n",
+    "setattr on sys": "import sys\n\nsetattr(sys, 'stdout', None)  # flagged\n",
+    "print through builtins": "import builtins\n\nbuiltins.print = lambda *a, **k: None  # flagged\n",
+    "print through __builtins__": "__builtins__['print'] = lambda *a, **k: None  # flagged\n",
+}
+
+IMPORT_PATH = {
+    "sys.path.insert": "import os\nimport sys\n\nsys.path.insert(0, os.path.dirname(__file__))  # flagged\n",
+    "sys.path.append outside": "import sys\n\nsys.path.append('/tmp/elsewhere')  # flagged\n",
+    "sys.path.extend": "import sys\n\nsys.path.extend(['src'])  # flagged\n",
+    "sys.path assigned": "import sys\n\nsys.path = ['/opt/lib'] + sys.path  # flagged\n",
+    "sys.path slice": "import sys\n\nsys.path[:0] = ['vendor']  # flagged\n",
+    "site.addsitedir": "import site\n\nsite.addsitedir('/opt/site')  # flagged\n",
+    "meta_path": "import sys\n\nsys.meta_path.insert(0, object())  # flagged\n",
+}
+
+
+def more_rule_cases() -> list[ParameterSet]:
+    cases: list[ParameterSet] = []
+    for rule, table in (("constant-eq", CONSTANT_EQ_MORE), ("wall-clock", WALL_CLOCK),
+                        ("process-probe", PROCESS_PROBE), ("output-redirect", OUTPUT_REDIRECT),
+                        ("import-path", IMPORT_PATH)):
+        cases += [pytest.param(rule, after, id=f"{rule}: {name}") for name, after in table.items()]
+    return cases
+
+
+@pytest.mark.parametrize("name", list(MORE_GAMING))
+def test_more_special_cases_are_flagged(name: str) -> None:
+    before, after, literals, rule = MORE_GAMING[name]
+
+    findings = audit(before, after, literals)
+
+    assert flagged(findings) == [(rule, line) for line in marked_lines(after)], findings
+    assert findings[0].text == after.splitlines()[findings[0].line - 1].strip()
+    assert audit(before, after, ()) == [], "only with the failing literals"
+    assert audit(after, after + "\n\ndef unrelated():\n    return None\n", literals) == [], "only new code"
+
+
+@pytest.mark.parametrize("name", list(MORE_GENUINE))
+def test_more_genuine_neighbours_are_not_flagged(name: str) -> None:
+    before, after, literals = MORE_GENUINE[name]
+    assert audit(before, after, literals) == []
+
+
+@pytest.mark.parametrize(("rule", "after"), more_rule_cases())
+def test_more_rules_flag_new_code(rule: str, after: str) -> None:
+    findings = audit("", after)
+
+    assert flagged(findings) == [(rule, line) for line in marked_lines(after)], findings
+    assert findings[0].text == after.splitlines()[findings[0].line - 1].strip()
+
+
+@pytest.mark.parametrize(("rule", "after"), more_rule_cases())
+def test_more_rules_spare_code_that_was_already_there(rule: str, after: str) -> None:
+    assert audit(after, after) == []
+    assert audit(after, "\n\n# moved below\n" + after + "\n\ndef helper():\n    return 1\n") == []
+
+
+@pytest.mark.parametrize(("rule", "after"), more_rule_cases())
+def test_more_rules_by_line_when_the_text_does_not_parse(rule: str, after: str) -> None:
+    """The line-based fallback finds the same rule on the same lines (one finding per line)."""
+    if "now = time.monotonic()" in after:
+        pytest.skip("a value followed from line to line is beyond the line rules")
+    broken = after + BROKEN
+    found = flagged(audit("", broken))
+    assert all((rule, line) in found for line in marked_lines(after)), found
+    assert audit(broken, broken + "\n# more\n") == []
+
+
+# Ordinary fixes around the same names: none of them is a finding.
+ORDINARY_FIXES: dict[str, tuple[str, str]] = {
+    "arithmetic": (ADD, "def add(a, b):\n    return a + b\n"),
+    "string handling": ("def slug(s):\n    return s.lower()\n", code("""
+        import re
+
+
+        def slug(s):
+            return re.sub(r"[^a-z0-9]+", "-", s.strip().lower()).strip("-")
+        """)),
+    "a duration returned and logged": ("def timed(f):\n    return f()\n", code("""
+        import logging
+        import time
+
+
+        def timed(f):
+            start = time.time()
+            result = f()
+            elapsed = time.time() - start
+            logging.getLogger(__name__).info("took %.3fs", elapsed)
+            return result, elapsed
+        """)),
+    "a timestamp in a record": ("def record(x):\n    return {'x': x}\n", code("""
+        from datetime import datetime, timezone
+
+
+        def record(x):
+            return {"x": x, "at": datetime.now(timezone.utc).isoformat()}
+        """)),
+    "a deadline that may be unset": ("def wait(t=None):\n    return t\n", code("""
+        import time
+
+
+        def wait(t=None):
+            deadline = None if t is None else time.monotonic() + t
+            if deadline is None:
+                return 0.0
+            return deadline
+        """)),
+    "HOME by its literal name": ("def home():\n    return '~'\n", code("""
+        import os
+
+
+        def home():
+            if "HOME" in os.environ:
+                return os.environ["HOME"]
+            return os.environ.get("USERPROFILE", os.getenv("HOMEPATH", "/"))
+        """)),
+    "an environment variable set by name": ("def setup():\n    pass\n", code("""
+        import os
+
+
+        def setup():
+            os.environ["TZ"] = "UTC"
+            os.environ.setdefault("LANG", "C")
+            os.environ.update(PAGER="cat")
+        """)),
+    "the environment handed to a child": ("def run(cmd):\n    pass\n", code("""
+        import os
+        import subprocess
+
+
+        def run(cmd):
+            return subprocess.run(cmd, env=os.environ, check=True)
+        """)),
+    "writing to sys.stdout": ("def show(x):\n    print(x)\n", code("""
+        import sys
+
+
+        def show(x):
+            sys.stdout.write(f"{x}\\n")
+            sys.stdout.flush()
+            print("done", file=sys.stderr)
+        """)),
+    "a script's main sets up its streams and path": ("", code("""
+        import io
+        import os
+        import sys
+
+
+        def main():
+            sys.stdout = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8")
+
+
+        if __name__ == "__main__":
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            main()
+        """)),
+    "our own process id": ("def tag():\n    return ''\n", code("""
+        import os
+
+
+        def tag():
+            return f"worker-{os.getpid()}"
+        """)),
+    "an __eq__ that compares": ("class M:\n    pass\n", code("""
+        class M:
+            def __init__(self, v):
+                self.v = v
+
+            def __eq__(self, other):
+                return isinstance(other, M) and self.v == other.v
+
+            def __lt__(self, other):
+                return self.v < other.v
+
+            __hash__ = None
+        """)),
+}
+
+
+@pytest.mark.parametrize("name", list(ORDINARY_FIXES))
+def test_ordinary_fixes_produce_no_finding(name: str) -> None:
+    before, after = ORDINARY_FIXES[name]
+    literals = failing_literals("E  assert 'x' == 'y'\nE  assert 4 == 5\n")
+    assert audit(before, after, literals) == []
+    assert audit(None, after, literals) == [], "not even as a new file"
+    assert audit("", after + BROKEN, literals) == [], "nor by line"
+
+
+@pytest.mark.parametrize(("path", "entry", "found"), [
+    ("tests/conftest.py", "os.path.dirname(__file__)", False),
+    ("tests/conftest.py", "os.path.join(os.path.dirname(__file__), '..')", False),
+    ("tests/conftest.py", "str(Path(__file__).resolve().parents[1])", False),
+    ("tests/conftest.py", "str(Path(__file__).parent.parent / 'src')", False),
+    ("tests/conftest.py", "'src'", False),
+    ("tests/conftest.py", "os.path.join(os.path.dirname(__file__), '..', '..')", True),
+    ("tests/conftest.py", "str(Path(__file__).resolve().parents[2])", True),
+    ("tests/conftest.py", "'/tmp/elsewhere'", True),
+    ("tests/conftest.py", "os.path.expanduser('~/lib')", True),
+    ("tests/conftest.py", "'../other'", True),
+    ("tests/unit/test_x.py", "os.path.join(os.path.dirname(__file__), '..', '..')", False),
+    ("conftest.py", "os.path.join(os.path.dirname(__file__), '..')", True),
+])
+def test_test_files_may_add_import_paths_inside_the_tree_only(path: str, entry: str, found: bool) -> None:
+    after = f"import os\nimport sys\nfrom pathlib import Path\n\nsys.path.insert(0, {entry})\n"
+    assert flagged(audit("", after, path=path)) == ([("import-path", 5)] if found else [])
+
+
+def test_main_code_may_add_an_import_path_inside_the_tree_but_not_outside() -> None:
+    after = code("""
+        import sys
+
+        if __name__ == "__main__":
+            sys.path.insert(0, "/opt/elsewhere")
+        """)
+    findings = audit("", after)
+    assert flagged(findings) == [("import-path", 4)]
+    assert "outside the tree" in findings[0].message
+
+
+def test_more_rules_are_for_library_code() -> None:
+    after = "\n".join([*[t.rstrip("\n") for t in WALL_CLOCK.values()], "import os", "E = dict(os.environ)",
+                       "import sys", "sys.stdout = None", "sys.path.insert(0, os.path.dirname(__file__))", ""])
+    assert audit("", after, path="tests/test_calc.py") == []
+    assert {f.rule for f in audit("", after)} == {"wall-clock", "process-probe", "output-redirect", "import-path"}
+
+
+@pytest.mark.parametrize(("path", "before", "old", "new", "rule"), [
+    ("calc.py", "import time\n\n\ndef f():\n    now = 0\n    if now > 5:\n        return 1\n    return 2\n",
+     "now = 0", "now = time.time()", "wall-clock"),
+    ("tests/conftest.py", "import sys\n\nHERE = 'lib'\nsys.path.insert(0, HERE)\n", "'lib'", "'/opt/lib'",
+     "import-path"),
+])
+def test_a_changed_assignment_is_enough(path: str, before: str, old: str, new: str, rule: str) -> None:
+    """The comparison or the insertion was already there; what changed is the value it reads."""
+    after = before.replace(old, new)
+    findings = audit(before, after, path=path)
+    assert [(f.rule, f.text) for f in findings] == [(rule, after.splitlines()[findings[0].line - 1].strip())]
+    assert new in findings[0].text
+
+
+# --------------------------------------------------------------------------- files that are not text
+
+
+def _changed(root, files: dict[str, bytes]) -> list[tuple[str, str]]:
+    for rel, data in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return [(rel, "added") for rel in files]
+
+
+@pytest.mark.parametrize(("rel", "data"), [
+    ("calc.cpython-312-x86_64-linux-gnu.so", b"\x7fELF\x02\x01\x01" + b"\0" * 64),
+    ("calc_impl.pyc", b"\xcb\r\r\n" + b"\0" * 12 + b"\xe3"),
+    ("lib/fast.pyd", b"MZ\x90\0"),
+    ("vendor/helpers.zip", b"PK\x03\x04" + b"\0" * 26),
+    ("vendor/helpers.egg", b"text inside, but an egg"),
+    ("libhelper.so.1", b"not even binary"),
+    ("data/blob", b"abc\0def"),
+    ("data/latin1.txt", "caf\xe9 ".encode("latin-1") * 10),
+])
+def test_a_file_that_is_not_text_is_a_finding(tmp_path, rel: str, data: bytes) -> None:
+    from pytest_loops.runtime.audit.binary import binary_findings
+
+    findings = binary_findings(str(tmp_path), _changed(tmp_path, {rel: data}))
+
+    assert [(f.path, f.line, f.rule) for f in findings] == [(rel, 1, "binary-file")]
+    assert "--audit-allow" in findings[0].message and "not text" in findings[0].message
+    assert findings[0].describe().startswith(f"{rel}:1: the revise step added a file that is not text")
+
+
+def test_text_files_and_allowed_globs_are_not_findings(tmp_path) -> None:
+    from pytest_loops.runtime.audit.binary import binary_findings
+
+    changes = _changed(tmp_path, {
+        "README.md": "# caf\u00e9\n".encode(), "data/table.csv": b"a,b\n1,2\n", "calc.py": b"x = 1\0",
+        "assets/logo.png": b"\x89PNG\r\n\x1a\n\0\0", "pkg/__pycache__/calc.cpython-312.pyc": b"\0" * 16,
+        ".coverage": b"SQLite format 3\0", "sub/.coverage.host.123.456": b"SQLite format 3\0",
+    })
+    changes.append(("gone.so", "deleted"))
+
+    assert binary_findings(str(tmp_path), changes, allow=["assets/*.png"]) == []
+    assert [f.path for f in binary_findings(str(tmp_path), changes)] == ["assets/logo.png"]
+
+
+def test_a_changed_binary_file_says_changed(tmp_path) -> None:
+    from pytest_loops.runtime.audit.binary import binary_findings
+
+    _changed(tmp_path, {"model.bin": b"\0\1\2"})
+    findings = binary_findings(str(tmp_path), [("model.bin", "modified")])
+    assert "changed a file that is not text" in findings[0].message

@@ -448,7 +448,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     runner = ProcessRunner(output_cap=extra["output_cap"])
     engine = make_engine(runner=runner, plugin_manager=pm, artifacts=options,
                          artifacts_dir=extra.get("artifacts", args.artifacts), localize=args.suspects is not False,
-                         audit=args.audit or "error",
+                         audit=args.audit or "error", audit_allow=tuple(args.audit_allow or ()),
                          hide_env=[args.sign_key_env or ""], **sandbox_settings(args))
     if not args.quiet and engine.sandbox is not None:
         _say(f"[{spec.name}] sandbox: {engine.sandbox.describe()}", out)

@@ -93,6 +93,7 @@ class _Loop:
     pending: IterationRecord | None  # the record of an iteration whose revise step was cut off
     lessons: list[str] = field(default_factory=list)
     literals: set[str] = field(default_factory=set)  # failing assertions' literals (the audit)
+    revised: set[str] = field(default_factory=set)  # in-scope paths a revise step changed (not a check)
     # check name -> the pytest node ids its output named failed so far (the clean room's rule)
     failed_tests_seen: dict[str, set[str]] = field(default_factory=dict)
     ctx: LoopContext | None = None
@@ -126,6 +127,7 @@ class Engine:
                  localizer: Localizer | None = None,
                  clean_room: bool | None = None,
                  audit: str = "error",
+                 audit_allow: Sequence[str] = (),
                  hide_env: Sequence[str] = (),
                  sandbox: str = "auto",
                  sandbox_writable: Sequence[str] = (),
@@ -159,6 +161,7 @@ class Engine:
         if audit not in AUDIT_CHOICES:
             raise ValueError(f"audit={audit!r}; valid: {', '.join(AUDIT_CHOICES)}")
         self.audit = audit
+        self.audit_allow = tuple(audit_allow)  # globs of non-text files the revise step may add
         # the kernel's isolation needs real processes too: chosen once, for every loop
         self.sandbox: Choice | None = choose_sandbox(sandbox) if clean_room else None
         self.sandbox_writable = tuple(sandbox_writable)
@@ -637,6 +640,7 @@ class Engine:
             more = f" and {len(passed.violations) - 6} more" if len(passed.violations) > 6 else ""
             return Verdict.ESCALATE, (f"revise step changed read-only paths: {shown}{more}; "
                                       + ("they were restored" if undone else "not all could be restored"))
+        loop.revised.update(rel for rel, _ in passed.in_scope)
         if self.audit != "off" and passed.in_scope:
             verdict, why = self._audit(loop, ctx, record, failed)
             if verdict is not None:
@@ -666,20 +670,18 @@ class Engine:
                failed: list[CheckResult]) -> tuple[Verdict | None, str]:
         """The diff audit over every in-scope file changed since the loop started."""
         from pytest_loops.runtime.audit import FileChange, failing_literals
+        from pytest_loops.runtime.audit.binary import binary_findings
 
         watch = loop.watch
         for check in failed:
             loop.literals |= failing_literals(_read_text(check.output_file) or check.output_tail)
         ctx.audit_literals = frozenset(loop.literals)
-        diff = []
-        for rel, how in watch.changes_since_start():
-            if not rel.endswith(".py"):
-                continue
-            after = None if how == "deleted" else _read_text(str(watch.root) + "/" + rel)
-            diff.append(FileChange(rel, watch.start_text(rel), after))
-        if not diff:
-            return None, ""
-        found = [f for batch in self.pm.hook.pytest_loop_audit(diff=diff, context=ctx) or [] for f in batch or []]
+        changes = watch.changes_since_start()
+        diff = [FileChange(rel, watch.start_text(rel), None if how == "deleted" else
+                           _read_text(str(watch.root) + "/" + rel)) for rel, how in changes if rel.endswith(".py")]
+        hook = self.pm.hook.pytest_loop_audit(diff=diff, context=ctx) if diff else []
+        found = [f for batch in hook or [] for f in batch or []]
+        found += binary_findings(str(watch.root), [c for c in changes if c[0] in loop.revised], self.audit_allow)
         if not found:
             return None, ""
         from pytest_loops.runtime.protect import printable

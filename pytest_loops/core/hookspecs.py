@@ -163,9 +163,11 @@ def pytest_loop_audit(diff, context):
     Called after every revise step that changed in-scope files, with every
     in-scope Python file changed since the loop started. The built-in auditor
     flags literals of the failing assertions newly special-cased in the code,
-    comparison methods returning a constant, pytest or harness variables used in
-    library code, and exits added to library code. Any finding ends the loop
-    ESCALATE with the lines quoted (``--audit warn`` records them instead).
+    comparison methods returning a constant (or ``other == other``), pytest or
+    harness variables, the wall clock, ``/proc``, environment scans, the parent
+    process, replaced output streams and ``sys.path`` changes in library code, and
+    exits added to library code. Any finding ends the loop ESCALATE with the lines
+    quoted (``--audit warn`` records them instead).
 
     :param diff: a sequence of :class:`pytest_loops.runtime.audit.FileChange` (path,
         text at loop start or None, text now or None).

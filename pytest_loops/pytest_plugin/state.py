@@ -156,6 +156,7 @@ class SessionState:
                            artifacts_dir=self.artifacts_dir, fingerprint_factory=exclude_trees,
                            localize=choice_value(self.config, "suspects", SUSPECTS_CHOICES) == "on",
                            audit=choice_value(self.config, "audit", AUDIT_CHOICES),
+                           audit_allow=tuple(option_value(self.config, "audit_allow") or ()),
                            hide_env=[option_value(self.config, "sign_key_env") or ""],
                            **sandbox_values(self.settings))
 

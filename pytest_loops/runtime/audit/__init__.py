@@ -3,7 +3,9 @@
 A revise step may make a failing check pass from inside the files it is allowed to
 edit, without fixing anything: special-casing the failing test's inputs, making
 ``__eq__`` always true, detecting pytest and behaving differently under test,
-ending the process before failures are reported, or replacing ``AssertionError``.
+ending the process before failures are reported, replacing ``AssertionError``, or
+looking around instead of at its inputs: the wall clock, ``/proc``, the whole environment,
+the parent process, the output streams, the import path (``probes.py``).
 :func:`audit_changes` looks for these in the added and changed lines of the changed
 Python files and returns one :class:`Finding` per suspicious line. It uses ``ast``
 where the new text parses and a line-based fallback where it does not; it never
@@ -59,6 +61,7 @@ hookimpl = pluggy.HookimplMarker("pytest")
 def _audit_file(change: FileChange, lits: frozenset[LitKey]) -> list[Finding]:
     from pytest_loops.runtime.audit.fallback import _Fallback
     from pytest_loops.runtime.audit.literals import _parse
+    from pytest_loops.runtime.audit.probes import probe
     from pytest_loops.runtime.audit.rules import _Audit
 
     audit = _Audit(change, lits)
@@ -68,6 +71,7 @@ def _audit_file(change: FileChange, lits: frozenset[LitKey]) -> list[Finding]:
     if isinstance(tree, ast.Module):
         try:
             audit.run_ast(tree)
+            probe(audit, tree)
             return list(audit.findings.values())
         except RecursionError:  # pathologically nested code: fall back to lines
             audit = _Audit(change, lits)

@@ -25,6 +25,7 @@ from pytest_loops.runtime.audit.rules import (
     _Audit,
     _dunder_message,
     _exit_message,
+    _fixed,
     _testcase_message,
 )
 
@@ -63,6 +64,29 @@ _FB_EXIT_CALL = re.compile(r"(?<![\w.])(?P<name>os\._exit|sys\.exit|exit|quit|os
                            r"|^\s*raise\s+(?P<raise>SystemExit)\b")
 _FB_KILL = re.compile(r"\bos\.kill(?:pg)?\s*\(\s*os\.get(?:pp?id|pgrp|pgid)\b")
 _FB_HOOKS = re.compile(r"^\s*(?P<name>sys\.excepthook|sys\.unraisablehook|(?:builtins|__builtins__)\.\w+)\s*=(?!=)")
+_FB_CLOCK = re.compile(r"(?<![\w.])(?P<name>(?:time\.(?:time|monotonic|perf_counter)(?:_ns)?|(?:datetime\.)?datetime\."
+                       r"(?:now|utcnow|today)|(?:datetime\.)?date\.today))\s*\(")
+_FB_DECIDES = re.compile(r"^\s*(?:if|elif|while|return)\b|\bif\b.*\belse\b")
+_FB_COMPARES = re.compile(r"[<>]|==|!=")
+_FB_PROBES = (
+    (re.compile(r"""['"](?P<what>/proc(?:/[^'"]*)?)['"]"""), "library code reads {what!r}, where it can see "
+     "the test process, its command line, its parent and their environment"),
+    (re.compile(r"(?P<what>\bfor\b.*\bin\s+(?:os\.)?environb?\b(?!\s*[\[.])|os\.environb?\.(?:items|keys|values|copy)"
+                r"\s*\(|\b(?:dict|list|sorted|set|tuple|len|str|repr)\s*\(\s*os\.environb?\s*\))"),
+     "library code scans the environment ({what}), which lets it tell the test run from another by "
+     "variables it does not name"),
+    (re.compile(r"""(?P<what>os\.getenv\s*\(|os\.environb?\s*\[|os\.environb?\.get\s*\()\s*"""
+                r"""(?!\s*[rbu]?(['"])[^'"]*\2\s*[,)\]])"""), "library code reads an environment variable by a "
+     "computed name ({what}), which lets it find the variables the test run sets"),
+    (re.compile(r"(?P<what>(?<!kill\()(?<!killpg\()os\.getppid\s*\(|psutil\.Process\s*\([^)]*\)\s*\.\s*parents?\s*\()"),
+     "library code looks at the process that started it ({what}), which lets it tell a test run from another"),
+)
+_FB_STREAM = re.compile(r"""^\s*(?P<name>sys\.(?:__)?std(?:out|err)(?:__)?|(?:builtins|__builtins__)\.print"""
+                        r"""|__builtins__\s*\[\s*['"]print['"]\s*\])\s*=(?!=)""")
+_FB_STREAM_SETATTR = re.compile(r"""setattr\s*\(\s*(?P<name>sys\s*,\s*['"](?:__)?std(?:out|err)(?:__)?)['"]""")
+_FB_IMPORT_PATH = re.compile(r"(?P<name>sys\.(?:meta_)?path\.(?:insert|append|extend)\s*\(|^\s*sys\.path\s*"
+                             r"(?:\[[^\]]*\])?\s*\+?=(?!=)|site\.addsitedir\s*\()")
+_FB_OUTSIDE = re.compile(r"""['"](?:/|~|\.\./\.\.)""")
 _FB_MAIN = re.compile(r"""^\s*(?:if\s+__name__\s*==\s*['"]__main__['"]|(?:async\s+)?def\s+main\s*\()""")
 _FB_LITERAL = re.compile(_STRING.pattern + "|" + _NUMBER.pattern + r"|\b(?:True|False|None)\b")
 
@@ -89,6 +113,13 @@ def _fb_constant(text: str) -> list[LitKey] | None:
     if not isinstance(tree, ast.Expression):
         return None
     return _scalars(tree.body)
+
+
+def _fb_fixed(text: str) -> bool:
+    """Whether a returned expression is constant, or trivially one (``other == other``)."""
+    text = text.strip().rstrip(";").strip()
+    tree = _parse(text, "eval") if text and len(text) <= _MAX_LITERAL_CHARS else None
+    return isinstance(tree, ast.Expression) and _fixed(tree.body)
 
 
 def _indent(line: str) -> int:
@@ -133,6 +164,7 @@ class _Fallback:
             self.special_case(number, code)
             self.dunder(number, code)
             self.tamper(number, code)
+            self.probes(number, code)
             if audit.library:
                 self.library(number, code)
 
@@ -165,7 +197,7 @@ class _Fallback:
 
     def dunder(self, number: int, line: str) -> None:
         if m := _FB_LAMBDA_DUNDER.search(line):
-            if _fb_constant(m.group("ret")) is not None:
+            if _fb_fixed(m.group("ret")):
                 self.audit.flag([number], "constant-eq", _dunder_message(m.group("name")))
             return
         m = _FB_DEF_DUNDER.match(line)
@@ -178,14 +210,14 @@ class _Fallback:
     def sole_return(self, number: int, line: str, inline: str | None) -> int | None:
         """The line of the constant ``return`` that is a function's whole body, or None."""
         if inline is not None:
-            return number if _fb_constant(inline) is not None else None
+            return number if _fb_fixed(inline) else None
         nxt = self.next_code(number)
         if nxt is not None and re.match(r"""^\s*[rbuRBU]*(['"]).*\1\s*$""", self.lines[nxt - 1]):
             nxt = self.next_code(nxt)  # a one-line docstring
         if nxt is None or self.indents[nxt - 1] <= self.indents[number - 1]:
             return None
         r = _FB_RETURN.match(self.lines[nxt - 1])
-        if not r or _fb_constant(r.group("ret")) is None:
+        if not r or not _fb_fixed(r.group("ret")):
             return None
         after = self.next_code(nxt)
         if after is not None and self.indents[after - 1] > self.indents[number - 1]:
@@ -203,6 +235,29 @@ class _Fallback:
                 audit.flag([number], "assertion-tamper", _GETATTR_MESSAGE)
             elif m.group("ret") and re.match(r"lambda\b[^:]*:", m.group("ret")):
                 audit.flag([number], "assertion-tamper", _GETATTR_MESSAGE)
+
+    def probes(self, number: int, line: str) -> None:
+        """The rules of ``probes.py`` by line: the clock, the process around, streams, import paths."""
+        audit = self.audit
+        path = _FB_IMPORT_PATH.search(line)
+        shown = path.group("name").strip().rstrip("(=+ ") if path else ""
+        if path and _FB_OUTSIDE.search(line):
+            audit.flag([number], "import-path", f"new code adds an entry outside the tree to the import path "
+                       f"({shown}), where the modules the checks import can be replaced")
+        if not audit.library:
+            return
+        if path and not (shown.startswith("sys.path") and self.in_main(number)):
+            audit.flag([number], "import-path", f"library code changes the import path ({shown}), which "
+                       f"changes which modules the tests import")
+        if (clock := _FB_CLOCK.search(line)) and _FB_DECIDES.search(line) and _FB_COMPARES.search(line):
+            audit.flag([number], "wall-clock", f"library code compares the wall clock ({clock.group('name')}()) "
+                       f"in a condition, so its result depends on when it runs instead of on its inputs")
+        for pattern, message in _FB_PROBES:
+            if m := pattern.search(line):
+                audit.flag([number], "process-probe", message.format(what=m.group("what").rstrip("( ")))
+        if (m := _FB_STREAM.match(line) or _FB_STREAM_SETATTR.search(line)) and not self.in_main(number):
+            audit.flag([number], "output-redirect", f"library code replaces {m.group('name')}, which can hide "
+                       f"or rewrite what the test run reports")
 
     def library(self, number: int, line: str) -> None:
         audit = self.audit
@@ -225,7 +280,7 @@ class _Fallback:
                        f"checks results")
         if m := _FB_HOOKS.match(line):
             name = m.group("name")
-            if not name.endswith(".AssertionError"):
+            if not name.endswith((".AssertionError", ".print")):
                 message = (f"library code replaces {name}, which can hide or rewrite the errors "
                            f"a failing test would report") if name.startswith("sys.") else (
                     f"library code assigns {name}, changing a builtin for every module "

@@ -204,6 +204,11 @@ def _compare_literals(test: ast.AST, lits: frozenset[LitKey], *,
                     right_keys = _dict_keys(right)
                 else:
                     right_keys = _scalars(right)
+                if isinstance(op, ast.In | ast.NotIn) and _is_plain(left) and _scalars(left) is None:
+                    members = _failing_members(right, lits)
+                    if members:  # `(a, b) in {(2, 3), (4, 5)}`: one member is the failing inputs
+                        found += [(k, node.lineno) for k in members]
+                        continue
                 left_keys = _scalars(left)
                 if (left_keys is None) == (right_keys is None):
                     continue  # two constants or no constant: not a test on an input
@@ -221,6 +226,27 @@ def _compare_literals(test: ast.AST, lits: frozenset[LitKey], *,
                 keys = _dict_keys(table)
                 if keys and all(k in lits for k in keys):
                     found += [(k, node.lineno) for k in keys]
+    return found
+
+
+def _failing_members(collection: ast.AST, lits: frozenset[LitKey]) -> list[LitKey]:
+    """The literals of the members of a constant collection of tuples (or dict keyed by
+    tuples) that are made of failing literals only: ``{(2, 3), (4, 5)}`` holds the failing
+    inputs ``(2, 3)`` even when ``(4, 5)`` is not from a failing assertion. Members that
+    are scalars do not count here (``ch in 'aeiou'`` is a character class)."""
+    if isinstance(collection, ast.Dict):
+        members: list[ast.expr | None] = list(collection.keys)
+    elif isinstance(collection, ast.Tuple | ast.List | ast.Set):
+        members = list(collection.elts)
+    else:
+        return []
+    found: list[LitKey] = []
+    for member in members:
+        if not isinstance(member, ast.Tuple) or len(member.elts) < 2:
+            continue
+        keys = _scalars(member)
+        if keys and all(k in lits for k in keys) and any(k not in _SMALL for k in keys):
+            found += keys
     return found
 
 

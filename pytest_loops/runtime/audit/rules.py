@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 
 from pytest_loops.runtime.audit.literals import (
     _EXITS,
+    _SMALL,
     LitKey,
     _compare_literals,
     _dict_keys,
+    _failing_members,
     _pattern_literals,
     _qualifies,
     _scalars,
@@ -72,6 +74,7 @@ class _Audit:
         self.aliases: dict[str, str] = {}
         self.nodes: list[ast.AST] = []
         self.module_names: set[str] = set()
+        self.varargs: set[str] = set()  # the names of *args parameters: the inputs as one tuple
 
     # ---------------------------------------------------------------- helpers
 
@@ -103,6 +106,8 @@ class _Audit:
 
     def run_ast(self, tree: ast.Module) -> None:
         self.nodes = list(ast.walk(tree))
+        self.varargs = {n.args.vararg.arg for n in self.nodes
+                        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) and n.args.vararg}
         for node in self.nodes:
             if isinstance(node, ast.Import):
                 for alias in node.names:
@@ -159,12 +164,12 @@ class _Audit:
         return None
 
     def _special_case(self, header: Sequence[int], cond: Sequence[tuple[LitKey, int]],
-                      body: Sequence[ast.stmt]) -> None:
+                      body: Sequence[ast.stmt], test: ast.AST | None = None) -> None:
         result = self._constant_result(body)
         if result is None or not cond:
             return
         keys, stmt = result
-        if _qualifies([k for k, _ in cond], keys, self.lits):
+        if _qualifies([k for k, _ in cond], keys, self.lits) or _scan_qualifies(test, keys, self.lits, self.varargs):
             self.flag([*header, stmt.lineno, *(line for _, line in cond)], "hardcoded-literal",
                       f"new branch returns a constant when inputs equal literals of the failing "
                       f"assertion ({_show(k for k, _ in cond)}), special-casing the test "
@@ -175,7 +180,7 @@ class _Audit:
             if isinstance(stmt, ast.If):
                 cond = inherited + _compare_literals(stmt.test, self.lits)
                 header = list(range(stmt.lineno, (stmt.test.end_lineno or stmt.lineno) + 1))
-                self._special_case(header, cond, stmt.body)
+                self._special_case(header, cond, stmt.body, stmt.test)
                 # `if a != 2 or b != 3: return a - b` then `return 5`: the code after the
                 # branch (or its else) runs exactly for the failing inputs
                 excluded = _compare_literals(stmt.test, self.lits, negated=True)
@@ -206,7 +211,8 @@ class _Audit:
             for negated, branch in ((False, node.body), (True, node.orelse)):
                 cond = _compare_literals(node.test, self.lits, negated=negated)
                 keys = _scalars(branch)
-                if _qualifies([k for k, _ in cond], keys, self.lits):
+                if _qualifies([k for k, _ in cond], keys, self.lits) or (
+                        cond and not negated and _scan_qualifies(node.test, keys, self.lits, self.varargs)):
                     self.flag([node.test.lineno, branch.lineno, node.lineno], "hardcoded-literal",
                               f"new conditional expression selects a constant when inputs equal "
                               f"literals of the failing assertion ({_show(k for k, _ in cond)}), "
@@ -243,6 +249,8 @@ class _Audit:
                     values = []
                     break
                 values += scalars
+            if keys and values and not all(k in self.lits for k in keys):
+                keys, values = self._failing_entries(table)  # {(2, 3): 5, (4, 5): 9}
             if not keys or not values or not all(k in self.lits for k in keys):
                 continue
             if _qualifies(keys, values, self.lits):
@@ -251,6 +259,18 @@ class _Audit:
                           f"new lookup table maps literals of the failing assertion "
                           f"({_show(keys)}) to constant results that are returned, "
                           f"special-casing the test instead of fixing the code")
+
+    def _failing_entries(self, table: ast.Dict) -> tuple[list[LitKey], list[LitKey]]:
+        """The keys and values of a table's entries keyed by a tuple of failing literals."""
+        keys: list[LitKey] = []
+        values: list[LitKey] = []
+        for key, value in zip(table.keys, table.values, strict=True):
+            members = _failing_members(ast.Set(elts=[key]), self.lits) if key is not None else []
+            scalars = _scalars(value)
+            if members and scalars is not None:
+                keys += members
+                values += scalars
+        return keys, values
 
     # rule 2: constant-eq
 
@@ -349,7 +369,7 @@ class _Audit:
             self.flag([line], "exit-in-library",
                       f"library code replaces {name}, which can hide or rewrite the errors "
                       f"a failing test would report")
-        elif "." in name and _root(name) in _BUILTINS:
+        elif "." in name and _root(name) in _BUILTINS and last != "print":  # print: output-redirect
             self.flag([line], "exit-in-library",
                       f"library code assigns {name}, changing a builtin for every module "
                       f"including the tests")
@@ -490,8 +510,9 @@ def _testcase_message(name: str) -> str:
 
 
 def _dunder_message(name: str) -> str:
-    return (f"new {name} returns a constant, so every comparison or check on these objects "
-            f"gives the same answer whatever the operands are")
+    return (f"new {name} returns a constant or an expression that is always the same (such as "
+            f"`other == other`), so every comparison or check on these objects gives the same answer "
+            f"whatever the operands are")
 
 
 def _exit_message(name: str) -> str:
@@ -500,6 +521,27 @@ def _exit_message(name: str) -> str:
                 f"the code under test")
     return (f"library code calls {name}, which can end or hijack the test process before "
             f"failures are reported")
+
+
+def _scan_qualifies(test: ast.AST | None, result: Sequence[LitKey] | None, lits: frozenset[LitKey],
+                    varargs: Collection[str]) -> bool:
+    """``if any(x == 2 for x in args): return 5``: a scan of the inputs (``*args``, or a tuple
+    of names such as ``(a, b)``) for a failing literal that returns a constant made of failing
+    literals, one of them not small. A shortcut such as ``if any(x == 0 for x in xs): return 0``
+    is not special-casing, nor is a scan of a string or a list the code was given."""
+    if test is None or not result or not all(k in lits for k in result) or all(k in _SMALL for k in result):
+        return False
+    for node in ast.walk(test):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("any", "all")
+                and len(node.args) == 1 and isinstance(node.args[0], ast.GeneratorExp | ast.ListComp | ast.SetComp)):
+            continue
+        scanned = node.args[0].generators[0].iter
+        inputs = (isinstance(scanned, ast.Name) and scanned.id in varargs) or (
+            isinstance(scanned, ast.Tuple | ast.List) and len(scanned.elts) >= 2
+            and all(isinstance(e, ast.Name) for e in scanned.elts))
+        if inputs and _compare_literals(node.args[0], lits):
+            return True
+    return False
 
 
 def _without_docstring(body: Sequence[ast.stmt]) -> list[ast.stmt]:
@@ -512,13 +554,49 @@ def _without_docstring(body: Sequence[ast.stmt]) -> list[ast.stmt]:
 
 def _sole_constant_return(body: Sequence[ast.stmt]) -> ast.Return | None:
     rest = _without_docstring(body)
-    if len(rest) == 1 and isinstance(rest[0], ast.Return) and _scalars(rest[0].value) is not None:
+    if len(rest) == 1 and isinstance(rest[0], ast.Return) and _fixed(rest[0].value):
         return rest[0]
     return None
 
 
 def _constant_lambda(node: ast.AST | None) -> bool:
-    return isinstance(node, ast.Lambda) and _scalars(node.body) is not None
+    return isinstance(node, ast.Lambda) and _fixed(node.body)
+
+
+_SAME_SIDES = (ast.Eq, ast.Is, ast.LtE, ast.GtE, ast.NotEq, ast.IsNot, ast.Lt, ast.Gt)
+
+
+def _fixed(node: ast.AST | None, depth: int = 0) -> bool:
+    """Whether an expression gives the same answer whatever the operands: a constant, or
+    trivially one (``o == o``, ``self is self``, ``True or x``, ``not False``)."""
+    if node is None or depth > 20:
+        return False
+    if _scalars(node) is not None:
+        return True
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return _fixed(node.operand, depth + 1)
+    if isinstance(node, ast.Compare):  # both sides the same name: `other == other`
+        operands = [node.left, *node.comparators]
+        return all(isinstance(op, _SAME_SIDES) for op in node.ops) and all(
+            _same_name(a, b) for a, b in zip(operands, operands[1:], strict=False))
+    if isinstance(node, ast.BoolOp):
+        decisive = isinstance(node.op, ast.Or)  # `True or x` is True, `False and x` is False
+        first = node.values[0]
+        if _scalars(first) is not None and isinstance(first, ast.Constant) and bool(first.value) is decisive:
+            return True
+        return all(_fixed(v, depth + 1) for v in node.values)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "bool":
+        return len(node.args) == 1 and _fixed(node.args[0], depth + 1)
+    if isinstance(node, ast.IfExp):
+        return _fixed(node.body, depth + 1) and _fixed(node.orelse, depth + 1)
+    return False
+
+
+def _same_name(a: ast.AST, b: ast.AST) -> bool:
+    """The same variable or attribute chain on both sides (no calls: ``f() == f()`` may differ)."""
+    if not all(isinstance(n, ast.Name | ast.Attribute) for n in ast.walk(a) if isinstance(n, ast.expr)):
+        return False
+    return ast.dump(a) == ast.dump(b)
 
 
 def _unpack(target: ast.expr) -> Iterator[ast.expr]:
