@@ -518,7 +518,7 @@ class Engine:
             outside = watch.ancestor_changes()
             if outside:
                 record.guard = "clean_room"
-                return Verdict.ESCALATE, f"configuration outside the tree changed: {outside[0]}"
+                return Verdict.ESCALATE, f"configuration outside the tree (or on its sys.path) changed: {outside[0]}"
             watch.build_clean_room(room.root)
             cwd = Path(room.root) / os.path.relpath(ctx.workdir, watch.root)
             clean = LoopContext(spec=spec, iteration=ctx.iteration, workdir=cwd, run_dir=ctx.run_dir,
