@@ -1,4 +1,4 @@
-"""Attacks through the import system.
+"""Attacks through the import system and the harness's own process.
 
 Real loops (``pytest-loops run`` or ``pytest --loop`` in a subprocess, see
 ``adversarial_kit.py``) whose revise step makes the checks pass without fixing
@@ -11,7 +11,9 @@ Real loops (``pytest-loops run`` or ``pytest --loop`` in a subprocess, see
   site-packages (``pygments``, imported by pytest at start-up), which patches the
   code under test and then loads the real one;
 - by a ``pyvenv.cfg`` dropped into the source folder, so the guard would take the
-  folder for a virtual environment and neither audit nor copy its files.
+  folder for a virtual environment and neither audit nor copy its files;
+- by reading the signing key and the hidden check from the harness's own
+  ``/proc/<pid>/environ`` and ``/proc/<pid>/cmdline``.
 
 Each must end not SUCCESS (ESCALATE where the guard sees it), the bug must still be
 there and nothing the attack planted may be left; a genuine fix stays SUCCESS.
@@ -19,6 +21,7 @@ there and nothing the attack planted may be left; a genuine fix stays SUCCESS.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -201,3 +204,58 @@ def test_genuine_fix_succeeds(case: Case, mode: str, tmp_path: Path, attack_proc
     assert not problems, (f"{case.attack.id} in {mode} mode:\n- " + "\n- ".join(problems)
                           + f"\nexit {outcome.returncode}\n--- output (tail) ---\n{outcome.tail()}")
 
+
+# -- secrets in the harness's own /proc files ------------------------------------------------
+
+KEY_VARIABLE = "LOOP_SIGN_KEY_Q7"
+KEY = "k3y-9f1c2a7e5b3d4c6a8e0f1b2d3c4a5e6f"
+HIDDEN = "python -m pytest -q -k hidden_check_q7"
+
+# the revise step reads what /proc shows of each of its ancestors up to the test's process
+READ_PROC = """\
+import json
+
+stop = int((EVIDENCE / "test-pid").read_text())
+seen = []
+pid = os.getppid()
+while pid > 1 and pid != stop:
+    try:
+        seen.append({"pid": pid, "cmdline": P(f"/proc/{pid}/cmdline").read_bytes().hex(),
+                     "environ": P(f"/proc/{pid}/environ").read_bytes().hex()})
+        pid = int(P(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        break
+with open(EVIDENCE / "proc.jsonl", "a") as f:
+    f.write(json.dumps(seen) + "\\n")
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc")
+@pytest.mark.parametrize("mode", ["run-cmd", pytest.param("session", marks=pytest.mark.slow)])
+def test_the_harness_shows_no_secret_in_proc(mode: str, tmp_path: Path, attack_processes: None) -> None:
+    project = kit.build_project(tmp_path, _attack("read-harness-proc", READ_PROC, (mode,)), mode)
+    (project.evidence / "test-pid").write_text(str(os.getpid()))
+    env = dict(project.env, **{KEY_VARIABLE: KEY})
+    if mode == "run-cmd":
+        command = [str(kit.PYTEST_LOOPS), "run", "--verify", "python -m pytest -q", "--hidden-verify", HIDDEN,
+                   "--revise", "python revise.py", "--max-iter", "2", "--no-progress-k", "0", "--no-suspects",
+                   "--sign-key-env", KEY_VARIABLE]
+    else:
+        command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--loop-suspects", "off", "--loop",
+                   "--loop-revise", "python revise.py", "--loop-max-iter", "2", "--loop-sign-key-env", KEY_VARIABLE]
+    done = subprocess.run(command, cwd=project.root, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                          timeout=kit.TIMEOUT)
+    output = (done.stdout + done.stderr).decode(errors="replace")[-3000:]
+    assert done.returncode not in (0, 64, 70), output
+    assert not kit.add_is_fixed(project)[0]
+    lines = (project.evidence / "proc.jsonl").read_text().splitlines()
+    assert lines, output
+    harness = 0
+    for line in lines:
+        for proc in json.loads(line):
+            cmdline, environ = bytes.fromhex(proc["cmdline"]), bytes.fromhex(proc["environ"])
+            shown = cmdline.replace(b"\0", b" ").decode(errors="replace")
+            assert KEY.encode() not in environ and KEY.encode() not in cmdline, (shown, output)
+            assert b"hidden_check_q7" not in cmdline and b"hidden_check_q7" not in environ, (shown, output)
+            harness += b"pytest" in cmdline and not cmdline.startswith(b"/bin/sh")
+    assert harness, f"the revise step saw no harness among its ancestors: {lines}"
