@@ -141,6 +141,29 @@ def test_judged_dirs(tmp_path: Path) -> None:
     dirs = judged_dirs(real, {"PYTHONPATH": f"lib{os.pathsep}{root / 'build' / 'lib'}{os.pathsep}{tmp_path}"},
                        [str(root / ".venv" / "lib" / "python3" / "site-packages"), str(root / "other"), ""])
     assert dirs == [real, *(os.path.join(real, d) for d in ("src", "lib", "build/lib", "other"))]
+    later = judged_dirs(real, {"PYTHONPATH": "made-later"}, [])
+    assert later == [real, os.path.join(real, "src"), os.path.join(real, "made-later")]
+
+
+def test_a_directory_on_the_path_made_by_the_revise_step_is_watched(guarded) -> None:
+    root, make = guarded
+    guard = make(PYTHONPATH="plugins")
+    _dist(root / "plugins", "late-1.0.dist-info")
+    result = guard.after_revise()
+    assert [v.path for v in result.violations] == ["plugins/late-1.0.dist-info"]
+    assert not (root / "plugins" / "late-1.0.dist-info").exists()
+    guard.close()
+
+
+def test_the_clean_room_moves_pythonpath_entries_of_the_tree_into_it(tmp_path: Path) -> None:
+    from pytest_loops.runtime.cleanroom import CleanRoom
+
+    tree = tmp_path / "proj"
+    (tree / "lib").mkdir(parents=True)
+    value = os.pathsep.join([str(tree), "", str(tree / "lib"), "/elsewhere", "relative"])
+    with CleanRoom(str(tree), {"PYTHONPATH": value, "LOOP_X": "1"}) as room:
+        assert room.env == {"PYTHONPATH": os.pathsep.join(
+            [room.root, "", os.path.join(room.root, "lib"), "/elsewhere", "relative"])}
 
 
 # -- shadowing --------------------------------------------------------------------------

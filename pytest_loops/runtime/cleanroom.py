@@ -8,7 +8,9 @@ Before a loop whose revise step ran may end SUCCESS, every check runs once more:
 - with a fresh bytecode cache: no ``__pycache__`` of the tree is copied, so no
   forged one is read (and the bytecode the revise step wrote into the tree was
   removed after it);
-- with the user's environment without any harness variable or signing key;
+- with the user's environment without any harness variable or signing key, its
+  ``PYTHONPATH`` entries inside the working tree moved into the room (a judged run
+  imports nothing, and finds no plugin registration, from the working tree);
 - pytest runs with ``python -P`` (nothing in the tree can stand in for pytest
   or the standard library) and with the harness's witness plugin
   (:mod:`pytest_loops.runtime.judge`), whose record, tagged with a per-run nonce, must
@@ -218,6 +220,9 @@ class CleanRoom:
         self.parent = tempfile.mkdtemp(prefix="pytest-loops-room-")
         self.root = os.path.join(self.parent, os.path.basename(self.workdir) or "tree")
         self.env = clean_environment(env, drop=drop)
+        if self.env.get("PYTHONPATH"):  # the room's copy, never the working tree, on the judged path
+            self.env["PYTHONPATH"] = os.pathsep.join(
+                self.map_path(p) if p else p for p in self.env["PYTHONPATH"].split(os.pathsep))
 
     def map_path(self, value: str) -> str:
         """A path (or ``--opt=path``) under the working tree, moved into the room."""

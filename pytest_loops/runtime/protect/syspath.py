@@ -91,7 +91,7 @@ def judged_dirs(root: str, environ: Mapping[str, str] | None = None,
     pytest`` run in it puts it first), ``src/``, the ``PYTHONPATH`` entries inside the
     tree, and every entry of this interpreter's path inside it (an editable install's),
     except those of a virtual environment in the tree (the tree's guard watches those).
-    Real absolute paths; ``root`` must be one."""
+    Real absolute paths, also of directories not made yet; ``root`` must be one."""
     environ = os.environ if environ is None else environ
     candidates = [root, os.path.join(root, "src")]
     candidates += [os.path.join(root, p) for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -99,7 +99,7 @@ def judged_dirs(root: str, environ: Mapping[str, str] | None = None,
     found: list[str] = []
     for candidate in candidates:
         real = os.path.realpath(candidate)
-        if _within(real, root) and real not in found and os.path.isdir(real) and _venv_of(real, root) is None:
+        if _within(real, root) and real not in found and _venv_of(real, root) is None:  # made later too
             found.append(real)
     return found
 
