@@ -57,7 +57,7 @@ def test_the_key_and_the_hidden_check_leave_proc(tmp_path: Path) -> None:
     assert seen["other_shown"] and seen["flag_shown"] and seen["args_end"]
     assert seen["environ_kept"] == KEY  # the harness itself still has both
     assert seen["argv_kept"] == ["--hidden-verify", HIDDEN, f"--x={HIDDEN}"]
-    assert seen["child"] == "unset"  # a child that inherits the C environment has no key
+    assert seen["child"] == KEY  # a child that inherits the C environment gets what it got before
 
 
 def test_nothing_to_hide_is_nothing_done() -> None:

@@ -12,8 +12,10 @@ Python copied both into ``sys.argv`` and ``os.environ`` at start-up and never re
 those areas again, so once the harness knows which values are secret,
 :func:`hide_secrets` overwrites them there with NUL bytes, in place, as
 ``setproctitle`` writes its title (the areas are never resized, the terminating NUL
-of the arguments is kept). ``os.environ`` and ``sys.argv`` keep the values; a child
-started with the inherited C environment (``env=None``) no longer has the variable.
+of the arguments is kept). ``os.environ`` and ``sys.argv`` keep the values, and
+the C environment is given its own copy of each hidden variable first (``putenv``),
+so a child started with the inherited environment (``env=None``: an xdist worker)
+gets what it got before.
 
 It never fails the harness: without ``/proc``, with areas it does not recognise, or
 on any error, it leaves everything as it is and says nothing.
@@ -73,7 +75,7 @@ def _hide(names: list[bytes], secrets: list[bytes]) -> bool:
             return False
         for offset, entry in _entries(memory):
             name, eq, value = entry.partition(b"=")
-            if eq and value and name in names:  # the whole entry: a child that inherits has no such variable
+            if eq and value and name in names:
                 blanks.append((env_start + offset, len(entry)))
     if secrets:
         memory = ctypes.string_at(arg_start, arg_end - arg_start)
@@ -85,6 +87,10 @@ def _hide(names: list[bytes], secrets: list[bytes]) -> bool:
                     blanks.append((arg_start + offset, len(arg)))
                 elif arg.endswith(b"=" + secret):
                     blanks.append((arg_start + offset + len(arg) - len(secret), len(secret)))
+    for name in names:  # the C environment points at a copy of its own, not at the area
+        text = os.fsdecode(name)
+        if text in os.environ:
+            os.putenv(text, os.environ[text])
     for address, length in blanks:
         ctypes.memset(address, 0, length)
     return bool(blanks)
