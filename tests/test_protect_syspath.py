@@ -256,3 +256,32 @@ def test_a_venv_there_at_loop_start_stays_one(tmp_path: Path) -> None:
     assert (root / ".venv" / "pyvenv.cfg").read_text() == "home = /usr/bin\n"
     assert guard.venvs == {".venv"}
     guard.close()
+
+
+# -- outside the tree: a plugin registration in any directory on the interpreter's path --------
+
+
+def test_a_plugin_distribution_on_a_path_directory_outside_the_tree(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_loops.runtime.protect import interpreter
+
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    on_path = tmp_path / "pythonpath-dir"
+    on_path.mkdir()
+    _dist(on_path, "kept-1.0.dist-info", "[console_scripts]\nkept = kept:main\n")
+    monkeypatch.setattr(interpreter, "site_dirs", lambda: [str(site)])
+    monkeypatch.setattr(interpreter, "JUDGE_PACKAGES", ())
+    monkeypatch.setattr(sys, "path", [str(site), str(on_path)])
+    guard = interpreter.InterpreterGuard(lambda p: p.startswith(str(tmp_path / "tree")))
+    guard.begin(journal=False)
+    (on_path / "forcepass.py").write_text("# a plugin\n")
+    _dist(on_path, "evil-1.0.dist-info")
+    points = on_path / "kept-1.0.dist-info" / "entry_points.txt"
+    points.write_text(points.read_text() + PLUGIN)
+    violations, _ = guard.check(full=True)
+    assert sorted((os.path.basename(v.path), v.how, v.restored) for v in violations) == [
+        ("entry_points.txt", "modified", True), ("evil-1.0.dist-info", "added", True)]
+    assert sorted(p.name for p in on_path.iterdir()) == ["kept-1.0.dist-info"]
+    assert "pytest11" not in points.read_text()
+    guard.close()
