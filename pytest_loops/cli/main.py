@@ -561,6 +561,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help(sys.stderr)
             raise LoopUsageError("a command is required", location=PROG,
                                  fix=f"one of: {', '.join(COMMANDS)}")
+        from pytest_loops.runtime.procimage import hide_secrets
+        from pytest_loops.runtime.trust import signing_key_variables
+
+        # the signing key and the hidden checks, out of what /proc shows of this process
+        hide_secrets(signing_key_variables(args), getattr(args, "hidden_verify", None) or ())
         return COMMANDS[args.command](args)
     except LoopUsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

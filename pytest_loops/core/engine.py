@@ -555,7 +555,7 @@ class Engine:
             outside = watch.ancestor_changes()
             if outside:
                 record.guard = "clean_room"
-                return Verdict.ESCALATE, f"configuration outside the tree changed: {outside[0]}"
+                return Verdict.ESCALATE, f"configuration outside the tree (or on its sys.path) changed: {outside[0]}"
             mounted = self.sandbox is not None and self.sandbox.tier.value == "namespaces"
             if mounted:  # the room's tree is seen at the project's own path
                 room.mount(watch.root)

@@ -250,6 +250,9 @@ def pytest_configure(config: pytest.Config) -> None:
         choice_value(config, "tine", TINE_CHOICES)
         if option_value(config, "sign_key_env") or option_value(config, "sign_key_file"):
             artifact_options(config)  # validates the signing key now, before any test runs
+            from pytest_loops.runtime.procimage import hide_secrets
+
+            hide_secrets([option_value(config, "sign_key_env")])  # out of what /proc shows of this process
         check_outputs(config, settings)
         if settings["revise"]:
             from pytest_loops.runtime.preflight import check_revise

@@ -8,7 +8,9 @@ Before a loop whose revise step ran may end SUCCESS, every check runs once more:
 - with a fresh bytecode cache: no ``__pycache__`` of the tree is copied, so no
   forged one is read (and the bytecode the revise step wrote into the tree was
   removed after it);
-- with the user's environment without any harness variable or signing key;
+- with the user's environment without any harness variable or signing key, its
+  ``PYTHONPATH`` entries inside the working tree moved into the room (a judged run
+  imports nothing, and finds no plugin registration, from the working tree);
 - pytest runs with ``python -P`` (nothing in the tree can stand in for pytest
   or the standard library) and with the harness's witness plugin
   (:mod:`pytest_loops.runtime.judge`), whose record, tagged with a per-run nonce, must
@@ -219,10 +221,17 @@ class CleanRoom:
         self.root = os.path.join(self.parent, os.path.basename(self.workdir) or "tree")
         self.env = clean_environment(env, drop=drop)
         self.mounted_at: str | None = None  # the namespaces tier: the room is seen at this path
+        self._pythonpath = self.env.get("PYTHONPATH")
+        if self._pythonpath:  # the room's copy, never the working tree, on the judged path
+            self.env["PYTHONPATH"] = os.pathsep.join(
+                self.map_path(p) if p else p for p in self._pythonpath.split(os.pathsep))
 
     def mount(self, path: str) -> None:
-        """The room's tree will be seen at ``path`` (the project's own): paths are not moved."""
+        """The room's tree will be seen at ``path`` (the project's own): paths are not moved
+        (there, the project's own path is the room's copy)."""
         self.mounted_at = os.path.realpath(path)
+        if self._pythonpath:
+            self.env["PYTHONPATH"] = self._pythonpath
 
     def map_path(self, value: str) -> str:
         """A path (or ``--opt=path``) under the working tree, moved into the room."""

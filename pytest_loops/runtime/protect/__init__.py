@@ -5,8 +5,10 @@ every file under the loop's working directory except the ones that judge the
 code: test files and everything under test directories, ``conftest.py``
 anywhere, every configuration file pytest reads (of any name pytest knows, also
 in the ancestor directories it searches), loop files and the harness config,
-virtual environments, ``.pth`` and ``sitecustomize`` files, new modules that
-would shadow pytest or the standard library, symbolic links and executables.
+virtual environments (those there at loop start), ``.pth`` and ``sitecustomize``
+files, new modules that would shadow any module importable from outside the tree,
+distribution metadata on the judged ``sys.path`` (:mod:`.syspath`), symbolic links
+and executables.
 ``scope`` globs narrow the scope; ``protect`` globs add read-only paths.
 
 :class:`TreeGuard` copies the read-only files (and the in-scope Python files,

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.machinery
 import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +29,7 @@ from pytest_loops.runtime.protect.rules import (
     matches,
 )
 from pytest_loops.runtime.protect.store import TextStore, store_prefix, sweep_stale_stores
+from pytest_loops.runtime.protect.syspath import OutsideModules, PathMetadataGuard, judged_dirs, shadowed_module
 from pytest_loops.runtime.protect.tree import (
     Entry,
     RevisePass,
@@ -56,20 +56,6 @@ from pytest_loops.runtime.protect.tree import (
 
 if TYPE_CHECKING:
     from pytest_loops.progress.journal import DirectoryJournal
-
-
-MODULE_SUFFIXES = tuple(sorted({*importlib.machinery.SOURCE_SUFFIXES, *importlib.machinery.EXTENSION_SUFFIXES},
-                               key=len, reverse=True))
-
-
-def module_stem(name: str) -> str | None:
-    """The module a file of this name is imported as (``json.py``, and an extension
-    module such as ``json.cpython-311-x86_64-linux-gnu.so`` or ``json.abi3.so``, are
-    ``json``); None when it is no module file."""
-    for suffix in MODULE_SUFFIXES:
-        if name.endswith(suffix) and len(name) > len(suffix):
-            return name[:-len(suffix)]
-    return None
 
 
 class TreeGuard:
@@ -111,6 +97,9 @@ class TreeGuard:
         self.start: dict[str, Entry] = {}  # rel -> entry at loop start
         self.store: dict[str, Stored] = {}
         self.venvs: set[str] = set()
+        self.start_venvs: frozenset[str] | None = None  # the venvs at loop start (None: still walking it)
+        self.shadows: Container[str] = SHADOW_MODULES  # top-level names a new module may not take
+        self.metadata: PathMetadataGuard | None = None  # distribution metadata on the judged sys.path
         self.ancestors: dict[str, Entry | None] = {}
         self.ancestor_store: dict[str, Stored] = {}
         self._ancestor_dirs = _ancestor_dirs(self.root, extra_ancestors)
@@ -143,7 +132,7 @@ class TreeGuard:
             return True
         if parts[-1] in IGNORED_DIRS:
             return True
-        return self._own(rel)
+        return self._own(rel) or (self.metadata is not None and self.metadata.owns(rel))
 
     def _in_venv(self, rel: str) -> str | None:
         for venv in self.venvs:
@@ -174,6 +163,8 @@ class TreeGuard:
             return "configuration pytest reads"
         if name in STARTUP_NAMES or name.endswith(".pth"):
             return "run by the interpreter at start-up"
+        if name == "pyvenv.cfg":
+            return "would make a virtual environment of its directory"
         parts = rel.split("/")
         if any(TEST_DIR.match(p) for p in parts[:-1]):
             return "under a test directory"
@@ -181,18 +172,9 @@ class TreeGuard:
             return "a test file"
         if name.endswith((".loop", ".loop.yaml", ".loop.yml")) or rel in self.readonly_files:
             return "a loop definition, or a file a check runs"
-        if new:
-            for i, part in enumerate(parts):
-                last = i == len(parts) - 1
-                stem = module_stem(part) if last else part
-                if stem is None or stem not in SHADOW_MODULES:
-                    continue
-                parent = "/".join(parts[:i])
-                if os.path.exists(os.path.join(self.root, parent, "__init__.py")):
-                    continue  # inside a package: shadows nothing
-                if not last and "/".join(parts[: i + 1]) in self.start_dirs:
-                    continue  # the package was there when the loop started
-                return f"would shadow the module {stem!r}"
+        shadowed = shadowed_module(self.root, parts, self.shadows, self.start_dirs) if new else None
+        if shadowed is not None:
+            return f"would shadow the module {shadowed!r}"
         if self.scope and not matches(rel, self.scope):
             return "outside the loop's scope"
         return None
@@ -241,7 +223,8 @@ class TreeGuard:
                 names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
         except OSError:
             names = []
-        if rel and any(n == "pyvenv.cfg" for n, _ in names):
+        if rel and (rel in self.start_venvs if self.start_venvs is not None
+                    else any(n == "pyvenv.cfg" for n, _ in names)):  # a venv made later is not one
             self._forget_dir(rel, changes, keep_venv=True)
             self._scan_venv(rel, changes)
             return []
@@ -298,7 +281,7 @@ class TreeGuard:
         tops += [str(p) for p in Path(base).glob("lib/python*/site-packages")]
         tops += [str(p) for p in Path(base).glob("Lib/site-packages")]
         known = self.venv_tops.setdefault(rel, set())
-        for top in tops:
+        for top in [base, *tops]:  # its own directory: only the pyvenv.cfg that makes it one
             top_rel = os.path.relpath(top, self.root).replace(os.sep, "/")
             names: list[str] = []
             if os.path.isdir(top) and not os.path.islink(top):
@@ -310,7 +293,7 @@ class TreeGuard:
             known.add(top_rel)
             present = set()
             for name in names:
-                if name == "__pycache__":
+                if name == "__pycache__" or (top == base and name != "pyvenv.cfg"):
                     continue
                 child = f"{top_rel}/{name}"
                 entry = _entry(os.path.join(top, name))
@@ -357,9 +340,14 @@ class TreeGuard:
                 self._journal = DirectoryJournal(self.root)
             except JournalLost as exc:
                 self._journal_reason = exc.reason
+        self.metadata = PathMetadataGuard(self.root, judged_dirs(self.root))
+        self.metadata.begin()
         self._walk()
         self.start = dict(self.state)
         self.start_dirs = frozenset(self.dirs)
+        self.start_venvs = frozenset(self.venvs)
+        self.shadows = OutsideModules(self.root, fixed=SHADOW_MODULES, extra=[
+            str(p) for v in self.venvs for p in Path(self.root, v).glob("lib/python*/site-packages")])
         sweep_stale_stores()
         self._store_dir = tempfile.mkdtemp(prefix=store_prefix())
         for rel, entry in self.state.items():
@@ -519,6 +507,8 @@ class TreeGuard:
             violations += self._sweep_readonly({v.path for v in violations})
         violations += self._ancestor_violations()
         result.violations = [self._undo(v) for v in violations]
+        if self.metadata is not None:
+            result.violations += self.metadata.check()
         if self.interpreter is not None:
             outside, cleared = self.interpreter.check()
             result.violations += outside
@@ -556,9 +546,11 @@ class TreeGuard:
 
     def ancestor_changes(self) -> list[str]:
         """What outside the tree changed since the loop started: configuration files in
-        ancestor directories, and the judging interpreter's start-up files and test runner
-        (those are undone too)."""
+        ancestor directories, the judging interpreter's start-up files and test runner,
+        and distribution metadata in the tree's directories on its path (undone too)."""
         found = [v.describe() for v in self._ancestor_violations()]
+        if self.metadata is not None:
+            found += [v.describe() for v in self.metadata.check()]
         if self.interpreter is not None:  # file by file: what the journal missed is found here
             found += [v.describe() for v in self.interpreter.check(full=True)[0]]
         return found

@@ -4,8 +4,8 @@ The clean room judges tests with this interpreter (``sys.executable -m pytest``)
 and shell checks usually run the same one. A revise step runs as the same user, so
 it can write where that interpreter looks before any test runs: a ``.pth`` file or
 ``sitecustomize.py`` in its site-packages, a new distribution that registers a
-pytest plugin (an entry point in ``pytest11``, loaded into every pytest run), or
-pytest's own code. The tree's guard never sees those paths.
+pytest plugin (an entry point in ``pytest11``, loaded into every pytest run) in any
+directory on its path, or pytest's own code. The tree's guard never sees those paths.
 
 :class:`InterpreterGuard` records them when the loop starts (copying the test
 runner's own files, in memory) and reports every change as a
@@ -135,6 +135,7 @@ class InterpreterGuard:
         self.cache_dirs: list[str] = []
         self.site_dirs: list[str] = []
         self.site_names: dict[str, frozenset[str]] = {}  # site-packages -> every name in it, at loop start
+        self.path_names: dict[str, frozenset[str]] = {}  # other directories on the path, the same
         self.entry_points: dict[str, bytes | None] = {}  # each distribution's entry_points.txt, at loop start
         self.journal: DirectoryJournal | None = None
         self.journal_reason: str | None = None  # why checks compare file by file (None: they use the journal)
@@ -158,6 +159,15 @@ class InterpreterGuard:
             self.journal_reason = "the change journal is off"
         for directory in self._startup_dirs():
             self._watch(directory)
+            if directory not in self.site_names:
+                try:
+                    self.path_names[directory] = frozenset(os.listdir(directory))
+                except OSError:
+                    self.path_names[directory] = frozenset()
+                for name in self.path_names[directory]:
+                    if name.endswith(DIST_SUFFIXES):
+                        self.entry_points[os.path.join(directory, name)] = _read_small(
+                            os.path.join(directory, name, "entry_points.txt"))
             names = self._names(directory)
             self.listed[directory] = names
             for name in names:
@@ -234,8 +244,8 @@ class InterpreterGuard:
     def _runner_paths(self) -> list[str]:
         """The judge's packages and every installed pytest plugin's."""
         names = list(JUDGE_PACKAGES)
-        for directory in self.site_dirs:
-            for name in sorted(self.listed.get(directory, ())):
+        for directory in self.listed:
+            for name in sorted(self.listed[directory]):
                 if name.endswith(DIST_SUFFIXES):
                     names += _plugin_modules(os.path.join(directory, name)) or []
         paths: list[str] = []
@@ -257,9 +267,9 @@ class InterpreterGuard:
                 found.add(name)
             elif in_site and name.endswith(".pth"):
                 found.add(name)
-            elif in_site and name.endswith(DIST_SUFFIXES) \
+            elif name.endswith(DIST_SUFFIXES) \
                     and _plugin_modules(os.path.join(directory, name)) is not None:
-                found.add(name)
+                found.add(name)  # importlib.metadata finds it on any directory of the path
         return frozenset(found)
 
     def _record(self, path: str) -> None:
@@ -313,7 +323,7 @@ class InterpreterGuard:
                     continue
                 doomed = [path]
                 if name.endswith(DIST_SUFFIXES):  # and the new modules it registers
-                    before = self.site_names.get(directory, frozenset())
+                    before = self.site_names.get(directory) or self.path_names.get(directory, frozenset())
                     for module in _plugin_modules(path) or []:
                         doomed += [os.path.join(directory, n) for n in (module, module + ".py")
                                    if n not in before]
