@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.machinery
 import os
 import shutil
 import stat
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_loops.deadline import DeadlineReached, ShouldStop
+from pytest_loops.runtime.protect.gitpaths import GIT_ATTRIBUTES, GIT_REASON, GitPaths
 from pytest_loops.runtime.protect.interpreter import InterpreterGuard
 from pytest_loops.runtime.protect.rules import (
     ANCESTOR_NAMES,
@@ -27,7 +27,9 @@ from pytest_loops.runtime.protect.rules import (
     SHADOW_MODULES,
     STARTUP_NAMES,
     TEST_DIR,
+    harness_config,
     matches,
+    module_stem,
 )
 from pytest_loops.runtime.protect.store import TextStore, store_prefix, sweep_stale_stores
 from pytest_loops.runtime.protect.tree import (
@@ -56,20 +58,6 @@ from pytest_loops.runtime.protect.tree import (
 
 if TYPE_CHECKING:
     from pytest_loops.progress.journal import DirectoryJournal
-
-
-MODULE_SUFFIXES = tuple(sorted({*importlib.machinery.SOURCE_SUFFIXES, *importlib.machinery.EXTENSION_SUFFIXES},
-                               key=len, reverse=True))
-
-
-def module_stem(name: str) -> str | None:
-    """The module a file of this name is imported as (``json.py``, and an extension
-    module such as ``json.cpython-311-x86_64-linux-gnu.so`` or ``json.abi3.so``, are
-    ``json``); None when it is no module file."""
-    for suffix in MODULE_SUFFIXES:
-        if name.endswith(suffix) and len(name) > len(suffix):
-            return name[:-len(suffix)]
-    return None
 
 
 class TreeGuard:
@@ -114,6 +102,7 @@ class TreeGuard:
         self.ancestors: dict[str, Entry | None] = {}
         self.ancestor_store: dict[str, Stored] = {}
         self._ancestor_dirs = _ancestor_dirs(self.root, extra_ancestors)
+        self.git = GitPaths(self.root)  # .git/config, hooks, attributes: watched like the ancestors
         self._store_dir: str | None = None
         self._journal: DirectoryJournal | None = None
         self._journal_reason: str | None = None
@@ -181,6 +170,10 @@ class TreeGuard:
             return "a test file"
         if name.endswith((".loop", ".loop.yaml", ".loop.yml")) or rel in self.readonly_files:
             return "a loop definition, or a file a check runs"
+        if harness_config(rel):
+            return "the harness's configuration, read by its next run"
+        if name == GIT_ATTRIBUTES:
+            return GIT_REASON
         if new:
             for i, part in enumerate(parts):
                 last = i == len(parts) - 1
@@ -328,8 +321,8 @@ class TreeGuard:
         return changes
 
     def _ancestor_state(self) -> dict[str, Entry | None]:
-        return {os.path.join(d, n): _entry(os.path.join(d, n))
-                for d in self._ancestor_dirs for n in ANCESTOR_NAMES}
+        return {**{os.path.join(d, n): _entry(os.path.join(d, n)) for d in self._ancestor_dirs
+                   for n in ANCESTOR_NAMES}, **self.git.state()}
 
     # -- the loop's life ---------------------------------------------------------------
 
@@ -569,18 +562,19 @@ class TreeGuard:
     def _ancestor_violations(self) -> list[Violation]:
         found = []
         now = self._ancestor_state()
-        for path, old in self.ancestors.items():
-            new = now.get(path)
-            if old != new:
-                found.append(Violation(path, _how(old, new), "configuration pytest reads "
-                                       "from an ancestor directory", restored=False))
+        for path in sorted(self.ancestors.keys() | now.keys()):  # a directory before its files
+            old, new, git = self.ancestors.get(path), now.get(path), self.git.owns(path)
+            if old == new or git and self.git.same_bytes(path, old, new, self.ancestor_store.get(path)):
+                continue
+            found.append(Violation(path, _how(old, new), GIT_REASON if git else "configuration pytest reads "
+                                   "from an ancestor directory", restored=False))
         return found
 
     # -- undoing -------------------------------------------------------------------------
 
     def _undo(self, v: Violation) -> Violation:
         if v.path.startswith("/"):
-            ok = _restore_path(v.path, self.ancestor_store.get(v.path), None)
+            ok = GitPaths.restore(v.path, self.ancestor_store.get(v.path), self.ancestors.get(v.path))
         else:
             ok = self._restore_rel(v.path)
         return Violation(v.path, v.how, v.why, restored=ok)
