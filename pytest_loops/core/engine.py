@@ -200,6 +200,10 @@ class Engine:
         self.artifact_errors = []
         paths = resolve_paths(spec, artifacts_dir=self.artifacts_dir, log_path=log_path,
                               memory_page=memory_page, wall=wall0)
+        if log_path:  # a run log given a path writes over no file that is not one (nor do .tine, hand-off)
+            from pytest_loops.runtime.outpaths import check_artifact_paths
+
+            check_artifact_paths(paths.log, "the run log path")
         if any(p is not None and p.is_relative_to(paths.artifacts_dir) for p in (paths.log, paths.memory_page)):
             from pytest_loops.runtime.outpaths import keep_out_of_git
 

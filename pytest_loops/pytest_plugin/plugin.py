@@ -126,7 +126,7 @@ def build_settings(config: pytest.Config, environ: Mapping[str, str] | None = No
 
 def check_outputs(config: pytest.Config, settings: Resolved) -> None:
     """Every path a loop writes is checked before the first test runs (see outputs.py)."""
-    from pytest_loops.runtime.outpaths import check_output_path
+    from pytest_loops.runtime.outpaths import REPORT, check_output_path
 
     def where(key: str) -> str:
         """The spelling the path was given under (an old one when that was written)."""
@@ -148,7 +148,7 @@ def check_outputs(config: pytest.Config, settings: Resolved) -> None:
         check_output_path(settings["lessons_page"], where("lessons_page"), base=root)
     report = config.getoption("loop_report")
     check_output_path(report or ini_value(config, "report"), "--loop-report" if report else "ini loop_report",
-                      base=config.invocation_params.dir)
+                      base=config.invocation_params.dir, kind=REPORT)
 
 
 VALUE_FLAGS = tuple(option for row in option_rows() if not row.bare for option in row.options)
