@@ -25,7 +25,7 @@ import stat
 from pytest_loops.runtime.protect.tree import Entry, Stored, _entry, _remove, _restore_path, file_digest
 
 GIT_ATTRIBUTES = ".gitattributes"
-GIT_REASON = "git configuration, a git hook or git attributes (they name programs git runs)"
+GIT_REASON = "git configuration, hooks and attributes: they name programs git runs"
 _GITDIR_BYTES = 4096
 
 
