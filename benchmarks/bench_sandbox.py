@@ -119,8 +119,8 @@ def per_iteration(tree: Path, rounds: int, lo: int, hi: int, out: Path) -> Table
     names = ["none", *tiers()]
     jobs = {f"{t}@{n}": arm(t, n) for t in names for n in (lo, hi)}
     samples = interleaved(jobs, rounds, "iterations")
-    per = {t: med([(h.seconds - l.seconds) / (hi - lo)
-                   for l, h in zip(samples[f"{t}@{lo}"], samples[f"{t}@{hi}"], strict=True)]) for t in names}
+    per = {t: med([(high.seconds - low.seconds) / (hi - lo)
+                   for low, high in zip(samples[f"{t}@{lo}"], samples[f"{t}@{hi}"], strict=True)]) for t in names}
     table = Table(f"Per iteration of the console script ({sum(1 for _ in tree.rglob('*.txt')):,}-file tree)")
     table.add("none (baseline)", ms(per["none"]))
     for t in names[1:]:

@@ -24,6 +24,7 @@ from pytest_loops.artifacts.provenance import file_tail
 from pytest_loops.artifacts.runlog import atomic_write_text, recorded_source_file
 from pytest_loops.redact import make_redactor, strip_control
 from pytest_loops.results import CheckResult, LoopResult
+from pytest_loops.runtime.safegit import run_git
 
 DIFF_MAX_CHARS = 200_000
 UNTRACKED_MAX = 50
@@ -182,21 +183,18 @@ def git_diff(cwd: str | os.PathLike, exclude: Sequence[Path] = ()) -> tuple[str,
     Untracked directories are listed once (``dir/``); entries holding or inside
     an ``exclude`` path (the loop's own artifacts) are left out.
     """
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0", "GIT_PAGER": "cat"}
-
     def git(*args: str) -> subprocess.CompletedProcess[bytes] | None:
-        try:
-            return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, env=env,
-                                  timeout=GIT_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        try:  # hardened: no program the repository's config, hooks or attributes name runs
+            return run_git(args, cwd, timeout=GIT_TIMEOUT_S)
         except (OSError, subprocess.SubprocessError, ValueError):
             return None
 
     inside = git("rev-parse", "--is-inside-work-tree")
     if inside is None or inside.returncode != 0 or inside.stdout.strip() != b"true":
         return None
-    diff = git("diff", "--no-color", "--no-ext-diff", "HEAD", "--")
+    diff = git("diff", "--no-color", "HEAD", "--")
     if diff is None or diff.returncode != 0:  # a repository without commits has no HEAD
-        diff = git("diff", "--no-color", "--no-ext-diff", "--")
+        diff = git("diff", "--no-color", "--")
     if diff is None or diff.returncode != 0:
         return None
     others = git("ls-files", "--others", "--exclude-standard", "--directory", "-z")

@@ -19,7 +19,7 @@ import pluggy
 from pytest_loops.cli.watching import add_watch_parser, cmd_watch
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.pytest_plugin.terminal import iteration_line
-from pytest_loops.runtime.outpaths import check_output_path
+from pytest_loops.runtime.outpaths import REPORT, TINE, check_artifact_paths, check_output_path
 from pytest_loops.settings import (
     BY_NAME,
     DEFAULTS,
@@ -318,6 +318,9 @@ def _check_output_path(value: str | None, key: str, origin: str, cwd: Path, wher
     variable = next((v for v in variables if environ.get(v)), variables[0] if variables else None)
     where = where or {"command line": str(flag), "environment": f"environment variable {variable}"}.get(
         origin, f"{origin}: {file_key}")
+    if key == "log_path":  # a run log (and the .tine and hand-off beside it) writes over no other file
+        check_artifact_paths(value, where, base=cwd)
+        return
     check_output_path(value, where, base=cwd, directory=key == "artifacts")
 
 
@@ -425,7 +428,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         spec, extra = spec_from_args(args)
     if args.tine is not False:
-        check_output_path(_tine_path(args), "--tine")
+        check_output_path(_tine_path(args), "--tine", kind=TINE)
     if not args.plugins:  # a plugin's pytest_loop_revise may stand in for the command
         from pytest_loops.runtime.preflight import check_revise
 
@@ -531,7 +534,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not directory.is_dir():
         raise LoopUsageError("not a directory", location=str(directory),
                              fix="pass the artifacts directory, e.g. .pytest-loops")
-    check_output_path(args.output, "--output")
+    check_output_path(args.output, "--output", kind=REPORT)
     runs = collect_runs(directory)
     path = write_html_report(runs, args.output)
     print(f"{path}: {len(runs)} loop run(s)")

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from pytest_loops.core import contextfile, fanout, guards
+from pytest_loops.core import contextfile, fanout, guards, isolation
 from pytest_loops.core.context import (
     CommandRunner,
     Fingerprint,
@@ -51,23 +51,10 @@ from pytest_loops.spec import Check, LoopSpec, Pipeline
 from pytest_loops.verdict import Verdict
 
 if TYPE_CHECKING:
-    from pytest_loops.core.isolation import Isolation
     from pytest_loops.runtime.protect import TreeGuard
     from pytest_loops.sandbox import Choice
 
 AUDIT_CHOICES = ("error", "warn", "off")
-
-
-def choose_sandbox(requested: str) -> Choice:
-    """The tier a loop runs in; a tier asked for by name and not available here is bad
-    input (one line, exit 64)."""
-    from pytest_loops.errors import LoopUsageError
-    from pytest_loops.sandbox import SandboxUnavailable, choose
-
-    try:
-        return choose(requested)
-    except SandboxUnavailable as exc:
-        raise LoopUsageError(str(exc), location="sandbox") from None
 
 
 def _iso(wall: float) -> str:
@@ -97,7 +84,7 @@ class _Loop:
     # check name -> the pytest node ids its output named failed so far (the clean room's rule)
     failed_tests_seen: dict[str, set[str]] = field(default_factory=dict)
     ctx: LoopContext | None = None
-    isolation: Isolation | None = None
+    isolation: isolation.Isolation | None = None
 
 
 class Engine:
@@ -163,7 +150,7 @@ class Engine:
         self.audit = audit
         self.audit_allow = tuple(audit_allow)  # globs of non-text files the revise step may add
         # the kernel's isolation needs real processes too: chosen once, for every loop
-        self.sandbox: Choice | None = choose_sandbox(sandbox) if clean_room else None
+        self.sandbox: Choice | None = isolation.choose_sandbox(sandbox) if clean_room else None
         self.sandbox_writable = tuple(sandbox_writable)
         self.sandbox_network = sandbox_network
         self.write_index = write_index
@@ -225,6 +212,10 @@ class Engine:
         self.artifact_errors = []
         paths = resolve_paths(spec, artifacts_dir=self.artifacts_dir, log_path=log_path,
                               memory_page=memory_page, wall=wall0)
+        if log_path:  # a run log given a path writes over no file that is not one (nor do .tine, hand-off)
+            from pytest_loops.runtime.outpaths import check_artifact_paths
+
+            check_artifact_paths(paths.log, "the run log path")
         if any(p is not None and p.is_relative_to(paths.artifacts_dir) for p in (paths.log, paths.memory_page)):
             from pytest_loops.runtime.outpaths import keep_out_of_git
 
@@ -285,16 +276,11 @@ class Engine:
                           extra_ancestors=[tempfile.gettempdir()], should_stop=stop)
         from pytest_loops import __version__
 
-        isolation = None
-        if self.sandbox is not None:
-            from pytest_loops.core.isolation import Isolation
-
-            isolation = Isolation(self.sandbox, watch, own=[paths.log, paths.run_dir, paths.memory_page,
-                                                             paths.artifacts_dir],
-                                  writable=self.sandbox_writable, network=self.sandbox_network)
+        confined = None if self.sandbox is None else isolation.Isolation(
+            self.sandbox, watch, own=[paths.log, paths.run_dir, paths.memory_page, paths.artifacts_dir],
+            writable=self.sandbox_writable, network=self.sandbox_network)
         run.header.update({
-            "sandbox": self.sandbox.to_dict() if self.sandbox is not None else {"tier": "none",
-                                                                               "note": "no real processes"},
+            "sandbox": isolation.header(self.sandbox),
             "loop": spec.name, "goal": spec.goal, "source": spec.source,
             "guards": g.to_dict(), "state_paths": list(spec.state_paths),
             "started_at": _iso(wall0), "cwd": str(workdir), "revise": spec.revise,
@@ -321,7 +307,7 @@ class Engine:
         return _Loop(spec=spec, paths=paths, run=run, state=state, plan=plan, t0=t0, deadline=deadline,
                      stop=stop, workdir=workdir, watch=watch, fingerprint=fingerprint,
                      first_results=first_results if not prior else None, pending=plan.revise,
-                     lessons=list(lessons_read), failed_tests_seen=failed_tests_seen, isolation=isolation)
+                     lessons=list(lessons_read), failed_tests_seen=failed_tests_seen, isolation=confined)
 
     def _drive(self, loop: _Loop, wall0: float,
                before_start: Callable[[Callable[[], bool] | None], None] | None) -> LoopResult:
@@ -531,75 +517,12 @@ class Engine:
 
     def _confirm(self, spec: LoopSpec, ctx: LoopContext, record: IterationRecord,
                  watch: TreeGuard) -> tuple[Verdict | None, str]:
-        """Run every check again in a clean room; a verdict other than SUCCESS, or None.
-        A clean room that cannot be made or filled (the temp directory gone, a full
-        disk) confirms nothing: ESCALATE, never a lost verdict."""
-        try:
-            return self._confirm_in_room(spec, ctx, record, watch)
-        except OSError as exc:
-            record.guard = "clean_room"
-            where = f" ({exc.filename})" if exc.filename else ""
-            return Verdict.ESCALATE, (f"the clean room could not be built to confirm the pass: "
-                                      f"{exc.strerror or exc}{where}")
+        """Run every check again in a clean room (:mod:`pytest_loops.core.confirm`)."""
+        from pytest_loops.core.confirm import confirm
 
-    def _confirm_in_room(self, spec: LoopSpec, ctx: LoopContext, record: IterationRecord,
-                         watch: TreeGuard) -> tuple[Verdict | None, str]:
-        from pytest_loops.runtime.cleanroom import CleanRoom
-
-        with CleanRoom(str(ctx.workdir), self.env) as room:
-            tampered = watch.verify_store()
-            if tampered:
-                record.guard = "clean_room"
-                return Verdict.ESCALATE, ("the loop-start copies of read-only files were changed "
-                                          f"behind the harness: {', '.join(tampered[:5])}")
-            outside = watch.ancestor_changes()
-            if outside:
-                record.guard = "clean_room"
-                return Verdict.ESCALATE, f"configuration outside the tree (or on its sys.path) changed: {outside[0]}"
-            mounted = self.sandbox is not None and self.sandbox.tier.value == "namespaces"
-            if mounted:  # the room's tree is seen at the project's own path
-                room.mount(watch.root)
-            watch.build_clean_room(room.root, link_venvs=not mounted)
-            cwd = ctx.workdir if mounted else Path(room.root) / os.path.relpath(ctx.workdir, watch.root)
-            clean = LoopContext(spec=spec, iteration=ctx.iteration, workdir=cwd, run_dir=ctx.run_dir,
-                                runner=self.runner, clock=self.clock, deadline=ctx.deadline,
-                                base_env=dict(room.env), scrub=self.scrub, clean_room=room, localizer=self.localizer,
-                                label_prefix="cleanroom-", failed_tests_seen=ctx.failed_tests_seen,
-                                confine=ctx.confine)
-            for check in spec.checks:
-                result = self._run_check(check, clean)
-                if not isinstance(result, CheckResult):
-                    raise TypeError(f"pytest_loop_run_check returned {type(result).__name__} for "
-                                    f"{check.name!r} in the clean room; expected a CheckResult")
-                record.clean_room.append(result)
-                if clean.budget_hit:
-                    record.guard = "budget"
-                    return Verdict.TIMEOUT, (f"budget of {spec.guards.budget_seconds:g}s ran out "
-                                             f"during the clean-room confirmation of iteration {record.iter}")
-                if not result.passed and check.hidden:
-                    record.guard = "hidden_check"
-                    return Verdict.ESCALATE, (f"the hidden check {check.name} did not pass in the clean "
-                                              f"room: {result.reason}")
-                if not result.passed and check.options.get("session_fix"):
-                    # the session fix-loop's judged run is its confirm run: a test it finds
-                    # failing (a regression) is the next iteration's to repair, not an escalation
-                    record.checks = [result if c.name == check.name else c for c in record.checks]
-                    record.passed = False
-                    record.verify_exit = result.exit_code
-                    record.output_tail = result.output_tail
-                    return None, ""
-                if not result.passed:
-                    record.guard = "clean_room"
-                    return Verdict.ESCALATE, (
-                        f"{check.name} passed in the working tree but not in the clean room "
-                        f"(the loop-start tests and configuration, only the in-scope changes, a fresh "
-                        f"environment): {result.reason}")
-            changed = watch.readonly_digests(room.root)
-            if changed:
-                record.guard = "clean_room"
-                return Verdict.ESCALATE, ("the code under test changed read-only files while it was "
-                                          f"judged in the clean room: {', '.join(changed[:5])}")
-        return None, ""
+        mounted = self.sandbox is not None and self.sandbox.tier.value == "namespaces"
+        return confirm(spec, ctx, record, watch, run_check=self._run_check, env=self.env, scrub=self.scrub,
+                       localizer=self.localizer, mounted=mounted)
 
     def _revise(self, loop: _Loop, ctx: LoopContext, record: IterationRecord,
                 failed: list[CheckResult]) -> tuple[Verdict | None, str]:

@@ -1,8 +1,9 @@
 """Best-of-N revise: N candidates per iteration, each in its own copy of the tree.
 
 With ``branches`` > 1 the revise step of an iteration runs N times in parallel,
-each run in an isolated copy of the working tree (:mod:`~pytest_loops.runtime.treecopy`)
-with ``LOOP_BRANCH`` (0..N-1) and ``LOOP_BRANCHES`` set. What each candidate
+each run in an isolated copy of the working tree (:mod:`~pytest_loops.runtime.treecopy`;
+all copies made before the first candidate starts) with ``LOOP_BRANCH`` (0..N-1) and
+``LOOP_BRANCHES`` set. What each candidate
 changed is read right after its revise step and judged by the tree guard's rules
 exactly as a single revise step's changes are: a candidate that touched a
 read-only path or left the scope is discarded, with the reason recorded. The
@@ -115,6 +116,11 @@ class FanOut:
         try:
             workers = max(1, min(self.branches, self.max_parallel))
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pytest-loops-branch") as pool:
+                # every copy is made before any revise step starts: no git process of the
+                # harness runs beside a candidate's command (whose reaper could take it for
+                # an escaped descendant), and a candidate's change to the repository's git
+                # files reaches no git call that makes another copy
+                list(pool.map(lambda i: self._copy(copies[i], candidates[i]), range(self.branches)))
                 list(pool.map(lambda i: self._candidate(ctx, copies[i], candidates[i]), range(self.branches)))
             if any(c.budget_hit for c in candidates):
                 ctx.budget_hit = True
@@ -132,7 +138,7 @@ class FanOut:
         parts = rel.split("/")
         return self.ignored(rel) or "__pycache__" in parts or rel.endswith((".pyc", ".pyo"))
 
-    def _candidate(self, ctx: LoopContext, copy: TreeCopy, candidate: Candidate) -> None:
+    def _copy(self, copy: TreeCopy, candidate: Candidate) -> None:
         t0 = self.clock()
         try:
             copy.create()
@@ -140,6 +146,10 @@ class FanOut:
             candidate.discarded = f"its copy of the tree could not be made: {exc}"
             return
         candidate.copy_seconds = self.clock() - t0
+
+    def _candidate(self, ctx: LoopContext, copy: TreeCopy, candidate: Candidate) -> None:
+        if candidate.discarded:
+            return
         env = {**ctx.base_env, BRANCH_VARIABLE: str(candidate.branch), BRANCHES_VARIABLE: str(self.branches)}
         mine = dataclasses.replace(ctx, workdir=type(ctx.workdir)(copy.root), base_env=env,
                                    label_prefix=f"branch-{candidate.branch}-", localizer=None, clean_room=None,

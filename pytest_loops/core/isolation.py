@@ -174,3 +174,20 @@ class Isolation:
                       writable=(room.parent, *own), readonly=tuple(readonly), masked=self._masked(),
                       keep=tuple(own), read_only_root=True, private_tmp=True, private_home=True,
                       network=self.network, unset_env=(TAG_VARIABLE,))
+
+
+def choose_sandbox(requested: str) -> Choice:
+    """The tier a loop runs in; a tier asked for by name and not available here is bad
+    input (one line, exit 64)."""
+    from pytest_loops.errors import LoopUsageError
+    from pytest_loops.sandbox import SandboxUnavailable, choose
+
+    try:
+        return choose(requested)
+    except SandboxUnavailable as exc:
+        raise LoopUsageError(str(exc), location="sandbox") from None
+
+
+def header(choice: Choice | None) -> dict[str, str]:
+    """The run log header's ``sandbox`` entry."""
+    return choice.to_dict() if choice is not None else {"tier": "none", "note": "a runner that spawns nothing"}

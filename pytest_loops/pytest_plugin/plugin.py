@@ -132,7 +132,7 @@ def _sandbox_origin(settings: Resolved) -> str:
 
 def check_outputs(config: pytest.Config, settings: Resolved) -> None:
     """Every path a loop writes is checked before the first test runs (see outputs.py)."""
-    from pytest_loops.runtime.outpaths import check_output_path
+    from pytest_loops.runtime.outpaths import REPORT, check_output_path
 
     def where(key: str) -> str:
         """The spelling the path was given under (an old one when that was written)."""
@@ -154,7 +154,7 @@ def check_outputs(config: pytest.Config, settings: Resolved) -> None:
         check_output_path(settings["lessons_page"], where("lessons_page"), base=root)
     report = config.getoption("loop_report")
     check_output_path(report or ini_value(config, "report"), "--loop-report" if report else "ini loop_report",
-                      base=config.invocation_params.dir)
+                      base=config.invocation_params.dir, kind=REPORT)
 
 
 VALUE_FLAGS = tuple(option for row in option_rows() if not row.bare for option in row.options)
@@ -264,7 +264,7 @@ def pytest_configure(config: pytest.Config) -> None:
         choice_value(config, "suspects", SUSPECTS_CHOICES)
         choice_value(config, "audit", AUDIT_CHOICES)
         if settings.values.get("sandbox") not in (None, "auto"):  # a tier asked for by name: here?
-            from pytest_loops.core.engine import choose_sandbox
+            from pytest_loops.core.isolation import choose_sandbox
 
             try:
                 choose_sandbox(settings["sandbox"])

@@ -2,10 +2,11 @@
 
 Inside a git repository a copy is a ``git worktree`` at HEAD with the working
 tree's uncommitted changes and untracked files put on top; elsewhere, a copy of
-the tree. Either way the paths the tree guard ignores (VCS data, caches, the
-harness's own directories) are left out, and a virtual environment inside the
-tree is linked, not copied. Git-ignored files other than those are not in a
-worktree copy.
+the tree. Every git command goes through :func:`~pytest_loops.runtime.safegit.run_git`:
+no hook, filter or fsmonitor program the repository names runs. Either way the
+paths the tree guard ignores (VCS data, caches, the harness's own directories)
+are left out, and a virtual environment inside the tree is linked, not copied.
+Git-ignored files other than those are not in a worktree copy.
 
 A copy is snapshotted right after it is made (lstat of every file, the change
 time included: a rewrite cannot hide by setting the modification time back), so
@@ -33,6 +34,7 @@ from pathlib import Path
 
 from pytest_loops.runtime.protect.rules import IGNORED_DIRS
 from pytest_loops.runtime.protect.tree import Entry, _entry
+from pytest_loops.runtime.safegit import run_git
 
 COPY_PREFIX = "pytest-loops-branch-"
 _DIFF_TEXT_BYTES = 256 * 1024  # files up to this size are diffed by line; bigger ones count their size
@@ -61,9 +63,8 @@ def _is_venv(path: str) -> bool:
 
 
 def _git(args: list[str], cwd: str) -> subprocess.CompletedProcess[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, timeout=_GIT_TIMEOUT,
-                          stdin=subprocess.DEVNULL, check=False)
+    """Hardened: no program the repository's configuration, hooks or attributes name runs."""
+    return run_git(args, cwd, timeout=_GIT_TIMEOUT)
 
 
 def git_top(path: str) -> str | None:

@@ -4,11 +4,14 @@ A loop has a *scope*: the paths its revise step may change. By default that is
 every file under the loop's working directory except the ones that judge the
 code: test files and everything under test directories, ``conftest.py``
 anywhere, every configuration file pytest reads (of any name pytest knows, also
-in the ancestor directories it searches), loop files and the harness config,
+in the ancestor directories it searches), loop files and the harness config
+(``loop-runner.config.yaml`` by name, and the files the loop's settings came from),
 virtual environments (those there at loop start), ``.pth`` and ``sitecustomize``
 files, new modules that would shadow any module importable from outside the tree,
 distribution metadata on the judged ``sys.path`` (:mod:`.syspath`), symbolic links
-and executables.
+and executables, and the git files that name programs git runs: ``.gitattributes``
+anywhere, and outside the walk ``.git/config``, ``.git/hooks/``,
+``.git/info/attributes`` and ``.git`` itself (:mod:`~pytest_loops.runtime.protect.gitpaths`).
 ``scope`` globs narrow the scope; ``protect`` globs add read-only paths.
 
 :class:`TreeGuard` copies the read-only files (and the in-scope Python files,

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_loops.deadline import DeadlineReached, ShouldStop
+from pytest_loops.runtime.protect.gitpaths import GIT_ATTRIBUTES, GIT_REASON, GitPaths
 from pytest_loops.runtime.protect.interpreter import InterpreterGuard
 from pytest_loops.runtime.protect.rules import (
     ANCESTOR_NAMES,
@@ -26,6 +27,7 @@ from pytest_loops.runtime.protect.rules import (
     SHADOW_MODULES,
     STARTUP_NAMES,
     TEST_DIR,
+    harness_config,
     matches,
 )
 from pytest_loops.runtime.protect.store import TextStore, store_prefix, sweep_stale_stores
@@ -103,6 +105,7 @@ class TreeGuard:
         self.ancestors: dict[str, Entry | None] = {}
         self.ancestor_store: dict[str, Stored] = {}
         self._ancestor_dirs = _ancestor_dirs(self.root, extra_ancestors)
+        self.git = GitPaths(self.root)  # .git/config, hooks, attributes: watched like the ancestors
         self._store_dir: str | None = None
         self._journal: DirectoryJournal | None = None
         self._journal_reason: str | None = None
@@ -172,6 +175,10 @@ class TreeGuard:
             return "a test file"
         if name.endswith((".loop", ".loop.yaml", ".loop.yml")) or rel in self.readonly_files:
             return "a loop definition, or a file a check runs"
+        if harness_config(rel):
+            return "the harness's configuration, read by its next run"
+        if name == GIT_ATTRIBUTES:
+            return GIT_REASON
         shadowed = shadowed_module(self.root, parts, self.shadows, self.start_dirs) if new else None
         if shadowed is not None:
             return f"would shadow the module {shadowed!r}"
@@ -311,8 +318,8 @@ class TreeGuard:
         return changes
 
     def _ancestor_state(self) -> dict[str, Entry | None]:
-        return {os.path.join(d, n): _entry(os.path.join(d, n))
-                for d in self._ancestor_dirs for n in ANCESTOR_NAMES}
+        return {**{os.path.join(d, n): _entry(os.path.join(d, n)) for d in self._ancestor_dirs
+                   for n in ANCESTOR_NAMES}, **self.git.state()}
 
     # -- the loop's life ---------------------------------------------------------------
 
@@ -561,18 +568,19 @@ class TreeGuard:
     def _ancestor_violations(self) -> list[Violation]:
         found = []
         now = self._ancestor_state()
-        for path, old in self.ancestors.items():
-            new = now.get(path)
-            if old != new:
-                found.append(Violation(path, _how(old, new), "configuration pytest reads "
-                                       "from an ancestor directory", restored=False))
+        for path in sorted(self.ancestors.keys() | now.keys()):  # a directory before its files
+            old, new, git = self.ancestors.get(path), now.get(path), self.git.owns(path)
+            if old == new or git and self.git.same_bytes(path, old, new, self.ancestor_store.get(path)):
+                continue
+            found.append(Violation(path, _how(old, new), GIT_REASON if git else "configuration pytest reads "
+                                   "from an ancestor directory", restored=False))
         return found
 
     # -- undoing -------------------------------------------------------------------------
 
     def _undo(self, v: Violation) -> Violation:
         if v.path.startswith("/"):
-            ok = _restore_path(v.path, self.ancestor_store.get(v.path), None)
+            ok = GitPaths.restore(v.path, self.ancestor_store.get(v.path), self.ancestors.get(v.path))
         else:
             ok = self._restore_rel(v.path)
         return Violation(v.path, v.how, v.why, restored=ok)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import re
 import shlex
@@ -29,6 +30,11 @@ STARTUP_NAMES = frozenset({"sitecustomize.py", "usercustomize.py"})
 SHADOW_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py", "pytest_loops", "opentine",
                             "coverage", "xdist", "iniconfig", "packaging"}) | frozenset(
     getattr(sys, "stdlib_module_names", ()))
+# The harness's own configuration file, wherever it is (``harness/`` by default): a
+# new one is read by the next run.
+HARNESS_CONFIG_NAMES = frozenset({"loop-runner.config.yaml", "loop-runner.config.yml"})
+MODULE_SUFFIXES = tuple(sorted({*importlib.machinery.SOURCE_SUFFIXES, *importlib.machinery.EXTENSION_SUFFIXES},
+                               key=len, reverse=True))
 # Directory names that hold tests and what they read (data, golden files, helpers).
 TEST_DIR = re.compile(r"^(tests?|testing|test[_-].*|.*[_-]tests?|testdata|fixtures|golden)$", re.I)
 DEFAULT_TEST_FILES = ("**/test_*.py", "**/*_test.py")
@@ -48,6 +54,21 @@ AUDIT_MAX_BYTES = 1 << 20  # in-scope Python files up to this size are kept for 
 MEMORY_FILE_BYTES = 1 << 20  # read-only files up to this size are also kept in memory...
 MEMORY_TOTAL_BYTES = 64 << 20  # ...up to this much in all
 COPY_BLOCK = 1 << 20
+
+
+def module_stem(name: str) -> str | None:
+    """The module a file of this name is imported as (``json.py``, and an extension
+    module such as ``json.cpython-311-x86_64-linux-gnu.so`` or ``json.abi3.so``, are
+    ``json``); None when it is no module file."""
+    for suffix in MODULE_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[:-len(suffix)]
+    return None
+
+
+def harness_config(rel: str) -> bool:
+    """Whether ``rel`` is a loop-runner config file by its name."""
+    return rel.rsplit("/", 1)[-1] in HARNESS_CONFIG_NAMES
 
 
 @lru_cache(maxsize=512)
@@ -134,7 +155,8 @@ _CONFIG_FLAGS = frozenset({"-c", "--config-file", "--config", "--rcfile", "-f", 
 def check_files(spec: LoopSpec, root: str) -> list[str]:
     """Files under ``root`` that judge: the scripts the checks run (``bash run_tests.sh``,
     ``python check.py``, ``./verify``), the configuration they name (``-c ci.ini``),
-    the node ids' files and the loop's own file. Read-only, whatever their names;
+    the node ids' files, the loop's own file and the config files its settings came
+    from. Read-only, whatever their names;
     files a check only reads as data (``grep fixed a.txt``) are not."""
     found = list(named_test_files(spec))
 
@@ -161,6 +183,9 @@ def check_files(spec: LoopSpec, root: str) -> list[str]:
                 segment.append(word)
     if spec.source and os.path.isfile(spec.source):
         add(os.path.realpath(spec.source))
+    for origin in set(spec.origin.values()):  # the config files the loop's settings came from
+        if origin.endswith(_SETTINGS_FILES) and os.path.isfile(os.path.join(root, origin)):
+            add(os.path.realpath(os.path.join(root, origin)))
     if any(_MAKE.match(os.path.basename(w)) for c in spec.checks for w in (c.command or "").split()):
         for name in ("GNUmakefile", "makefile", "Makefile"):
             add(name)
@@ -169,6 +194,7 @@ def check_files(spec: LoopSpec, root: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+_SETTINGS_FILES = (".yaml", ".yml", ".loop", ".toml", ".ini", ".cfg")
 _MAKE = re.compile(r"^g?make$")
 # `. file`, `source file` in a shell script; `include file` in a Makefile. The path may
 # start with the script's own directory: "$(dirname "$0")/x", ${0%/*}/x, $(CURDIR)/x.

@@ -28,6 +28,7 @@ import os
 import sys
 from collections.abc import Container, Iterable, Mapping
 
+from pytest_loops.runtime.protect.rules import module_stem
 from pytest_loops.runtime.protect.tree import Stored, Violation, _remove, _restore_path
 
 # A module file of these names is imported as its stem.
@@ -38,16 +39,6 @@ META_FILE_SUFFIXES = (".egg-link", ".pth")
 META_WHY = "distribution metadata on the judged sys.path"
 PTH_WHY = "run by the interpreter at start-up"
 SMALL = 1 << 20  # .pth, .egg-link and entry_points.txt files up to this size are kept to be put back
-
-
-def module_stem(name: str) -> str | None:
-    """The module a file of this name is imported as (``json.py``, and an extension
-    module such as ``json.cpython-311-x86_64-linux-gnu.so`` or ``json.abi3.so``, are
-    ``json``); None when it is no module file."""
-    for suffix in MODULE_SUFFIXES:
-        if name.endswith(suffix) and len(name) > len(suffix):
-            return name[:-len(suffix)]
-    return None
 
 
 def shadowed_module(root: str, parts: list[str], names: Container[str], start_dirs: Container[str]) -> str | None:
