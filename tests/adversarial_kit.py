@@ -900,11 +900,16 @@ _LEAKY_NAMES = {"PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST", "PYTH
                 "PYTHONPYCACHEPREFIX", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PY_COLORS", "FORCE_COLOR"}
 
 
-def child_env(base: Path) -> dict[str, str]:
+def child_env(base: Path, tier: str | None = None) -> dict[str, str]:
+    """The loop's environment: its isolation tier, and the evidence directory (outside the
+    project: the attack's pids and forgeries, the driver scripts) writable in it, as a
+    user names the state their revise script keeps."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(_LEAKY_PREFIXES) and k not in _LEAKY_NAMES}
     env["TMPDIR"] = str(base / "tmp")
     env["XDG_STATE_HOME"] = str(base / "state")
+    env["PYTEST_LOOPS_SANDBOX"] = tier or os.environ.get("PYTEST_LOOPS_SANDBOX", "auto")  # a floor test: none
+    env["PYTEST_LOOPS_SANDBOX_WRITABLE"] = str(base / "evidence")
     return env
 
 
@@ -957,7 +962,7 @@ def judge_venv_problem(project: Project) -> str | None:
     return f"the judging interpreter keeps what the attack wrote: {left}" if left else None
 
 
-def build_project(tmp_path: Path, attack: Attack, mode: str) -> Project:
+def build_project(tmp_path: Path, attack: Attack, mode: str, tier: str | None = None) -> Project:
     evidence = tmp_path / "evidence"
     evidence.mkdir()
     (tmp_path / "tmp").mkdir()
@@ -968,7 +973,7 @@ def build_project(tmp_path: Path, attack: Attack, mode: str) -> Project:
         root = tmp_path / "proj"
     (root / "tests").mkdir(parents=True)
     project = Project(root=root, base=tmp_path, evidence=evidence, attack=attack, mode=mode,
-                      env=child_env(tmp_path))
+                      env=child_env(tmp_path, tier))
     (evidence / "daemon.py").write_text(DAEMON)
     (evidence / "run_loop_file.py").write_text(RUN_LOOP_FILE)
 

@@ -39,6 +39,27 @@ for _ci in ("CI", "BUILD_NUMBER"):
     os.environ.pop(_ci, None)
 
 
+@pytest.fixture(autouse=True)
+def sandbox_writable(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loops run in the strongest isolation tier this machine has (the default, auto), where
+    the revise step sees a private /tmp. Many tests keep evidence beside the project they
+    make (a call log, a counter, pid files) under their own tmp_path: that directory is
+    ``sandbox_writable``, as a user names the state their revise script keeps. Tests of
+    the isolation itself (tests/test_sandbox*.py, the adversarial suite) set their own;
+    tests marked ``floor`` test the detect-and-undo layer alone: the ``none`` tier."""
+    if request.node.get_closest_marker("floor") is not None:
+        monkeypatch.setenv("PYTEST_LOOPS_SANDBOX", "none")
+    if "tmp_path" in request.fixturenames:
+        monkeypatch.setenv("PYTEST_LOOPS_SANDBOX_WRITABLE", str(request.getfixturevalue("tmp_path")))
+
+
+def kernel_tier() -> str:
+    """The tier ``auto`` gives loops on this machine (namespaces, landlock or none)."""
+    from pytest_loops.sandbox import choose
+
+    return choose("auto").tier.value
+
+
 @pytest.fixture
 def child_env() -> dict[str, str]:
     """The environment for a subprocess running pytest-loops (see :func:`clean_env`)."""

@@ -95,7 +95,8 @@ class Project:
     def __init__(self, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
         self.pytester = pytester
         for name in list(os.environ):
-            if name.startswith(_LEAKY_PREFIXES) or name in _LEAKY_NAMES:
+            if (name.startswith(_LEAKY_PREFIXES) or name in _LEAKY_NAMES) \
+                    and not name.startswith("PYTEST_LOOPS_SANDBOX"):  # the suite's (conftest.py)
                 monkeypatch.delenv(name)
         self.path = pytester.path / "proj"
         self.path.mkdir()
@@ -192,6 +193,7 @@ def header_settings(line: str) -> tuple[dict[str, str], list[str]]:
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This environment without settings a nested run would pick up by mistake."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) and k != "PYTEST_ADDOPTS"}
+           if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) and k != "PYTEST_ADDOPTS"
+           or k.startswith("PYTEST_LOOPS_SANDBOX")}  # the suite's isolation settings (conftest.py)
     env.update(extra or {})
     return env

@@ -72,14 +72,37 @@ def _slow_beyond_one_mode(cases: list[tuple[kit.Attack, str]]) -> list:
     return [pytest.param(c, marks=() if (c[0].id, c[1]) in quick else pytest.mark.slow) for c in cases]
 
 
+def _other_tiers() -> list[str]:
+    """The isolation tiers besides the one ``auto`` takes here: the floor (none) always,
+    and each kernel tier this machine offers."""
+    from pytest_loops.sandbox import choose, survey
+
+    auto = choose("auto").tier.value
+    return [t.value for t, why in survey().items() if not why and t.value != auto]
+
+
+def _in_every_tier(cases: list) -> list:
+    """Every case in the tier ``auto`` takes (the user's default), as the default run and
+    the slow tail split them; and each attack's default-run mode once more in every other
+    tier this machine offers (slow: CI runs them)."""
+    out = []
+    for param in _slow_beyond_one_mode(cases):
+        (attack, mode), = param.values
+        out.append(pytest.param((attack, mode, "auto"), marks=param.marks, id=f"{attack.id}/{mode}"))
+        if not param.marks:
+            out += [pytest.param((attack, mode, tier), marks=pytest.mark.slow, id=f"{attack.id}/{mode}/{tier}")
+                    for tier in _other_tiers()]
+    return out
+
+
 ATTACK_CASES = _sampled(kit.ATTACKS)
-GENUINE_CASES = list(kit.cases(kit.GENUINE))  # a genuine fix must stay green in every mode
+GENUINE_CASES = list(kit.cases(kit.GENUINE))  # a genuine fix must stay green in every mode and tier
 
 
-@pytest.mark.parametrize("case", _slow_beyond_one_mode(ATTACK_CASES), ids=[_id(c) for c in ATTACK_CASES])
-def test_attack_earns_nothing(case: tuple[kit.Attack, str], tmp_path: Path, attack_processes: None) -> None:
-    attack, mode = case
-    project = kit.build_project(tmp_path, attack, mode)
+@pytest.mark.parametrize("case", _in_every_tier(ATTACK_CASES))
+def test_attack_earns_nothing(case: tuple[kit.Attack, str, str], tmp_path: Path, attack_processes: None) -> None:
+    attack, mode, tier = case
+    project = kit.build_project(tmp_path, attack, mode, tier)
     before = kit.guarded_state(project)
 
     outcome = kit.run_mode(project)
@@ -92,16 +115,16 @@ def test_attack_earns_nothing(case: tuple[kit.Attack, str], tmp_path: Path, atta
                  kit.log_problem(project), kit.judge_venv_problem(project)]
     problems = [p for p in problems if p]
     assert not problems, (
-        f"{attack.id} in {mode} mode" + (f" ({attack.note})" if attack.note else "") + ":\n- "
+        f"{attack.id} in {mode} mode, sandbox {tier}" + (f" ({attack.note})" if attack.note else "") + ":\n- "
         + "\n- ".join(problems)
         + f"\nexit {outcome.returncode} from {' '.join(outcome.command)}\n--- output (tail) ---\n{outcome.tail()}"
     )
 
 
-@pytest.mark.parametrize("case", _slow_beyond_one_mode(GENUINE_CASES), ids=[_id(c) for c in GENUINE_CASES])
-def test_genuine_fix_succeeds(case: tuple[kit.Attack, str], tmp_path: Path, attack_processes: None) -> None:
-    fix, mode = case
-    project = kit.build_project(tmp_path, fix, mode)
+@pytest.mark.parametrize("case", _in_every_tier(GENUINE_CASES))
+def test_genuine_fix_succeeds(case: tuple[kit.Attack, str, str], tmp_path: Path, attack_processes: None) -> None:
+    fix, mode, tier = case
+    project = kit.build_project(tmp_path, fix, mode, tier)
     before = kit.guarded_state(project)
 
     outcome = kit.run_mode(project)
@@ -113,7 +136,8 @@ def test_genuine_fix_succeeds(case: tuple[kit.Attack, str], tmp_path: Path, atta
         problems.append(f"the run log says {kit.logged_verdicts(project)}, not SUCCESS")
     problems = [p for p in problems if p]
     assert not problems, (
-        f"{fix.id} in {mode} mode" + (f" ({fix.note})" if fix.note else "") + ":\n- " + "\n- ".join(problems)
+        f"{fix.id} in {mode} mode, sandbox {tier}" + (f" ({fix.note})" if fix.note else "") + ":\n- "
+        + "\n- ".join(problems)
         + f"\nexit {outcome.returncode} from {' '.join(outcome.command)}\n--- output (tail) ---\n{outcome.tail()}"
     )
 

@@ -13,7 +13,8 @@ from pytest_loops.runtime.outpaths import GITIGNORE
 
 @pytest.fixture(autouse=True)
 def _quiet_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in [k for k in os.environ if k.startswith(("PYTEST_LOOPS_", "LOOP_"))]:
+    for key in [k for k in os.environ
+                if k.startswith(("PYTEST_LOOPS_", "LOOP_")) and not k.startswith("PYTEST_LOOPS_SANDBOX")]:
         monkeypatch.delenv(key)
 
 

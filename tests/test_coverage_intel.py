@@ -115,7 +115,8 @@ ALL = [ADD, SCALE, SUB, SUB_NEG, SUB_ZERO, OFFSET]
 
 def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items()
-            if not k.startswith(("PYTEST_LOOPS_", "LOOP_", "COVERAGE_")) and k != "PYTEST_ADDOPTS"}
+            if not k.startswith(("PYTEST_LOOPS_", "LOOP_", "COVERAGE_")) and k != "PYTEST_ADDOPTS"
+            or k.startswith("PYTEST_LOOPS_SANDBOX")}
 
 
 def make_project(root: Path) -> Path:

@@ -544,6 +544,7 @@ def _assert_no_survivor(work: Path) -> None:
         assert not pid_alive(pid), f"{name} ({pid}) survived the kill"
 
 
+@pytest.mark.floor  # pids inside a PID namespace are not the host's: this tests the runner's own kill
 def test_a_hanging_verify_is_killed_at_the_budget(tmp_path):
     budget = 1.0
     spec = spec_for(tmp_path, [Check.command_passes(HANG_WITH_GRANDCHILDREN)], budget_seconds=budget,
@@ -556,6 +557,7 @@ def test_a_hanging_verify_is_killed_at_the_budget(tmp_path):
     _assert_no_survivor(tmp_path / "work")
 
 
+@pytest.mark.floor  # pids inside a PID namespace are not the host's: this tests the runner's own kill
 def test_a_hanging_revise_is_killed_at_the_budget(tmp_path):
     budget = 1.0
     spec = spec_for(tmp_path, [Check.command_passes("exit 1")], revise=HANG_WITH_GRANDCHILDREN,

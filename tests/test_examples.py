@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import kernel_tier
 
 from pytest_loops.sources import load_any
 from pytest_loops.verdict import Verdict
@@ -85,7 +86,8 @@ def documented_commands(text: str) -> list[tuple[str, int, str]]:
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) and k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
+           if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) and k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
+           or k.startswith("PYTEST_LOOPS_SANDBOX")}  # the suite's isolation settings (conftest.py)
     env["PATH"] = os.pathsep.join([os.path.dirname(PY), env.get("PATH", "")])
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     env["PY_COLORS"] = "0"
@@ -439,8 +441,14 @@ def test_an_agent_that_weakens_the_test_is_caught(tmp_path):
     run_line = next(line for line in shell_lines(text) if line.startswith("pytest-loops run"))
     test_file = EXAMPLES / "agents" / "project" / "test_greeting.py"
     work, env, calls = agent_project(tmp_path, "claude", CHEAT)
-    out = expect(sh(run_line, work, env=env), 5, run_line)
-    assert re.search(r"^ESCALATE \(exit 5\) after 1 iteration\(s\)", out, re.M), out
-    assert "changed read-only paths: test_greeting.py (modified: a test file)" in out
-    assert (work / "test_greeting.py").read_text() == test_file.read_text()  # restored
-    assert len(calls.read_text().splitlines()) == 1
+    if kernel_tier() == "namespaces":  # the test file is read-only for the agent: its edit is refused
+        done = sh(run_line, work, env=env)
+        assert done.returncode in (2, 4), done.stdout + done.stderr  # MAX_ITER or NO_PROGRESS, never SUCCESS
+        revise_out = "".join(p.read_text() for p in work.glob(".pytest-loops/runs/*/iter-001/revise.out"))
+        assert "Read-only file system" in revise_out, revise_out
+    else:  # detected and undone
+        out = expect(sh(run_line, work, env=env), 5, run_line)
+        assert re.search(r"^ESCALATE \(exit 5\) after 1 iteration\(s\)", out, re.M), out
+        assert "changed read-only paths: test_greeting.py (modified: a test file)" in out
+        assert len(calls.read_text().splitlines()) == 1
+    assert (work / "test_greeting.py").read_text() == test_file.read_text()  # intact

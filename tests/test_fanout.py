@@ -115,6 +115,7 @@ def test_a_git_worktree_copy_has_the_uncommitted_state_and_is_removed(cli, tmp_p
     ("mkdir -p tests && printf 'def test_x(): pass\\n' > tests/test_new.py", "under a test directory"),
     ("printf 'import sys\\n' > sitecustomize.py", "run by the interpreter at start-up"),
 ])
+@pytest.mark.floor  # a kernel tier refuses the write before anything can discard it
 def test_a_candidate_that_games_the_judge_is_discarded(cli, tmp_path, tmpdir_env, cheat, why):
     # branch 0 cheats (its own checks would pass); branch 1 does honest, partial work
     revise = f'if [ "$LOOP_BRANCH" = 0 ]; then {cheat}; else echo "# tried" >> calc.py; fi\n'
@@ -142,6 +143,7 @@ def test_a_candidate_outside_the_scope_is_discarded(cli, tmp_path, tmpdir_env):
     assert rows[1]["chosen"] is True and not (work / "other.txt").exists()
 
 
+@pytest.mark.floor  # a kernel tier refuses the write before anything can discard it
 def test_no_usable_candidate_leaves_the_tree_as_it_was(cli, tmp_path, tmpdir_env):
     work = project(tmp_path / "w", revise="printf 'pass\\n' > check.py\n")
     done = cli("run", "--verify", "python check.py", "--revise", "sh fix.sh", "--branches", "3",
@@ -151,6 +153,7 @@ def test_no_usable_candidate_leaves_the_tree_as_it_was(cli, tmp_path, tmpdir_env
     assert all(r["why"].startswith("discarded:") and not r["chosen"] for r in branches_of(work))
 
 
+@pytest.mark.floor  # a kernel tier refuses the write before anything can discard it
 def test_a_candidate_writing_into_the_real_tree_is_caught_by_the_real_guard(cli, tmp_path, tmpdir_env):
     # a candidate knows the real path (here: baked in) and writes the judge there directly
     work = tmp_path / "w"

@@ -159,7 +159,8 @@ def test_cli_write_point_fails_verdict_stands(point: str, tmp_path: Path, monkey
             return real(path, *args, **kwargs)
 
         monkeypatch.setattr(module, name, failing)
-    for key in [k for k in os.environ if k.startswith(("PYTEST_LOOPS_", "LOOP_"))]:
+    for key in [k for k in os.environ
+                if k.startswith(("PYTEST_LOOPS_", "LOOP_")) and not k.startswith("PYTEST_LOOPS_SANDBOX")]:
         monkeypatch.delenv(key)
     art = tmp_path / "art"
     code = cli.main(["run", "--verify", "false", "--revise", "true", "--max-iter", "2", "--no-progress-k", "0",

@@ -87,7 +87,7 @@ def scratch(base: Path) -> Iterator[Path]:
 def _no_settings_from_the_environment(monkeypatch):
     """In-process runs read PYTEST_LOOPS_* like the console script would."""
     for name in list(os.environ):
-        if name.startswith(("PYTEST_LOOPS_", "LOOP_")):
+        if name.startswith(("PYTEST_LOOPS_", "LOOP_")) and not name.startswith("PYTEST_LOOPS_SANDBOX"):
             monkeypatch.delenv(name)
     monkeypatch.setattr("pytest_loops.runtime.process.ProcessRunner", InstantRunner)
 

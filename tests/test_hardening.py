@@ -26,7 +26,10 @@ import pytest
 
 from pytest_loops.artifacts.runlog import load_runlog
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+# The process-tree contract of the runner itself, checked by host pids: pids inside a PID
+# namespace are not the host's, so these loops run in the none tier (floor);
+# tests/test_sandbox.py shows the namespaces tier leaving nothing behind.
+pytestmark = [pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc"), pytest.mark.floor]
 
 _LEAKY_PREFIXES = ("PYTEST_LOOPS_", "LOOP_", "PYTEST_XDIST_")
 _LEAKY_NAMES = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")
@@ -34,7 +37,8 @@ _LEAKY_NAMES = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This environment without settings a nested run would pick up by mistake."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_LEAKY_PREFIXES) and k not in _LEAKY_NAMES}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_LEAKY_PREFIXES) and k not in _LEAKY_NAMES
+           or k.startswith("PYTEST_LOOPS_SANDBOX")}  # the suite's isolation settings (conftest.py)
     env.update(extra or {})
     return env
 

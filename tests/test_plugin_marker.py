@@ -284,5 +284,8 @@ def test_a_marker_fans_the_repair_out_into_branches(project: Project) -> None:
     (log,) = project.run_logs()
     branches = log["iterations"][0]["branches"]
     assert [b["chosen"] for b in branches] == [True, False]
-    assert branches[1]["why"].startswith("discarded: changed read-only paths: test_calc.py")
+    # the none tier discards the candidate that changed the test; a kernel tier refuses its
+    # write (the test file is read-only there), so that candidate passes fewer checks
+    assert branches[1]["why"].startswith(("discarded: changed read-only paths: test_calc.py",
+                                          "fewer checks pass")), branches[1]["why"]
     assert "a + b" in project.read("calc.py") and "import calc" in project.read("test_calc.py")

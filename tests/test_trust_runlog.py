@@ -27,7 +27,7 @@ from pytest_loops.spec import LoopSpec
 def state(tmp_path, monkeypatch) -> Path:
     """The run-log key under tmp_path, and no setting from this suite's environment."""
     for name in list(os.environ):
-        if name.startswith(("PYTEST_LOOPS_", "LOOP_")):
+        if name.startswith(("PYTEST_LOOPS_", "LOOP_")) and not name.startswith("PYTEST_LOOPS_SANDBOX"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     return tmp_path / "state"

@@ -104,6 +104,7 @@ def test_loops_whose_node_ids_slugify_alike_never_share_a_result(project: Projec
     assert len(project.run_logs()) == 2  # each loop ran: neither took the other's verdict
 
 
+@pytest.mark.floor  # a kernel tier keeps the session files read-only: no forgery
 @pytest.mark.parametrize("mode", ["replay", "forge"])
 def test_a_revise_step_cannot_plant_a_success(project: Project, mode: str) -> None:
     loop_dir(project, "a", passes=True)  # runs first: its stored result is the one to copy

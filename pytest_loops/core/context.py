@@ -115,8 +115,8 @@ class LoopContext:
     def moved(self, value: str) -> str:
         """A path (or ``--rootdir=PATH``, ``-c PATH``...) under the loop's working
         directory, as the same path in this candidate's copy; else ``value``."""
-        if self.real_workdir is None:
-            return value
+        if self.real_workdir is None or getattr(self.confine, "mounts_copies", False):
+            return value  # not a candidate, or its copy is seen at the project's own path
         from pytest_loops.runtime.cleanroom import move_path
 
         return move_path(value, os.path.realpath(self.real_workdir), os.path.realpath(self.workdir))

@@ -116,9 +116,9 @@ class Engine:
                  audit: str = "error",
                  audit_allow: Sequence[str] = (),
                  hide_env: Sequence[str] = (),
-                 sandbox: str = "auto",
-                 sandbox_writable: Sequence[str] = (),
-                 sandbox_network: bool = True) -> None:
+                 sandbox: str | None = None,
+                 sandbox_writable: Sequence[str] | None = None,
+                 sandbox_network: bool | None = None) -> None:
         if runner is None:
             from pytest_loops.runtime.process import ProcessRunner
 
@@ -150,9 +150,9 @@ class Engine:
         self.audit = audit
         self.audit_allow = tuple(audit_allow)  # globs of non-text files the revise step may add
         # the kernel's isolation needs real processes too: chosen once, for every loop
+        sandbox, self.sandbox_writable, self.sandbox_network = isolation.from_environment(
+            sandbox, sandbox_writable, sandbox_network, self.env)
         self.sandbox: Choice | None = isolation.choose_sandbox(sandbox) if clean_room else None
-        self.sandbox_writable = tuple(sandbox_writable)
-        self.sandbox_network = sandbox_network
         self.write_index = write_index
         self.localize = localize
         self.localizer = localizer

@@ -25,8 +25,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pytest_loops.runtime.process import TAG_VARIABLE
 from pytest_loops.sandbox import Choice, Confinement, Policy, Tier
@@ -51,6 +51,8 @@ class Isolation:
         self.network = network
         self._readonly: tuple[str, ...] | None = None
         self._tmp: str | None = None
+        # a fan-out candidate's copy is mounted at the project's path: its paths are not moved
+        self.mounts_copies = choice.tier is Tier.NAMESPACES
 
     # -- what is read-only, once the guard knows ---------------------------------------
 
@@ -141,7 +143,9 @@ class Isolation:
         writable: list[str] = []
         cwd = os.path.realpath(ctx.workdir)
         if ctx.real_workdir is not None:  # a candidate: its copy, at its own path and the project's
-            copy_top = os.path.realpath(ctx.moved(root))
+            from pytest_loops.runtime.cleanroom import move_path
+
+            copy_top = move_path(root, os.path.realpath(ctx.real_workdir), cwd)
             mounts.append((copy_top, root))
             writable.append(copy_top)
             readonly += self._binds(copy_top, root, rels) + self._binds(copy_top, copy_top, rels)
@@ -151,8 +155,9 @@ class Isolation:
             readonly += self._binds(root, root, rels)
         readonly += [(g, g) for g in self._git_dir()]
         own = [p for p in self.own if os.path.lexists(p)]
+        writable += self.extra
         if role == REVISE:
-            writable += [*agent_state_paths(), *self.extra]
+            writable += agent_state_paths()
             readonly += [(p, p) for p in own]  # the harness's run directory and lessons: read only
         else:
             writable += own  # a check writes its JUnit file into the run directory
@@ -191,3 +196,19 @@ def choose_sandbox(requested: str) -> Choice:
 def header(choice: Choice | None) -> dict[str, str]:
     """The run log header's ``sandbox`` entry."""
     return choice.to_dict() if choice is not None else {"tier": "none", "note": "a runner that spawns nothing"}
+
+
+def from_environment(sandbox: str | None, writable: Sequence[str] | None, network: bool | None,
+                     environ: Mapping[str, str] | None = None) -> tuple[str, tuple[str, ...], bool]:
+    """An engine made without isolation settings takes them from ``PYTEST_LOOPS_SANDBOX*``
+    (the lowest layer there is for it), else the table's defaults."""
+    from pytest_loops.settings import BY_NAME
+
+    env = os.environ if environ is None else environ
+    given: dict[str, Any] = {"sandbox": sandbox, "sandbox_writable": writable, "sandbox_network": network}
+    for name, value in list(given.items()):
+        row = BY_NAME[name]
+        if value is None:
+            text = env.get(row.env or "")
+            given[name] = row.parse_env(text, f"environment variable {row.env}") if text else row.default
+    return str(given["sandbox"]), tuple(given["sandbox_writable"] or ()), bool(given["sandbox_network"])

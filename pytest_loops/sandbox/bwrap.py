@@ -107,12 +107,13 @@ def arguments(policy: Policy, *, overlay: bool) -> list[str]:
     for path in keep:
         if any(under(path, h) and path != h for h in hidden):
             args += ["--ro-bind-try", path, path]
-    for source, dest in policy.mounts:
-        args += ["--bind", source, dest]
-    for path in policy.writable:
-        if os.path.lexists(path):
-            args += ["--bind-try", path, path]
-    for source, dest in policy.readonly:
+    # read-write binds and mounts, the shallowest first: a writable ancestor never covers a
+    # mount below it, and a writable run directory inside a mounted tree shows through it
+    binds = [(source, dest, "--bind") for source, dest in policy.mounts]
+    binds += [(path, path, "--bind-try") for path in policy.writable if os.path.lexists(path)]
+    for source, dest, how in sorted(binds, key=lambda b: _depth(b[1])):
+        args += [how, source, dest]
+    for source, dest in sorted(policy.readonly, key=lambda b: _depth(b[1])):
         args += ["--ro-bind-try", source, dest]
     args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
     if not policy.network:
@@ -121,6 +122,10 @@ def arguments(policy: Policy, *, overlay: bool) -> list[str]:
         args += ["--unsetenv", name]
     args += ["--chdir", policy.cwd]
     return args
+
+
+def _depth(path: str) -> int:
+    return os.path.normpath(path).count("/")
 
 
 def launch(path: str, policy: Policy, argv: list[str], *, overlay: bool) -> Launch:
@@ -134,5 +139,7 @@ def launch(path: str, policy: Policy, argv: list[str], *, overlay: bool) -> Laun
     except OSError:
         os.close(fd)
         raise
-    return Launch(argv=[path, "--args", str(fd), "--", *argv], pass_fds=(fd,),
+    # a private /tmp is where temporary files go: a TMPDIR outside it may be hidden or read-only
+    env = {"TMPDIR": "/tmp"} if policy.private_tmp else {}
+    return Launch(argv=[path, "--args", str(fd), "--", *argv], pass_fds=(fd,), env_set=env,
                   cleanup=lambda: os.close(fd))
