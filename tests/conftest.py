@@ -53,13 +53,6 @@ def sandbox_writable(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
         monkeypatch.setenv("PYTEST_LOOPS_SANDBOX_WRITABLE", str(request.getfixturevalue("tmp_path")))
 
 
-def kernel_tier() -> str:
-    """The tier ``auto`` gives loops on this machine (namespaces, landlock or none)."""
-    from pytest_loops.sandbox import choose
-
-    return choose("auto").tier.value
-
-
 @pytest.fixture
 def child_env() -> dict[str, str]:
     """The environment for a subprocess running pytest-loops (see :func:`clean_env`)."""

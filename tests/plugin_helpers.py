@@ -197,3 +197,10 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
            or k.startswith("PYTEST_LOOPS_SANDBOX")}  # the suite's isolation settings (conftest.py)
     env.update(extra or {})
     return env
+
+
+def kernel_tier() -> str:
+    """The tier ``auto`` gives loops on this machine (namespaces, landlock or none)."""
+    from pytest_loops.sandbox import choose
+
+    return choose("auto").tier.value

@@ -30,7 +30,10 @@ from pathlib import Path
 import adversarial_kit as kit
 import pytest
 
-pytestmark = [pytest.mark.adversarial,
+# The guard's own defence (undo and ESCALATE) and the hardened git calls: in the namespaces
+# tier `.git` and the home directory are read-only, so the traps cannot even be planted
+# there; these run in the none tier (floor), where they can.
+pytestmark = [pytest.mark.adversarial, pytest.mark.floor,
               pytest.mark.skipif(shutil.which("git") is None, reason="needs git")]
 
 TEST_FILE = "test_calc.py"

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import adversarial_kit as kit
 import pytest
+from plugin_helpers import kernel_tier
 
 pytestmark = pytest.mark.adversarial
 
@@ -258,4 +259,6 @@ def test_the_harness_shows_no_secret_in_proc(mode: str, tmp_path: Path, attack_p
             assert KEY.encode() not in environ and KEY.encode() not in cmdline, (shown, output)
             assert b"hidden_check_q7" not in cmdline and b"hidden_check_q7" not in environ, (shown, output)
             harness += b"pytest" in cmdline and not cmdline.startswith(b"/bin/sh")
-    assert harness, f"the revise step saw no harness among its ancestors: {lines}"
+    # in the namespaces tier the harness is outside the revise step's PID namespace: it sees
+    # no harness at all, which is stronger still; elsewhere it sees it, without the secrets
+    assert harness or kernel_tier() == "namespaces", f"the revise step saw no harness among its ancestors: {lines}"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import kernel_tier
+from plugin_helpers import kernel_tier
 
 from pytest_loops.sources import load_any
 from pytest_loops.verdict import Verdict

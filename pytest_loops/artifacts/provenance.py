@@ -333,6 +333,7 @@ def _metadata(result: LoopResult, scrub: Scrub) -> dict[str, Any]:
         "pytest_loops_version": pytest_loops_version(),
         "verdict": result.verdict.value,
         "reason": result.reason,
+        "sandbox": dict(result.sandbox),
         "started_at": result.started_at,
         "ended_at": result.ended_at,
     }, scrub)
@@ -365,6 +366,7 @@ def _start_step(result: LoopResult) -> Payload:
         "spec": spec.to_dict(),
         "spec_digest": spec.digest(),
         "pytest_loops_version": pytest_loops_version(),
+        "sandbox": dict(result.sandbox),  # the isolation tier, in the digest
         "started_at": result.started_at,
         "log_path": result.log_path,
         "run_dir": result.run_dir,

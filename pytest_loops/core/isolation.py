@@ -23,9 +23,11 @@ tree, temp directory and agent state); in the none tier nothing is.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_loops.runtime.process import TAG_VARIABLE
@@ -35,6 +37,7 @@ from pytest_loops.sandbox.policy import agent_state_paths, runtime_dirs, under
 if TYPE_CHECKING:
     from pytest_loops.core.context import LoopContext
     from pytest_loops.runtime.protect import TreeGuard
+    from pytest_loops.spec import LoopSpec
 
 REVISE, CHECK = "revise", "check"
 
@@ -96,6 +99,24 @@ class Isolation:
         target = first.split(":", 1)[1].strip()
         target = os.path.realpath(os.path.join(self.watch.root, target))
         return (target,) if os.path.isdir(target) else ()
+
+    def command_paths(self, spec: LoopSpec) -> tuple[str, ...]:
+        """What the loop's commands name by absolute path (an interpreter in a virtual
+        environment under /tmp, a script): kept visible, read-only, wherever it is. A
+        path inside a virtual environment keeps the whole environment."""
+        found: dict[str, None] = {}
+        commands = [c.command for c in spec.checks if c.command] + ([spec.revise] if spec.revise else [])
+        for command in commands:
+            try:
+                words = shlex.split(command)
+            except ValueError:
+                continue
+            for word in words:
+                if not word.startswith("/") or not os.path.exists(word):
+                    continue
+                venv = next((str(p) for p in Path(word).parents if (p / "pyvenv.cfg").is_file()), None)
+                found.setdefault(venv or word, None)
+        return tuple(found)
 
     def tmpdir(self) -> str:
         """The landlock tier's temporary directory for the revise step (one per loop)."""
@@ -162,7 +183,8 @@ class Isolation:
         else:
             writable += own  # a check writes its JUnit file into the run directory
         return Policy(cwd=cwd, writable=tuple(writable), readonly=tuple(readonly), mounts=tuple(mounts),
-                      masked=self._masked(), keep=tuple(own), read_only_root=role == REVISE,
+                      masked=self._masked(), keep=(*own, *self.command_paths(ctx.spec)),
+                      read_only_root=role == REVISE,
                       private_tmp=True, network=self.network, unset_env=(TAG_VARIABLE,))
 
     def _judge(self, ctx: LoopContext) -> Policy:
@@ -177,7 +199,8 @@ class Isolation:
         own = [p for p in self.own if os.path.lexists(p)]
         return Policy(cwd=os.fspath(ctx.workdir), mounts=((room.root, view),),
                       writable=(room.parent, *own), readonly=tuple(readonly), masked=self._masked(),
-                      keep=tuple(own), read_only_root=True, private_tmp=True, private_home=True,
+                      keep=(*own, *self.command_paths(ctx.spec)), read_only_root=True, private_tmp=True,
+                      private_home=True,
                       network=self.network, unset_env=(TAG_VARIABLE,))
 
 

@@ -31,9 +31,6 @@ from collections.abc import Container, Iterable, Mapping
 from pytest_loops.runtime.protect.rules import module_stem
 from pytest_loops.runtime.protect.tree import Stored, Violation, _remove, _restore_path
 
-# A module file of these names is imported as its stem.
-MODULE_SUFFIXES = tuple(sorted({*importlib.machinery.SOURCE_SUFFIXES, *importlib.machinery.EXTENSION_SUFFIXES,
-                                *importlib.machinery.BYTECODE_SUFFIXES}, key=len, reverse=True))
 META_DIR_SUFFIXES = (".dist-info", ".egg-info")
 META_FILE_SUFFIXES = (".egg-link", ".pth")
 META_WHY = "distribution metadata on the judged sys.path"
