@@ -278,3 +278,37 @@ def test_landlock_refuses_writes_outside_the_tree_and_keeps_the_genuine_fix(tmp_
     assert not (outside / "planted").exists()
     out = revise_output(root)
     assert "Permission denied" in out and "tmp-ok" in out, out
+
+
+# -- what the code under test writes while a check runs ----------------------------------
+
+REWRITER = """\
+import pathlib
+
+def add(a, b):
+    return a - b
+
+# code under test that weakens its own test whenever it is imported
+_test = pathlib.Path(__file__).parent / "tests" / "test_calc.py"
+try:
+    _test.write_text("def test_add():\\n    pass\\n")
+except OSError:
+    pass
+"""
+
+
+@pytest.mark.parametrize("tier", ["none", "auto"])
+def test_a_test_rewritten_by_the_code_under_test_is_back_after_the_loop(tmp_path, monkeypatch, tier) -> None:
+    """The revise step writes code that weakens its test whenever a check imports it."""
+    root = project(tmp_path / "proj")
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    (evidence / "calc.py").write_text(REWRITER)
+    monkeypatch.setenv("PYTEST_LOOPS_SANDBOX", tier)
+    # the audit would flag the path of the test in library code: only its record, here
+    done = run(root, f"cp {evidence}/calc.py calc.py\n", "--max-iter", "4", "--no-progress-k", "0", "--audit", "warn")
+    assert done.returncode not in (0, 64, 70), done.stdout + done.stderr  # never a SUCCESS
+    assert (root / "tests" / "test_calc.py").read_text() == TEST  # nothing weakened is left behind
+    log = json.loads(next(root.glob(".pytest-loops/runs/*.json")).read_text())
+    if log["sandbox"]["tier"] == "none":  # put back after the checks, and said so
+        assert any("changed by a check" in c for it in log["iterations"] for c in it["protected_changes"]), log

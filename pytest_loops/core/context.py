@@ -156,6 +156,12 @@ class LoopContext:
             index = 0
         return f"{self.label_prefix}check-{index}"
 
+    def confined_runner(self) -> CommandRunner:
+        """The runner with this context's check confinement on every command (for code
+        that starts its own pytest runs: localization's re-run under coverage)."""
+        sandbox = self.confine(self, "check") if self.confine is not None else None
+        return self.runner if sandbox is None else _ConfinedRunner(self.runner, sandbox)
+
     def run_command(self, command: str, *, label: str, timeout: float | None = None,
                     extra_env: Mapping[str, str] | None = None, revise: bool = False) -> CommandResult:
         """Run a shell command in the loop's workdir with the budget as a deadline.
@@ -195,6 +201,16 @@ class LoopContext:
         if self.scrub is not None:
             result = scrub_output(result, self.scrub)
         return result
+
+
+@dataclass
+class _ConfinedRunner:
+    inner: CommandRunner
+    sandbox: Confinement
+
+    def run(self, command: str, **kwargs: Any) -> CommandResult:
+        kwargs.setdefault("sandbox", self.sandbox)
+        return self.inner.run(command, **kwargs)
 
 
 def scrub_output(result: CommandResult, scrub: Callable[[str], str]) -> CommandResult:

@@ -18,6 +18,7 @@ spawning.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -328,6 +329,9 @@ class Engine:
             close = getattr(loop.fingerprint, "close", None)
             if close is not None:
                 close()  # release the change journal (an inotify descriptor) now
+            if loop.watch.started:  # what the last checks changed of the read-only files goes back
+                with contextlib.suppress(OSError, DeadlineReached):
+                    loop.watch.before_revise()
             loop.watch.close()  # and the guard's journal and private store
             if loop.isolation is not None:
                 loop.isolation.close()
@@ -545,7 +549,8 @@ class Engine:
                     lambda: write_fresh(ctx.prompt_file, prompt))
         self._write(failure_file.parent, lambda: contextfile.write_context_file(self.pm, spec, ctx, record))
         r0 = self.clock()
-        watch.before_revise()
+        # a read-only file the checks changed is put back before the revise step starts
+        record.protected_changes = [v.describe() for v in watch.before_revise()]
         # the iteration so far (verify, guards): a run killed during the revise step
         # resumes by running it again, not by verifying this iteration twice
         self.pm.hook.pytest_loop_revise_started(spec=spec, run=loop.run, record=record)
@@ -554,7 +559,7 @@ class Engine:
         self.pm.hook.pytest_loop_revise_finished(spec=spec, run=loop.run, record=record,
                                                  exit_code=_exit_of(outcome))
         passed = watch.after_revise()
-        record.protected_changes = [v.describe() for v in passed.violations]
+        record.protected_changes += [v.describe() for v in passed.violations]
         record.caches_cleared = len(passed.caches_cleared)
         if passed.violations:
             record.guard = "protected"

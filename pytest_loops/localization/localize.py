@@ -203,7 +203,7 @@ def localize(context: LoopContext, failed: list[CheckResult]) -> Path | None:
     data_file = context.iteration_dir / "spectra.json"
     try:
         spectra = collect_spectra(context.workdir, peer_tests(tests), data_file=data_file,
-                                  timeout=timeout, env=context.base_env, runner=context.runner)
+                                  timeout=timeout, env=context.base_env, runner=context.confined_runner())
     except (SpectraError, OSError):
         return None
     finally:  # the re-run's output may echo secrets, like any check's

@@ -54,6 +54,7 @@ from pytest_loops.runtime.protect.tree import (
     clear_bytecode_of,
     file_digest,
     printable,
+    sweep_readonly,
 )
 
 if TYPE_CHECKING:
@@ -458,12 +459,19 @@ class TreeGuard:
         self.touched.update(changes)
         return changes, False
 
-    def before_revise(self) -> None:
-        """Take the tree as the checks left it: only the revise step's changes count."""
+    def before_revise(self) -> list[Violation]:
+        """Take the tree as the checks left it: only the revise step's changes count; a
+        read-only file a check changed (code under test rewriting its test) is put back
+        first, and returned."""
         if not self.started:
             self.begin()
-            return
-        self._refresh()
+            return []
+        changed = [rel for rel in sorted(self._refresh()[0]) if rel in self.store and not self._in_venv(rel)
+                   and file_digest(os.path.join(self.root, rel)) != self.store[rel].digest]
+        found = [self._undo(Violation(rel, "modified", "changed by a check", restored=False)) for rel in changed]
+        if found:
+            self._refresh()  # what undoing changed is nobody's change
+        return found
 
     def changes_since_start(self) -> list[tuple[str, str]]:
         """The in-scope files changed since the loop started (by stat; see :meth:`after_revise`)."""
@@ -511,7 +519,7 @@ class TreeGuard:
             violations.append(Violation(rel, how, reason, restored=False))
         result.caches_cleared += clear_bytecode_of(self.root, [rel for rel, _ in result.in_scope])
         if sweep:
-            violations += self._sweep_readonly({v.path for v in violations})
+            violations += sweep_readonly(self.root, self.store, self._in_venv, {v.path for v in violations})
         violations += self._ancestor_violations()
         result.violations = [self._undo(v) for v in violations]
         if self.metadata is not None:
@@ -525,19 +533,6 @@ class TreeGuard:
             if any(not v.restored for v in result.violations):
                 self._walk()
         return result
-
-    def _sweep_readonly(self, known: set[str]) -> list[Violation]:
-        """Every read-only file compared with its loop-start bytes (a write through a hard
-        link in another directory raises no event in its own)."""
-        found = []
-        for rel, stored in self.store.items():
-            if rel in known or self._in_venv(rel):
-                continue
-            entry = _entry(os.path.join(self.root, rel))
-            if entry is None or entry.kind != "f" or file_digest(os.path.join(self.root, rel)) != stored.digest:
-                found.append(Violation(rel, "modified" if entry else "deleted",
-                                       "changed through another name (a hard link)", restored=False))
-        return found
 
     def _violation(self, rel: str, old: Entry | None, new: Entry | None) -> str | None:
         """Why this change is not the revise step's to make (None: it is)."""

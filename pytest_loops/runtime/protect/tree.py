@@ -6,7 +6,7 @@ import hashlib
 import os
 import shutil
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -340,3 +340,18 @@ def clear_stale_bytecode(root: str) -> list[str]:
             except OSError:
                 continue
     return removed
+
+
+def sweep_readonly(root: str, store: Mapping[str, Stored], in_venv: Callable[[str], object],
+                   known: set[str]) -> list[Violation]:
+    """Every read-only file compared with its loop-start bytes (a write through a hard
+    link in another directory raises no event in its own)."""
+    found = []
+    for rel, stored in store.items():
+        if rel in known or in_venv(rel):
+            continue
+        entry = _entry(os.path.join(root, rel))
+        if entry is None or entry.kind != "f" or file_digest(os.path.join(root, rel)) != stored.digest:
+            found.append(Violation(rel, "modified" if entry else "deleted",
+                                   "changed through another name (a hard link)", restored=False))
+    return found
