@@ -312,3 +312,62 @@ def test_a_test_rewritten_by_the_code_under_test_is_back_after_the_loop(tmp_path
     log = json.loads(next(root.glob(".pytest-loops/runs/*.json")).read_text())
     if log["sandbox"]["tier"] == "none":  # put back after the checks, and said so
         assert any("changed by a check" in c for it in log["iterations"] for c in it["protected_changes"]), log
+
+
+TRAP = """\
+import os
+import pathlib
+
+_HERE = str(pathlib.Path(__file__).resolve())
+_JUDGED = "pytest-loops-room" in _HERE
+_TEST = pathlib.Path({root!r}, "tests", "test_calc.py")
+
+
+def add(a, b):
+    # right only while the harness looks: in its checks, and in its clean room
+    return a + b if os.environ.get("LOOP_NAME") or _JUDGED else a - b
+
+
+if _JUDGED:  # and from the clean room, weaken the working tree's test for later
+    try:
+        _TEST.write_text("def test_add():\\n    pass\\n")
+    except OSError:
+        pass
+"""
+
+
+@pytest.mark.parametrize("tier", ["none", "landlock", "auto"])
+def test_the_judged_code_cannot_leave_a_weakened_test_behind(tmp_path, monkeypatch, tier) -> None:
+    if tier != "auto" and TIERS[Tier(tier)]:
+        pytest.skip(TIERS[Tier(tier)])
+    root = project(tmp_path / "proj")
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    (evidence / "calc.py").write_text(TRAP.format(root=str(root)))
+    monkeypatch.setenv("PYTEST_LOOPS_SANDBOX", tier)
+    # the audit would flag the tells; only its record here, so the trap itself is what is judged
+    done = run(root, f"cp {evidence}/calc.py calc.py\n", "--max-iter", "3", "--audit", "warn")
+    assert (root / "tests" / "test_calc.py").read_text() == TEST, done.stdout  # nothing weakened is left
+    if tier == "none":  # seen after the judged run, put back, and no SUCCESS
+        assert done.returncode == 5, done.stdout + done.stderr
+        assert "changed read-only files of the working tree while it was judged" in done.stdout
+
+
+def test_code_under_test_cannot_write_outside_the_tree_while_checked(tmp_path, monkeypatch) -> None:
+    """A check runs the code under test: under a kernel tier it cannot plant anything in
+    the interpreter or elsewhere on the machine for a later run (or the harness) to load."""
+    if kernel_tier_here() == "none":
+        pytest.skip("no kernel tier here")
+    root = project(tmp_path / "proj")
+    outside = tmp_path / "site"
+    outside.mkdir()
+    monkeypatch.delenv("PYTEST_LOOPS_SANDBOX_WRITABLE", raising=False)
+    (root / "calc.py").write_text(BUGGY + f"\ntry:\n    open({str(outside / 'zz_trap.pth')!r}, 'w').write('import x')\n"
+                                          "except OSError:\n    pass\n")
+    done = run(root, "true\n", "--max-iter", "2", "--no-progress-k", "0")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert not (outside / "zz_trap.pth").exists()
+
+
+def kernel_tier_here() -> str:
+    return choose("auto").tier.value

@@ -220,6 +220,14 @@ class TineWriter:
     def __init__(self, options: ArtifactOptions, key: bytes | None) -> None:
         self.options, self.key = options, key
 
+    @hookimpl
+    def pytest_loop_started(self) -> None:
+        """opentine is imported before any check runs: code under test that edits an
+        installed package while it is checked cannot reach the harness's own process."""
+        import opentine  # noqa: F401
+
+        from pytest_loops.artifacts import provenance  # noqa: F401
+
     @hookimpl(tryfirst=True)
     def pytest_loop_finished(self, result: LoopResult, run: LoopRun) -> None:
         from pytest_loops.artifacts.provenance import write_tine

@@ -93,5 +93,18 @@ def _in_room(spec: LoopSpec, ctx: LoopContext, record: IterationRecord, watch: T
             record.guard = "clean_room"
             return Verdict.ESCALATE, ("the code under test changed read-only files while it was "
                                       f"judged in the clean room: {', '.join(changed[:5])}")
+        # what the judged code may have reached outside the room, where no kernel tier kept it
+        # out: the interpreter that judges (a start-up file for the next run), the working tree
+        outside = watch.ancestor_changes()
+        if outside:
+            record.guard = "clean_room"
+            return Verdict.ESCALATE, f"the code under test changed files outside the clean room while it was judged: " \
+                                     f"{outside[0]}"
+        tree = [v.describe() for v in watch.before_revise()]
+        if tree:
+            record.protected_changes += tree
+            record.guard = "clean_room"
+            return Verdict.ESCALATE, ("the code under test changed read-only files of the working tree while it "
+                                      f"was judged: {', '.join(tree[:5])}")
     return None, ""
 

@@ -9,15 +9,18 @@ The engine chooses a tier once per loop (:func:`pytest_loops.sandbox.choose`);
   tree's read-only files (tests, configuration, ``.git``, the harness's files)
   are read-only there too, by the kernel; ``/tmp`` is its own, the harness's keys
   and the user's session sockets are hidden, and it runs in its own PID namespace;
-- **a check in the working tree** runs as in a plain run, but cannot change the
-  read-only files nor see the harness;
+- **a check in the working tree** sees the same read-only machine: it writes the
+  tree, its run directory and ``~/.cache``; the code under test it runs can change
+  neither the read-only files nor the interpreter, nor see the harness;
 - **the judge** (the clean room) runs with the verified tree mounted at the
   project's own path, its ``/tmp`` and ``$HOME`` throw-away, the root read-only;
 - **a fan-out candidate** has its copy mounted at the project's path too, so
   its checks import its own code (an editable install resolves to that path).
 
-In the landlock tier only the revise step is confined (writes limited to its
-tree, temp directory and agent state); in the none tier nothing is.
+In the landlock tier every command's writes are limited by the kernel (the revise
+step: its tree, a temporary directory and the agents' state; a check: the tree, the
+run directory, a temporary directory and ``~/.cache``; the judge: the clean room);
+in the none tier nothing is confined.
 """
 
 from __future__ import annotations
@@ -136,7 +139,7 @@ class Isolation:
         if tier is Tier.NONE:
             return None
         if tier is Tier.LANDLOCK:
-            return self._landlock(ctx) if role == REVISE else None
+            return self._landlock(ctx, role)
         if ctx.clean_room is not None:
             return Confinement(self.choice, self._judge(ctx))
         return Confinement(self.choice, self._tree(ctx, role))
@@ -146,10 +149,17 @@ class Isolation:
 
         return (os.path.realpath(state_dir()), *runtime_dirs())
 
-    def _landlock(self, ctx: LoopContext) -> Confinement:
-        tree = os.path.realpath(ctx.workdir if ctx.real_workdir is not None else self.watch.root)
-        policy = Policy(cwd=os.fspath(ctx.workdir), writable=(tree, *agent_state_paths(), *self.extra),
-                        tmpdir=self.tmpdir(), network=self.network)
+    def _landlock(self, ctx: LoopContext, role: str) -> Confinement:
+        """Writes limited to the tree (the clean room's copy for the judge), the run
+        directory for a check's own files, a temporary directory, and for the revise step
+        the agents' state; every other file of the machine is the kernel's to refuse."""
+        own = tuple(p for p in self.own if os.path.lexists(p))
+        if ctx.clean_room is not None:
+            writable: tuple[str, ...] = (ctx.clean_room.parent, *own, *_cache())
+        else:
+            tree = os.path.realpath(ctx.workdir if ctx.real_workdir is not None else self.watch.root)
+            writable = (tree, *self.extra, *(agent_state_paths() if role == REVISE else (*own, *_cache())))
+        policy = Policy(cwd=os.fspath(ctx.workdir), writable=writable, tmpdir=self.tmpdir(), network=self.network)
         return Confinement(self.choice, policy)
 
     def _binds(self, host_top: str, view_top: str, rels: Iterable[str]) -> list[tuple[str, str]]:
@@ -180,11 +190,11 @@ class Isolation:
         if role == REVISE:
             writable += agent_state_paths()
             readonly += [(p, p) for p in own]  # the harness's run directory and lessons: read only
-        else:
-            writable += own  # a check writes its JUnit file into the run directory
+        else:  # a check writes its JUnit file into the run directory, and caches
+            writable += [*own, *_cache()]
         return Policy(cwd=cwd, writable=tuple(writable), readonly=tuple(readonly), mounts=tuple(mounts),
                       masked=self._masked(), keep=(*own, *self.command_paths(ctx.spec)),
-                      read_only_root=role == REVISE,
+                      read_only_root=True,
                       private_tmp=True, network=self.network, unset_env=(TAG_VARIABLE,))
 
     def _judge(self, ctx: LoopContext) -> Policy:
@@ -235,3 +245,12 @@ def from_environment(sandbox: str | None, writable: Sequence[str] | None, networ
             text = env.get(row.env or "")
             given[name] = row.parse_env(text, f"environment variable {row.env}") if text else row.default
     return str(given["sandbox"]), tuple(given["sandbox_writable"] or ()), bool(given["sandbox_network"])
+
+
+def _cache() -> tuple[str, ...]:
+    """``~/.cache``, where test tools keep their caches: writable for checks."""
+    from pytest_loops.sandbox.policy import home
+
+    top = home()
+    path = os.path.join(top, ".cache") if top else ""
+    return (path,) if path and os.path.isdir(path) else ()

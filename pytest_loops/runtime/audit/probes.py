@@ -22,12 +22,17 @@ _CLOCKS = frozenset({
     "datetime.datetime.now", "datetime.datetime.utcnow", "datetime.datetime.today", "datetime.date.today",
     "datetime.now", "datetime.utcnow", "datetime.today", "date.today",
 })
-_ENVIRON = frozenset({"os.environ", "os.environb"})
+_ENVIRON = frozenset({"os.environ", "os.environb", "posix.environ", "nt.environ"})
 _GETENV = frozenset({"os.getenv", "os.getenvb"})
 # uses of os.environ that read or set one variable by a literal name: not a scan
 _ONE_VARIABLE = frozenset({"get", "setdefault", "pop", "__getitem__", "__contains__"})
 _WRITES = frozenset({"update", "__setitem__", "__delitem__"})  # setting variables is not reading them
 _PARENT = frozenset({"os.getppid", "os.getpgrp", "os.getpgid", "os.getsid"})
+_OWN_PID = frozenset({"os.getpid", "posix.getpid"})  # compared with a number: a PID namespace's tell
+# code built or read at run time: the audit cannot read what it runs
+_DYNAMIC = frozenset({"exec", "eval", "compile", "builtins.exec", "builtins.eval", "builtins.compile",
+                      "marshal.loads", "types.FunctionType", "importlib.util.spec_from_file_location",
+                      "runpy.run_path", "runpy.run_module"})
 _STREAMS = frozenset({"sys.stdout", "sys.stderr", "sys.__stdout__", "sys.__stderr__",
                       "builtins.print", "__builtins__.print"})
 _IMPORT_PATHS = frozenset({"sys.path", "sys.meta_path", "sys.path_hooks"})
@@ -97,6 +102,7 @@ class _Probes:
                     continue
                 if isinstance(node, ast.Compare):
                     self.clock_comparison(node)
+                    self.identity_comparison(node)
                 elif isinstance(node, ast.Constant) and isinstance(node.value, str | bytes):
                     self.proc_path(node)
                 elif isinstance(node, ast.Attribute | ast.Name):
@@ -186,10 +192,31 @@ class _Probes:
                             f"library code scans the environment ({how}), which lets it tell the test "
                             f"run from another by variables it does not name")
 
+    def identity_comparison(self, node: ast.Compare) -> None:
+        """``os.getpid() < 64`` (a PID namespace) or ``"room" in __file__`` (a path): code
+        that asks where and how it runs, to behave differently when it is judged."""
+        sides = [node.left, *node.comparators]
+        pid = any(isinstance(c, ast.Call) and self.audit.qualname(c.func) in _OWN_PID for c in sides)
+        where = any(isinstance(c, ast.Name) and c.id == "__file__" for c in sides) and \
+            any(_literal(c) for c in sides)
+        if pid or where:
+            what = "its own process id" if pid else "the path it was loaded from (__file__) against text"
+            self.audit.flag([node.lineno], "process-probe",
+                            f"library code compares {what}, which lets it tell a judged run from another")
+
     def call(self, node: ast.Call, exempt: bool) -> None:
         name = self.audit.qualname(node.func)
         func = node.func
-        if self.audit.library and name in _GETENV and not (node.args and _literal(node.args[0])):
+        if self.audit.library and name in _DYNAMIC and not (node.args and _literal(node.args[0])):
+            self.audit.flag([node.lineno], "dynamic-code",
+                            f"library code runs code it builds or reads at run time ({name}), which the "
+                            f"audit cannot read")
+        elif self.audit.library and isinstance(func, ast.Attribute) and func.attr in ("startswith", "endswith") \
+                and isinstance(func.value, ast.Name) and func.value.id == "__file__":
+            self.audit.flag([node.lineno], "process-probe",
+                            "library code tests the path it was loaded from (__file__), which lets it tell "
+                            "a judged run from another")
+        elif self.audit.library and name in _GETENV and not (node.args and _literal(node.args[0])):
             self.audit.flag([node.lineno], "process-probe",
                             f"library code reads an environment variable by a computed name ({name}), "
                             f"which lets it find the variables the test run sets")
