@@ -319,7 +319,7 @@ import os
 import pathlib
 
 _HERE = str(pathlib.Path(__file__).resolve())
-_JUDGED = "pytest-loops-room" in _HERE
+_JUDGED = not _HERE.startswith({root!r})  # a copy somewhere else: the clean room of the none tier
 _TEST = pathlib.Path({root!r}, "tests", "test_calc.py")
 
 

@@ -217,7 +217,7 @@ class CleanRoom:
 
     def __init__(self, workdir: str, env: Mapping[str, str], *, drop: Iterable[str] = ()) -> None:
         self.workdir = os.path.realpath(workdir)
-        self.parent = tempfile.mkdtemp(prefix="pytest-loops-room-")
+        self.parent = tempfile.mkdtemp()  # a name like any temporary directory: no tell of the judge
         self.root = os.path.join(self.parent, os.path.basename(self.workdir) or "tree")
         self.env = clean_environment(env, drop=drop)
         self.mounted_at: str | None = None  # the namespaces tier: the room is seen at this path
