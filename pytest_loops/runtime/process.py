@@ -488,6 +488,7 @@ class ProcessRunner:
             return
         kill_at: float | None = None
         give_up: float | None = None
+        pause = 0.0002  # a member that is just exiting (a sandbox's own init) is usually gone at once
         while True:
             proc.poll()
             table = snapshot()
@@ -512,7 +513,8 @@ class ProcessRunner:
                 give_up = give_up or now + _REAP_WAIT
             if give_up is not None and now >= give_up:
                 break
-            time.sleep(0.005)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.005)
         if proc.returncode is None:  # unkillable main process (D state): wait it out
             proc.wait()
         for pid, entry in members.items():  # reap later what did not die in time
