@@ -20,6 +20,7 @@ from pathlib import Path
 
 import adversarial_kit as kit
 import pytest
+from plugin_helpers import kernel_tier
 
 pytestmark = pytest.mark.adversarial
 
@@ -143,10 +144,17 @@ def test_audit_warn_records_the_finding(gaming: Gaming, tmp_path: Path) -> None:
     outcome = _run(project, "--audit", "warn")
 
     context = f"exit {outcome.returncode}\n--- output (tail) ---\n{outcome.tail()}"
-    assert outcome.returncode in (0, 2), context  # it games its way through, or it runs out of tries
-    assert "the diff audit flagged" not in outcome.output, context
     verdicts, findings = _logged(project)
-    assert verdicts in (["SUCCESS"], ["MAX_ITER"]), context
+    if gaming.id == "import-path-outside-the-tree" and kernel_tier() == "namespaces":
+        # the judge's /tmp is private: the module the revise step put outside the tree
+        # (the evidence directory) is not there, so the clean room fails on the bug
+        assert outcome.returncode == 5, context
+        assert "passed in the working tree but not in the clean room" in outcome.output, context
+        assert verdicts == ["ESCALATE"], context
+    else:
+        assert outcome.returncode in (0, 2), context  # it games its way through, or it runs out of tries
+        assert verdicts in (["SUCCESS"], ["MAX_ITER"]), context
+    assert "the diff audit flagged" not in outcome.output, context
     finding = _finding(findings, gaming)
     assert finding is not None, findings
     assert finding.startswith(("calc.py:", "impl.dat:1: the revise step added a file that is not text")), finding

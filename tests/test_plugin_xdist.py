@@ -129,8 +129,11 @@ def test_one_lessons_page_for_parallel_loops(project: Project) -> None:
 
 
 @pytest.mark.slow
-def test_loops_that_revise_the_same_tree_never_interleave(project: Project) -> None:
+def test_loops_that_revise_the_same_tree_never_interleave(project: Project,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     project.write("lockcheck.py", LOCKCHECK)
+    # the revise steps keep their log beside the project, outside the tree: named writable
+    monkeypatch.setenv("PYTEST_LOOPS_SANDBOX_WRITABLE", str(project.path.parent))
     broken_pair(project, 'revise="python lockcheck.py {name}", max_iter=2, no_progress_k=0')
     result = project.run("--loop", "-n", "2", "--dist", "loadfile", "-v")
     assert result.ret == 1  # nothing fixes the bug: both loops end MAX_ITER

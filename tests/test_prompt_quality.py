@@ -433,7 +433,10 @@ def test_the_prompt_a_session_loop_hands_its_revise_step(pytester: pytest.Pytest
     project.write("tests/test_stats.py", STATS_TESTS)
     project.write("keep_and_fix.py", KEEP_AND_FIX)
     keep = pytester.path / "prompts"
+    keep.mkdir()
     monkeypatch.setenv("KEEP_DIR", str(keep))
+    # the revise step keeps the prompts outside the tree: named writable for the kernel tier
+    monkeypatch.setenv("PYTEST_LOOPS_SANDBOX_WRITABLE", str(keep))
     result = project.run("tests", "--loop", "--loop-revise=python keep_and_fix.py", "--loop-max-iter", "4")
     assert result.ret == 0, result.stdout.str()
     bug_line = STATS.splitlines().index("    for start in range(len(values) - size):") + 1
