@@ -51,6 +51,8 @@ def sandbox_writable(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
         monkeypatch.setenv("PYTEST_LOOPS_SANDBOX", "none")
     if "tmp_path" in request.fixturenames:
         monkeypatch.setenv("PYTEST_LOOPS_SANDBOX_WRITABLE", str(request.getfixturevalue("tmp_path")))
+    elif "pytester" in request.fixturenames:  # its own directory, from tmp_path_factory
+        monkeypatch.setenv("PYTEST_LOOPS_SANDBOX_WRITABLE", str(request.getfixturevalue("pytester").path))
 
 
 @pytest.fixture

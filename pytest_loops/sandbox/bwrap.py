@@ -106,7 +106,7 @@ def arguments(policy: Policy, *, overlay: bool) -> list[str]:
     keep = dict.fromkeys((*interpreter_paths(), *policy.keep))
     for path in keep:
         if any(under(path, h) and path != h for h in hidden):
-            args += ["--ro-bind-try", path, path]
+            args += ["--ro-bind-try" if policy.read_only_root else "--bind-try", path, path]
     # read-write binds and mounts, the shallowest first: a writable ancestor never covers a
     # mount below it, and a writable run directory inside a mounted tree shows through it
     binds = [(source, dest, "--bind") for source, dest in policy.mounts]
@@ -140,6 +140,7 @@ def launch(path: str, policy: Policy, argv: list[str], *, overlay: bool) -> Laun
         os.close(fd)
         raise
     # a private /tmp is where temporary files go: a TMPDIR outside it may be hidden or read-only
-    env = {"TMPDIR": "/tmp"} if policy.private_tmp else {}
+    # (pytest's PYTEST_DEBUG_TEMPROOT too: it wins over TMPDIR for its basetemp)
+    env = {"TMPDIR": "/tmp", "PYTEST_DEBUG_TEMPROOT": "/tmp"} if policy.private_tmp else {}
     return Launch(argv=[path, "--args", str(fd), "--", *argv], pass_fds=(fd,), env_set=env,
                   cleanup=lambda: os.close(fd))

@@ -129,6 +129,6 @@ def launch(policy: Policy, argv: list[str]) -> Launch:
     if not version:
         raise OSError(why)
     fd = _ruleset(policy, version)
-    env = {"TMPDIR": policy.tmpdir} if policy.tmpdir else {}
+    env = {"TMPDIR": policy.tmpdir, "PYTEST_DEBUG_TEMPROOT": policy.tmpdir} if policy.tmpdir else {}
     return Launch(argv=list(argv), pass_fds=(fd,), preexec_fn=_restrictor(fd), env_set=env,
                   cleanup=lambda: os.close(fd))
