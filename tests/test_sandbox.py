@@ -371,3 +371,16 @@ def test_code_under_test_cannot_write_outside_the_tree_while_checked(tmp_path, m
 
 def kernel_tier_here() -> str:
     return choose("auto").tier.value
+
+
+def test_an_editable_install_elsewhere_stays_visible(tmp_path) -> None:
+    """setuptools' editable finder names the package's directory outside sys.path: a
+    sandboxed pytest must still import it (the harness itself, installed under /tmp)."""
+    from pytest_loops.sandbox.policy import _editable_roots
+
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    (site / "__editable___demo_0_1_finder.py").write_text(
+        "import sys\nMAPPING: dict[str, str] = {'demo': '/tmp/src/demo', 'x': 'relative'}\nNAMESPACES = {}\n")
+    (site / "__editable___broken_finder.py").write_text("MAPPING = {oops\n")
+    assert _editable_roots((str(site),)) == ("/tmp/src/demo",)

@@ -7,8 +7,11 @@ package knows which tier runs.
 
 from __future__ import annotations
 
+import ast
 import enum
+import functools
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -75,12 +78,40 @@ class Launch:
             cleanup()
 
 
+@functools.lru_cache(maxsize=8)
+def _editable_roots(site_dirs: tuple[str, ...]) -> tuple[str, ...]:
+    """Where editable installs point: setuptools' ``__editable__.*_finder.py`` files name
+    their packages' directories in a ``MAPPING`` literal (the directories are not on
+    ``sys.path``)."""
+    found: list[str] = []
+    for site_dir in site_dirs:
+        try:
+            names = [n for n in os.listdir(site_dir) if n.startswith("__editable__") and n.endswith("finder.py")]
+        except OSError:
+            continue
+        for name in names:
+            try:
+                with open(os.path.join(site_dir, name), encoding="utf-8") as f:
+                    text = f.read(1 << 20)
+            except (OSError, UnicodeDecodeError):
+                continue
+            match = re.search(r"^MAPPING\s*(?::[^=]*)?=\s*(\{.*?\})\s*$", text, re.M | re.S)
+            try:
+                mapping = ast.literal_eval(match.group(1)) if match else {}
+            except (ValueError, SyntaxError):
+                continue
+            found += [v for v in mapping.values() if isinstance(v, str) and os.path.isabs(v)] \
+                if isinstance(mapping, dict) else []
+    return tuple(found)
+
+
 def interpreter_paths() -> tuple[str, ...]:
     """What a command needs to see wherever it is: this interpreter's prefixes, its
     ``sys.path`` (editable installs included) and the programs on ``PATH``."""
     seen: dict[str, None] = {}
     for path in (sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-                 *sys.path, *os.environ.get("PATH", "").split(os.pathsep)):
+                 *sys.path, *os.environ.get("PATH", "").split(os.pathsep),
+                 *_editable_roots(tuple(p for p in sys.path if p.endswith("-packages")))):
         if path and os.path.isabs(path) and os.path.exists(path):
             seen.setdefault(os.path.realpath(path), None)
     return tuple(seen)
