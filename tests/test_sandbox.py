@@ -384,3 +384,27 @@ def test_an_editable_install_elsewhere_stays_visible(tmp_path) -> None:
         "import sys\nMAPPING: dict[str, str] = {'demo': '/tmp/src/demo', 'x': 'relative'}\nNAMESPACES = {}\n")
     (site / "__editable___broken_finder.py").write_text("MAPPING = {oops\n")
     assert _editable_roots((str(site),)) == ("/tmp/src/demo",)
+
+
+@needs_namespaces
+def test_the_namespaces_tier_holds_for_a_user_without_privileges(tmp_path) -> None:
+    """CI runners are rarely root: the harness itself runs in a user namespace as uid 1000,
+    so bubblewrap makes its namespaces unprivileged; the test stays read-only there."""
+    import shutil
+
+    unshare = shutil.which("unshare")
+    probe = subprocess.run([unshare or "unshare", "--user", "--map-user=1000", "--map-group=1000", "true"],
+                           capture_output=True) if unshare else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("cannot make a user namespace here to run as a user without privileges")
+    root = project(tmp_path / "proj")
+    (root / "revise.sh").write_text("echo 'def test_add(): pass' > tests/test_calc.py\n" + FIX)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_LOOPS_", "LOOP_"))}
+    done = subprocess.run([unshare, "--user", "--map-user=1000", "--map-group=1000", sys.executable, "-m",
+                           "pytest_loops", "run", "--verify", "python -m pytest -q -p no:cacheprovider tests",
+                           "--revise", "sh revise.sh", "--sandbox", "namespaces"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "sandbox: namespaces" in done.stdout
+    assert (root / "tests" / "test_calc.py").read_text() == TEST
+    assert "Read-only file system" in revise_output(root)
