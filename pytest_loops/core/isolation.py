@@ -25,6 +25,7 @@ in the none tier nothing is confined.
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import shutil
@@ -57,6 +58,7 @@ class Isolation:
         self.network = network
         self._readonly: tuple[str, ...] | None = None
         self._tmp: str | None = None
+        self._commands: dict[str, tuple[str, ...]] = {}  # the spec -> command_paths
         # a fan-out candidate's copy is mounted at the project's path: its paths are not moved
         self.mounts_copies = choice.tier is Tier.NAMESPACES
 
@@ -87,6 +89,7 @@ class Isolation:
             self._readonly = tuple(tops)
         return self._readonly
 
+    @functools.cached_property
     def _git_dir(self) -> tuple[str, ...]:
         """A worktree's ``.git`` file names the real git directory: that is read-only too."""
         dot = os.path.join(self.watch.root, ".git")
@@ -107,6 +110,9 @@ class Isolation:
         """What the loop's commands name by absolute path (an interpreter in a virtual
         environment under /tmp, a script): kept visible, read-only, wherever it is. A
         path inside a virtual environment keeps the whole environment."""
+        key = str(id(spec))  # one loop holds its spec for its whole run
+        if key in self._commands:  # once per loop, not once per command
+            return self._commands[key]
         found: dict[str, None] = {}
         commands = [c.command for c in spec.checks if c.command] + ([spec.revise] if spec.revise else [])
         for command in commands:
@@ -119,7 +125,8 @@ class Isolation:
                     continue
                 venv = next((str(p) for p in Path(word).parents if (p / "pyvenv.cfg").is_file()), None)
                 found.setdefault(venv or word, None)
-        return tuple(found)
+        self._commands[key] = tuple(found)
+        return self._commands[key]
 
     def tmpdir(self) -> str:
         """The landlock tier's temporary directory for the revise step (one per loop)."""
@@ -184,7 +191,7 @@ class Isolation:
         else:
             writable.append(root)
             readonly += self._binds(root, root, rels)
-        readonly += [(g, g) for g in self._git_dir()]
+        readonly += [(g, g) for g in self._git_dir]
         own = [p for p in self.own if os.path.lexists(p)]
         writable += self.extra
         if role == REVISE:

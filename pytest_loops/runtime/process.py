@@ -326,8 +326,6 @@ class ProcessRunner:
                     launch = sandbox.launch(argv)
                     argv = launch.argv
                     child_env.update(launch.env_set)
-                    for name in launch.env_drop:
-                        child_env.pop(name, None)
                 if cgroup is not None:
                     argv = _joined(cgroup.procs, "exec " + shlex.join(argv) if sandbox is not None else command)
                 proc = subprocess.Popen(

@@ -9,6 +9,7 @@ process with a real ``bwrap ... true``.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import threading
@@ -74,6 +75,7 @@ def available() -> tuple[str | None, str, bool]:
         return _found
 
 
+@functools.lru_cache(maxsize=4)
 def version(path: str) -> str:
     try:
         out = subprocess.run([path, "--version"], capture_output=True, timeout=_PROBE_TIMEOUT, text=True)

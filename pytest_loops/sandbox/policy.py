@@ -13,7 +13,7 @@ import functools
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -54,11 +54,6 @@ class Policy:
     # landlock: where temporary files go (TMPDIR), writable
     tmpdir: str | None = None
 
-    def with_readonly(self, paths: Iterable[tuple[str, str]]) -> Policy:
-        from dataclasses import replace
-
-        return replace(self, readonly=self.readonly + tuple(paths))
-
 
 @dataclass
 class Launch:
@@ -69,7 +64,6 @@ class Launch:
     pass_fds: tuple[int, ...] = ()
     preexec_fn: Callable[[], None] | None = None
     env_set: dict[str, str] = field(default_factory=dict)
-    env_drop: tuple[str, ...] = ()
     cleanup: Callable[[], None] | None = None  # after the child started (or failed to)
 
     def close(self) -> None:
