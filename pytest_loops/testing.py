@@ -163,7 +163,7 @@ class InstantRunner:
         pass
 
     def run(self, command: str, *, cwd: Any, env: Any = None, timeout: float | None = None,
-            output_path: Any = None, sandbox: Any = None) -> CommandResult:
+            output_path: Any = None, sandbox: Any = None, pass_fds: Any = ()) -> CommandResult:
         return canned_result(command, 0 if command == "true" else 1, f"ran {command}\n", output_path,
                              timed_out=timeout is not None and timeout <= 0)
 

@@ -95,9 +95,12 @@ def _judged_command(check: Check, context: LoopContext, label: str) -> tuple[Com
     if room is None:
         return context.run_command(check.command or "", label=label, timeout=check.timeout), None
     channel = room.channel()
-    cmd = context.run_command(check.command or "", label=label, timeout=check.timeout,
-                              extra_env=room.command_env(channel))
-    record = channel.read()
+    try:
+        cmd = context.run_command(check.command or "", label=label, timeout=check.timeout,
+                                  extra_env=room.command_env(channel), pass_fds=channel.pass_fds)
+        record = channel.read()
+    finally:
+        channel.close()
     disagreement = record.disagreement(cmd.exit_code)
     if disagreement:
         return cmd, f"the harness's witness disagrees with the exit code: {disagreement}"
@@ -255,10 +258,13 @@ def _pytest_judged(check: Check, context: LoopContext, label: str, extra: list[s
     room = context.clean_room
     assert room is not None
     channel = room.channel()
-    argv = room.pytest_command([check.node_id or ""], extra)
-    cmd = context.run_command(shlex.join(argv), label=label, timeout=check.timeout,
-                              extra_env={"PYTEST_LOOPS_JUDGE": channel.value})
-    record = channel.read()
+    try:
+        argv = room.pytest_command([check.node_id or ""], extra, channel)
+        cmd = context.run_command(shlex.join(argv), label=label, timeout=check.timeout,
+                                  extra_env=channel.extra_env(), pass_fds=channel.pass_fds)
+        record = channel.read()
+    finally:
+        channel.close()
     disagreement = record.disagreement(cmd.exit_code)
     if disagreement:
         return _result(check, cmd, False, f"the harness's witness disagrees with the exit code: {disagreement}")

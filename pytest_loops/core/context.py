@@ -69,7 +69,7 @@ class CommandRunner(Protocol):
 
     def run(self, command: str, *, cwd: str | os.PathLike, env: Mapping[str, str] | None = None,
             timeout: float | None = None, output_path: str | os.PathLike | None = None,
-            sandbox: Confinement | None = None) -> CommandResult: ...
+            sandbox: Confinement | None = None, pass_fds: Sequence[int] = ()) -> CommandResult: ...
 
 
 class Fingerprint(Protocol):
@@ -163,7 +163,8 @@ class LoopContext:
         return self.runner if sandbox is None else _ConfinedRunner(self.runner, sandbox)
 
     def run_command(self, command: str, *, label: str, timeout: float | None = None,
-                    extra_env: Mapping[str, str] | None = None, revise: bool = False) -> CommandResult:
+                    extra_env: Mapping[str, str] | None = None, revise: bool = False,
+                    pass_fds: Sequence[int] = ()) -> CommandResult:
         """Run a shell command in the loop's workdir with the budget as a deadline.
 
         Sets ``budget_hit`` when the command was killed because the budget ran out
@@ -190,12 +191,15 @@ class LoopContext:
             self.artifact_error(str(self.run_dir / f"iter-{self.iteration:03d}"), exc)
             output_path = None  # the runner keeps the output in a temporary file
         sandbox = self.confine(self, "revise" if revise else "check") if self.confine is not None else None
+        more: dict[str, Any] = {}
         if sandbox is not None:
-            result = self.runner.run(command, cwd=self.workdir, env=env, timeout=effective,
-                                     output_path=output_path, sandbox=sandbox)
-        else:
-            result = self.runner.run(command, cwd=self.workdir, env=env, timeout=effective,
-                                     output_path=output_path)
+            more["sandbox"] = sandbox
+        if pass_fds:
+            more["pass_fds"] = tuple(pass_fds)
+        if self.clean_room is not None and (sandbox is None or not sandbox.unsets_tag):
+            more["tagged"] = False  # a judged run carries no variable of the harness's
+        result = self.runner.run(command, cwd=self.workdir, env=env, timeout=effective,
+                                 output_path=output_path, **more)
         if result.timed_out and budget_limited:
             self.budget_hit = True
         if self.scrub is not None:

@@ -131,7 +131,7 @@ class Isolation:
     def tmpdir(self) -> str:
         """The landlock tier's temporary directory for the revise step (one per loop)."""
         if self._tmp is None:
-            self._tmp = tempfile.mkdtemp(prefix="pytest-loops-tmp-")
+            self._tmp = tempfile.mkdtemp()  # a name like any: no tell of the harness
         return self._tmp
 
     def close(self) -> None:
@@ -160,13 +160,18 @@ class Isolation:
         """Writes limited to the tree (the clean room's copy for the judge), the run
         directory for a check's own files, a temporary directory, and for the revise step
         the agents' state; every other file of the machine is the kernel's to refuse."""
-        own = tuple(p for p in self.own if os.path.lexists(p))
+        tmpdir = self.tmpdir()
         if ctx.clean_room is not None:
-            writable: tuple[str, ...] = (ctx.clean_room.parent, *own, *_cache())
+            writable: tuple[str, ...] = (ctx.clean_room.parent, *_cache())
+            # the judge's own temporary directory, inside the room: nothing the revise
+            # step left in its temporary directory is seen by the judged run
+            tmpdir = os.path.join(ctx.clean_room.parent, "tmp")
+            os.makedirs(tmpdir, exist_ok=True)
         else:
             tree = os.path.realpath(ctx.workdir if ctx.real_workdir is not None else self.watch.root)
-            writable = (tree, *self.extra, *(agent_state_paths() if role == REVISE else (*own, *_cache())))
-        policy = Policy(cwd=os.fspath(ctx.workdir), writable=writable, tmpdir=self.tmpdir(), network=self.network)
+            run_dir = os.path.realpath(ctx.run_dir)
+            writable = (tree, *self.extra, *(agent_state_paths() if role == REVISE else (run_dir, *_cache())))
+        policy = Policy(cwd=os.fspath(ctx.workdir), writable=writable, tmpdir=tmpdir, network=self.network)
         return Confinement(self.choice, policy)
 
     def _binds(self, host_top: str, view_top: str, rels: Iterable[str]) -> list[tuple[str, str]]:
@@ -194,11 +199,13 @@ class Isolation:
         readonly += [(g, g) for g in self._git_dir]
         own = [p for p in self.own if os.path.lexists(p)]
         writable += self.extra
+        run_dir = os.path.realpath(ctx.run_dir)
         if role == REVISE:
             writable += agent_state_paths()
-            readonly += [(p, p) for p in own]  # the harness's run directory and lessons: read only
         else:  # a check writes its JUnit file into the run directory, and caches
-            writable += [*own, *_cache()]
+            writable += [run_dir, *_cache()]
+            own = [p for p in own if p != run_dir]
+        readonly += [(p, p) for p in own]  # the harness's run log, lessons and artifacts: read only
         return Policy(cwd=cwd, writable=tuple(writable), readonly=tuple(readonly), mounts=tuple(mounts),
                       masked=self._masked(), keep=(*own, *self.command_paths(ctx.spec)),
                       read_only_root=True,
@@ -214,8 +221,10 @@ class Isolation:
                                                   if r != ".git" and r not in self.watch.venvs])
         readonly += [(os.path.join(root, v), os.path.join(view, v)) for v in sorted(self.watch.venvs)]
         own = [p for p in self.own if os.path.lexists(p)]
+        # the harness's files are read-only to the judged code: it writes nowhere that lasts
+        readonly += [(p, p) for p in own]
         return Policy(cwd=os.fspath(ctx.workdir), mounts=((room.root, view),),
-                      writable=(room.parent, *own), readonly=tuple(readonly), masked=self._masked(),
+                      writable=(room.parent,), readonly=tuple(readonly), masked=self._masked(),
                       keep=(*own, *self.command_paths(ctx.spec)), read_only_root=True, private_tmp=True,
                       private_home=True,
                       network=self.network, unset_env=(TAG_VARIABLE,))

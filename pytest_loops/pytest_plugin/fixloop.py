@@ -202,19 +202,23 @@ class SessionFixCheck:
         args_file = Path(room.parent) / "session-ids.txt"
         args_file.write_text("\n".join(ids) + "\n", encoding="utf-8")
         channel = room.channel()
-        extra = list(self.pytest_args)
-        if self.workers:
-            extra += ["-n", str(self.workers)]
-        extra_env = {"PYTEST_LOOPS_JUDGE": channel.value, "PYTHONSAFEPATH": "1"}
-        mapping = self._mapping(room, ids)
-        if mapping is not None:  # every test, one process: measured for the next loop's map
-            extra = ["-p", mapping.plugin, *extra]
-            extra_env.update(mapping.env)
-        argv = room.pytest_command([f"@{args_file}"], extra)
-        cmd = context.run_command(shlex.join(argv), label="confirm", extra_env=extra_env)
+        try:
+            extra = list(self.pytest_args)
+            if self.workers:
+                extra += ["-n", str(self.workers)]
+            extra_env = {**channel.extra_env(), "PYTHONSAFEPATH": "1"}
+            mapping = self._mapping(room, ids)
+            if mapping is not None:  # every test, one process: measured for the next loop's map
+                extra = ["-p", mapping.plugin, *extra]
+                extra_env.update(mapping.env)
+            argv = room.pytest_command([f"@{args_file}"], extra, channel)
+            cmd = context.run_command(shlex.join(argv), label="confirm", extra_env=extra_env,
+                                      pass_fds=channel.pass_fds)
+            record = channel.read()
+        finally:
+            channel.close()
         if context.budget_hit:
             return self._result(check, cmd, False, "killed during the clean-room run: the budget ran out")
-        record = channel.read()
         disagreement = record.disagreement(cmd.exit_code)
         if disagreement:
             return self._result(check, cmd, False,

@@ -205,10 +205,17 @@ def check_space_form(config: pytest.Config, args: list[str]) -> str | None:
     return None
 
 
+def _judged() -> bool:
+    """Whether the harness judges this run (its witness found a channel)."""
+    from pytest_loops.runtime import judge
+
+    return judge.active()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
     """``pytest --loop-watch``: this process watches, and every test run is a fresh one."""
-    if os.environ.get(CHILD_ENV) or config.pluginmanager.hasplugin("pytest_loops.runtime.judge"):
+    if os.environ.get(CHILD_ENV) or _judged():
         return None
     row = BY_NAME["watch"]
     if not (config.getoption(row.dest) or ini_value(config, "watch") or os.environ.get(str(row.env))):
@@ -231,7 +238,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("loop_watch") and not os.environ.get(CHILD_ENV):
         return  # the watch runs every test in a fresh process (pytest_cmdline_main)
     # a re-run the harness started (and every run it judges) never starts loops itself
-    judged = config.pluginmanager.hasplugin("pytest_loops.runtime.judge")
+    judged = _judged()
     enabled = bool(config.getoption("loop")) and not os.environ.get(CHILD_ENV) and not judged
     args = list(config.invocation_params.args)
     if not enabled:

@@ -23,6 +23,8 @@ changed while it was judged.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import re
@@ -142,24 +144,67 @@ def note_failed_tests(seen: dict[str, set[str]], checks: Iterable[CheckResult]) 
 
 
 class JudgeChannel:
-    """One command's witness file and nonce."""
+    """One command's witness channel: an anonymous file (no name in any directory) the
+    judged command inherits as an open descriptor, its first line the nonce; where the
+    witness is not loaded from its entry point, a file named in ``PYTEST_LOOPS_JUDGE``."""
 
     def __init__(self, directory: str) -> None:
+        from pytest_loops.runtime import judge
+
         self.nonce = secrets.token_hex(16)
-        fd, self.path = tempfile.mkstemp(prefix="judge-", suffix=".jsonl", dir=directory)
-        os.close(fd)
+        self.inherited = witness_autoloads()
+        self._named: str | None = None
+        if self.inherited:
+            self.fd = _anonymous_file(tempfile.gettempdir())
+            os.write(self.fd, judge.MAGIC + self.nonce.encode() + b"\n")
+        else:
+            fd, self._named = tempfile.mkstemp(prefix="judge-", suffix=".jsonl", dir=directory)
+            self.fd = fd
+
+    @property
+    def path(self) -> str:
+        """A path this process can open the channel by."""
+        return self._named or f"/proc/self/fd/{self.fd}"
 
     @property
     def value(self) -> str:
         return f"{self.nonce}:{self.path}"
 
+    def extra_env(self) -> dict[str, str]:
+        """What a judged command's environment needs (nothing, when it inherits the channel)."""
+        return {} if self.inherited else {JUDGE_VARIABLE: self.value}
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        """The descriptors a judged command inherits."""
+        return (self.fd,) if self.inherited else ()
+
+    def plugin_args(self) -> list[str]:
+        """pytest arguments a judged pytest needs (none, when the entry point loads the witness)."""
+        return [] if self.inherited else ["-p", JUDGE_PLUGIN]
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if self._named:
+            with contextlib.suppress(OSError):
+                os.unlink(self._named)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
     def read(self) -> JudgeRecord:
         record = JudgeRecord()
         try:
-            with open(self.path, "rb") as f:
-                data = f.read(MAX_RECORD_BYTES + 1)
+            data = _read_all(self.fd, MAX_RECORD_BYTES + 1) if self.fd >= 0 else b""
         except OSError:
             return record
+        from pytest_loops.runtime.judge import MAGIC
+
+        if data.startswith(MAGIC):  # the header the harness wrote: not a record
+            data = data.split(b"\n", 1)[1] if b"\n" in data else b""
         if len(data) > MAX_RECORD_BYTES:
             record.foreign += 1
             data = data[:MAX_RECORD_BYTES]
@@ -191,6 +236,50 @@ class JudgeChannel:
             else:
                 record.foreign += 1
         return record
+
+
+def _read_all(fd: int, limit: int) -> bytes:
+    parts: list[bytes] = []
+    offset = 0
+    while offset < limit:
+        chunk = os.pread(fd, min(1 << 20, limit - offset), offset)
+        if not chunk:
+            break
+        parts.append(chunk)
+        offset += len(chunk)
+    return b"".join(parts)
+
+
+def _anonymous_file(directory: str) -> int:
+    """An open file with no name (``O_TMPFILE``; else a file unlinked at once), appended to."""
+    flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
+    tmpfile = getattr(os, "O_TMPFILE", 0)
+    if tmpfile:
+        try:
+            return os.open(directory, flags | tmpfile, 0o600)
+        except OSError:
+            pass
+    fd, path = tempfile.mkstemp(dir=directory)
+    try:
+        os.close(fd)
+        return os.open(path, flags)
+    finally:
+        os.unlink(path)
+
+
+@functools.lru_cache(maxsize=1)
+def witness_autoloads() -> bool:
+    """Whether pytest loads the witness by itself here: its entry point is installed, plugin
+    autoloading is on, and the process has ``/proc`` to find the inherited channel."""
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD") or not os.path.isdir("/proc/self/fd"):
+        return False
+    from importlib.metadata import entry_points
+
+    try:
+        return any(ep.name == JUDGE_PLUGIN and ep.value == JUDGE_PLUGIN
+                   for ep in entry_points(group="pytest11"))
+    except Exception:  # noqa: BLE001 - a broken distribution: the named channel works anywhere
+        return False
 
 
 def clean_environment(env: Mapping[str, str], *, drop: Iterable[str] = ()) -> dict[str, str]:
@@ -246,15 +335,19 @@ class CleanRoom:
         return JudgeChannel(self.parent)
 
     def command_env(self, channel: JudgeChannel) -> dict[str, str]:
-        """For a shell command: every pytest it starts loads the witness."""
+        """For a shell command: every pytest it starts loads the witness. Where pytest loads
+        it from its entry point and the command inherits the channel, nothing at all."""
+        if channel.inherited:
+            return {}
         addopts = self.env.get("PYTEST_ADDOPTS", "")
-        return {"PYTEST_ADDOPTS": f"-p {JUDGE_PLUGIN} {addopts}".strip(),
-                JUDGE_VARIABLE: channel.value}
+        return {"PYTEST_ADDOPTS": f"-p {JUDGE_PLUGIN} {addopts}".strip(), **channel.extra_env()}
 
-    def pytest_command(self, targets: Sequence[str], extra_args: Sequence[str]) -> list[str]:
+    def pytest_command(self, targets: Sequence[str], extra_args: Sequence[str],
+                       channel: JudgeChannel | None = None) -> list[str]:
         """argv of a judged pytest: isolated from the tree's modules, fresh caches."""
         cache = [] if self.mounted_at is not None else ["-o", f"cache_dir={os.path.join(self.parent, 'cache')}"]
-        return [sys.executable, "-P", "-m", "pytest", "-p", JUDGE_PLUGIN, "-q", *cache, "-p", "no:randomly",
+        plugin = channel.plugin_args() if channel is not None else ["-p", JUDGE_PLUGIN]
+        return [sys.executable, "-P", "-m", "pytest", *plugin, "-q", *cache, "-p", "no:randomly",
                 *self.map_args(extra_args), *targets]
 
     def close(self) -> None:

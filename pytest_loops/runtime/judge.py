@@ -1,13 +1,22 @@
 """The harness's own witness inside a pytest run of the clean room.
 
-Loaded with ``-p pytest_loops.runtime.judge`` into every pytest process the clean room
-starts. It reads where to report and a per-run nonce from ``PYTEST_LOOPS_JUDGE``
-and removes the variable at once, before any conftest or test module is
-imported. It appends one JSON line per test phase outcome and one when the
-session finishes (with pytest's own exit status), each carrying the nonce, so
-the harness reads the outcome through a channel of its own instead of trusting
-the process's exit code, its output or a JUnit file it wrote. The harness
-accepts a pass only when this record and the exit code agree.
+Registered as a ``pytest11`` entry point, so pytest loads it in every run of an
+environment where pytest-loops is installed, before any conftest or test module
+is imported; in a run the harness does not judge it finds no channel and does
+nothing. The harness judges a run by handing it an open, anonymous file (a file
+descriptor the process inherits: no variable, no argument, no path names it)
+whose first line holds a per-run nonce. At import the witness finds that file
+among its inherited descriptors, keeps it (not inherited further) and appends
+one JSON line per test phase outcome and one when the session finishes (with
+pytest's own exit status), each carrying the nonce. The harness reads the
+outcome through that channel of its own instead of trusting the process's exit
+code, its output or a JUnit file it wrote, and accepts a pass only when this
+record and the exit code agree.
+
+Where plugins are not loaded from entry points (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``,
+or an installation without the entry point), the harness names the module with
+``-p`` and the channel in ``PYTEST_LOOPS_JUDGE`` instead (``nonce:path``); the
+variable is removed at import.
 
 The module imports nothing of the harness: the code under test is judged with
 as little of pytest-loops in its process as possible.
@@ -17,25 +26,72 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from typing import Any
 
 import pytest
 
 VARIABLE = "PYTEST_LOOPS_JUDGE"
+# The first line of a channel file: MAGIC, then the nonce (32 hex digits), then a newline.
+MAGIC = b"\x00pytest-loops-witness "
+HEADER_SIZE = len(MAGIC) + 32 + 1
 
-_spec = os.environ.pop(VARIABLE, "")
-_nonce, _, _path = _spec.partition(":")
-_fd: int | None = None
-if _path:
+
+def _inherited_channel() -> tuple[int, str] | None:
+    """The channel file among this process's inherited descriptors, and its nonce."""
     try:
-        _fd = os.open(_path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        names = os.listdir("/proc/self/fd")
     except OSError:
-        _fd = None
+        return None
+    for name in names:
+        try:
+            fd = int(name)
+        except ValueError:
+            continue
+        if fd <= 2:
+            continue
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size < HEADER_SIZE:
+                continue
+            head = os.pread(fd, HEADER_SIZE, 0)
+        except OSError:
+            continue
+        if head.startswith(MAGIC) and head.endswith(b"\n"):
+            nonce = head[len(MAGIC):-1].decode("ascii", "replace")
+            try:
+                os.set_inheritable(fd, False)  # a process a test starts is not judged by it
+            except OSError:
+                pass
+            return fd, nonce
+    return None
+
+
+_fd: int | None = None
+_nonce = ""
+_path = ""
+_found = _inherited_channel()
+if _found is not None:
+    _fd, _nonce = _found
+    _path = f"/proc/{os.getpid()}/fd/{_fd}"
+else:
+    _spec = os.environ.pop(VARIABLE, "")
+    _nonce, _, _path = _spec.partition(":")
+    if _path:
+        try:
+            _fd = os.open(_path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        except OSError:
+            _fd = None
 # `python -P -m pytest`: the working directory is put on sys.path by us, after
 # pytest itself was imported, so nothing in the tree can stand in for it.
-if _fd is not None and os.getcwd() not in sys.path:
+if _fd is not None and sys.flags.safe_path and os.getcwd() not in sys.path:
     sys.path.insert(0, os.getcwd())
+
+
+def active() -> bool:
+    """Whether this process is a run the harness judges."""
+    return _fd is not None
 
 
 def _emit(record: dict[str, Any]) -> None:

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -259,6 +259,8 @@ class ProcessRunner:
         timeout: float | None = None,
         output_path: str | os.PathLike[str] | None = None,
         sandbox: Confinement | None = None,
+        pass_fds: Sequence[int] = (),
+        tagged: bool = True,
     ) -> CommandResult:
         """Run ``command`` with ``/bin/sh`` in ``cwd`` and wait for it, at most ``timeout`` s.
 
@@ -270,7 +272,10 @@ class ProcessRunner:
         negative ``exit_code`` (``-signal``), as in :mod:`subprocess`.
 
         ``sandbox``: the command runs confined (:mod:`pytest_loops.sandbox`); the
-        harness's tag stays on the confining process, never inside.
+        harness's tag stays on the confining process, never inside. ``pass_fds``: open
+        descriptors the command inherits (the clean room's witness channel). ``tagged=False``:
+        no tag in the command's environment (a judged run carries no harness variable); its
+        escaped processes are found by its tree, its cgroup and by running alone.
         """
         started = time.monotonic()
 
@@ -292,7 +297,10 @@ class ProcessRunner:
 
         tag = f"{os.getpid()}-{next(_tags)}-{time.monotonic_ns()}"
         child_env = dict(os.environ if env is None else env)
-        child_env[TAG_VARIABLE] = tag
+        if tagged:
+            child_env[TAG_VARIABLE] = tag
+        else:
+            child_env.pop(TAG_VARIABLE, None)
         keep_output = output_path is not None
         try:
             if output_path is not None:
@@ -337,7 +345,7 @@ class ProcessRunner:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                     close_fds=True,
-                    pass_fds=launch.pass_fds if launch is not None else (),
+                    pass_fds=(*pass_fds, *(launch.pass_fds if launch is not None else ())),
                     preexec_fn=launch.preexec_fn if launch is not None else None,
                 )
             except (OSError, ValueError, TypeError, subprocess.SubprocessError) as exc:

@@ -96,6 +96,12 @@ class Confinement:
     def launch(self, argv: list[str]) -> Launch:
         return prepare(self.choice, self.policy, argv)
 
+    @property
+    def unsets_tag(self) -> bool:
+        """Whether the confining process keeps the runner's tag out of the command
+        (bubblewrap's ``--unsetenv``: the tag stays on bubblewrap, outside)."""
+        return self.choice.tier is Tier.NAMESPACES and bool(self.choice.bwrap) and bool(self.policy.unset_env)
+
 
 def prepare(choice: Choice, policy: Policy, argv: list[str]) -> Launch:
     """How to start ``argv`` under ``policy`` in the chosen tier."""

@@ -86,7 +86,9 @@ def version(path: str) -> str:
 
 def arguments(policy: Policy, *, overlay: bool) -> list[str]:
     """bwrap's options for ``policy`` (without the command). Order matters: later
-    mounts cover earlier ones, so the root comes first and read-only holes last."""
+    mounts cover earlier ones, so the root comes first, then every bind the shallowest
+    first (at one depth, read-only after read-write): a read-only directory inside the
+    writable tree stays read-only, a writable directory inside it stays writable."""
     args: list[str] = ["--ro-bind" if policy.read_only_root else "--bind", "/", "/",
                        "--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
     hidden: list[str] = []
@@ -109,14 +111,14 @@ def arguments(policy: Policy, *, overlay: bool) -> list[str]:
     for path in keep:
         if any(under(path, h) and path != h for h in hidden):
             args += ["--ro-bind-try" if policy.read_only_root else "--bind-try", path, path]
-    # read-write binds and mounts, the shallowest first: a writable ancestor never covers a
-    # mount below it, and a writable run directory inside a mounted tree shows through it
-    binds = [(source, dest, "--bind") for source, dest in policy.mounts]
-    binds += [(path, path, "--bind-try") for path in policy.writable if os.path.lexists(path)]
-    for source, dest, how in sorted(binds, key=lambda b: _depth(b[1])):
+    # mounts and binds, the shallowest first: a writable ancestor never covers a mount
+    # below it, a writable run directory inside a mounted tree shows through it, and a
+    # read-only file or directory covers the writable tree around it
+    binds = [(source, dest, "--bind", 0) for source, dest in policy.mounts]
+    binds += [(path, path, "--bind-try", 0) for path in policy.writable if os.path.lexists(path)]
+    binds += [(source, dest, "--ro-bind-try", 1) for source, dest in policy.readonly]
+    for source, dest, how, _ in sorted(binds, key=lambda b: (_depth(b[1]), b[3])):
         args += [how, source, dest]
-    for source, dest in sorted(policy.readonly, key=lambda b: _depth(b[1])):
-        args += ["--ro-bind-try", source, dest]
     args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
     if not policy.network:
         args.append("--unshare-net")
