@@ -69,7 +69,8 @@ def no_tell_of_a_judge():
 def _project(root: Path) -> Path:
     (root / "tests").mkdir(parents=True)
     (root / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    (root / "tests" / "test_calc.py").write_text("from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n")
+    (root / "tests" / "test_calc.py").write_text(
+        "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n")
     (root / "tests" / "conftest.py").write_text(CONFTEST)
     (root / "pyproject.toml").write_text("[tool.pytest.ini_options]\npythonpath = ['.']\n")
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
