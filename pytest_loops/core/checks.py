@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 hookimpl = pluggy.HookimplMarker("pytest")
 
 CHILD_ENV = "PYTEST_LOOPS_CHILD"
+# a directory: the pytest runs of a loop's first verify record what the tests read there
+# (pytest_loops.pytest_plugin.closure)
+CLOSURE_ENV = "PYTEST_LOOPS_CLOSURE"
 """Set in the pytest subprocesses a loop starts: `--loop` is ignored there, so a
 re-run never starts loops of its own (even with `--loop` in addopts)."""
 

@@ -111,6 +111,8 @@ class LoopContext:
     real_workdir: Path | None = None  # for a candidate: the loop's own working directory
     # (context, "revise" | "check") -> how the kernel confines that command; None: not at all
     confine: Callable[[LoopContext, str], Confinement | None] | None = None
+    # the first verify's pytest runs record what the tests read here (the judge's closure)
+    closure_dir: Path | None = None
 
     def moved(self, value: str) -> str:
         """A path (or ``--rootdir=PATH``, ``-c PATH``...) under the loop's working
@@ -178,6 +180,10 @@ class LoopContext:
         env = dict(self.base_env)
         if self.clean_room is None:
             env.update(loop_env(self.spec, self))
+            if self.closure_dir is not None:
+                from pytest_loops.core.checks import CLOSURE_ENV
+
+                env[CLOSURE_ENV] = str(self.closure_dir)
         if extra_env:
             env.update(extra_env)
         if not label.startswith(self.label_prefix):  # a revise candidate's own output file

@@ -398,6 +398,9 @@ class Engine:
             lessons=loop.lessons, scrub=self.scrub, previous=state.records[-1] if state.records else None,
             artifact_error=self._artifact_failed, localizer=self.localizer,
             failed_tests_seen=loop.failed_tests_seen, confine=loop.isolation)
+        if state.iteration == 1 and not resumed and loop.first_results is None and self.clean_room \
+                and not loop.watch.started:
+            ctx.closure_dir = loop.paths.run_dir / "closure"  # what the tests read, observed
         if resumed:
             # verify, progress, lesson and guards ran before the kill: only the revise
             # step is run again, so no iteration is counted twice
@@ -408,7 +411,10 @@ class Engine:
             self._end_iteration(loop, record, ctx, it0)
             return
         state.to(Step.VERIFY)
-        if not state.decide(*self._verify(loop, ctx, record, it0)):
+        decided = self._verify(loop, ctx, record, it0)
+        if ctx.closure_dir is not None:
+            self._observe_closure(loop, ctx)
+        if not state.decide(*decided):
             state.to(Step.GUARDS)
             measured = loop.fingerprint is not None
             state.measure(record, self._measure(loop) if measured else None, measured)
@@ -448,6 +454,18 @@ class Engine:
         verdict = self._after_verify(loop.spec, ctx, record, failed, loop.watch)
         loop.state.failed = [c for c in record.checks if not c.passed]  # the clean room may have failed one
         return verdict
+
+    def _observe_closure(self, loop: _Loop, ctx: LoopContext) -> None:
+        """The files and helpers the first verify's tests read: read-only from now on."""
+        from pytest_loops.core.closure import read_closure
+
+        directory, ctx.closure_dir = ctx.closure_dir, None
+        if directory is None or loop.watch.started:
+            return
+        observed = read_closure(directory, loop.watch.root)
+        if observed:
+            loop.watch.observe(observed)
+            loop.run.header["observed_readonly"] = sorted(observed)[:200]
 
     def _measure(self, loop: _Loop) -> str:
         """The watched state's fingerprint now."""

@@ -205,6 +205,26 @@ def check_space_form(config: pytest.Config, args: list[str]) -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: Any, args: Any) -> None:
+    """A loop's first verify: what the tests read is recorded from before the first
+    conftest is imported (:mod:`pytest_loops.pytest_plugin.closure`)."""
+    from pytest_loops.pytest_plugin import closure
+
+    if os.environ.get(closure.VARIABLE):
+        try:
+            patterns = tuple(str(p) for p in early_config.getini("python_files"))
+        except (ValueError, KeyError):
+            patterns = ()
+        closure.start(os.environ.get("LOOP_WORKDIR") or os.getcwd(), patterns or None)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from pytest_loops.pytest_plugin import closure
+
+    closure.finish()
+
+
 def _judged() -> bool:
     """Whether the harness judges this run (its witness found a channel)."""
     from pytest_loops.runtime import judge

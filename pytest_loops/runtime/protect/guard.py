@@ -123,6 +123,15 @@ class TreeGuard:
         self._memory_left = MEMORY_TOTAL_BYTES
         self._readonly_inodes: dict[int, str] = {}  # inode -> read-only path, at loop start
         self.texts: TextStore | None = None  # in-scope Python files' loop-start texts (audit)
+        self.observed: dict[str, str] = {}  # rel -> reason: what the first verify's tests read
+
+    def observe(self, observed: dict[str, str]) -> None:
+        """Files the tests were seen reading before any revise step: read-only for the
+        loop (taken before the guard starts; later, the start is already recorded)."""
+        if self.started:
+            return
+        self.observed.update(observed)
+        self._reasons.clear()
 
     # -- classification -------------------------------------------------------------
 
@@ -163,6 +172,8 @@ class TreeGuard:
             return "a symbolic link"
         if self.protect and matches(rel, self.protect):
             return "protected by the loop's protect setting"
+        if rel in self.observed:
+            return self.observed[rel]
         if name in CONFIG_NAMES:
             return "configuration pytest reads"
         if name in STARTUP_NAMES or name.endswith(".pth"):
