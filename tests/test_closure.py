@@ -157,3 +157,35 @@ def test_the_genuine_fix_succeeds(tmp_path: Path, tier: str) -> None:
     assert plain_pytest(root) == 0
     logs = list(root.glob(".pytest-loops/runs/*.json"))
     assert logs
+
+
+def run_fix_loop(root: Path, revise: str, tier: str, *args: str) -> subprocess.CompletedProcess[str]:
+    (root / "revise.py").write_text(revise)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) or k == "PYTEST_LOOPS_SANDBOX_WRITABLE"}
+    env["PYTEST_LOOPS_SANDBOX"] = tier
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_calc.py", "--loop",
+                           "--loop-revise=python revise.py", "--loop-max-iter=2", *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+ATTACK = ("import json, pathlib\npathlib.Path('expected.json').write_text(json.dumps({'a': 2, 'b': 3, 'sum': -1}))\n"
+          "pathlib.Path('helpers.py').write_text(pathlib.Path('helpers.py').read_text()"
+          ".replace('return a + b', 'return a - b'))\n")
+GENUINE = "import pathlib\np = pathlib.Path('calc.py')\np.write_text(p.read_text().replace('a - b', 'a + b'))\n"
+
+
+@pytest.mark.parametrize("workers", [(), pytest.param(("-n", "2"), marks=pytest.mark.slow)])
+@pytest.mark.parametrize("tier", TIER_PARAMS)
+def test_the_session_fix_loop_observes_its_own_run(tmp_path: Path, tier: str, workers: tuple[str, ...]) -> None:
+    """``pytest --loop-revise``: the first verify is the session itself; what its tests read
+    (in this process and in its xdist workers) is read-only for the fix-loop."""
+    root = flat_project(tmp_path / "p")
+    attacked = run_fix_loop(root, ATTACK, tier, *workers)
+    assert attacked.returncode != 0, attacked.stdout[-3000:]
+    assert json.loads((root / "expected.json").read_text())["sum"] == 5
+    assert "return a + b" in (root / "helpers.py").read_text()
+    assert plain_pytest(root) == 1
+    fixed = run_fix_loop(root, GENUINE, tier, *workers)
+    assert fixed.returncode == 0, fixed.stdout[-3000:]
+    assert plain_pytest(root) == 0

@@ -192,8 +192,12 @@ class Engine:
             memory_page: str | os.PathLike | None = None,
             first_results: Mapping[str, CheckResult] | None = None,
             resume_from: Mapping[str, Any] | None = None,
-            before_start: Callable[[Callable[[], bool] | None], None] | None = None) -> LoopResult:
+            before_start: Callable[[Callable[[], bool] | None], None] | None = None,
+            observed: Mapping[str, str] | None = None) -> LoopResult:
         """Drive one loop to its verdict.
+
+        ``observed`` (tree-relative path -> reason): files the caller saw the tests read
+        before any revise step (the session's own run): read-only for the loop.
 
         ``first_results`` (check name -> result) stands in for running those checks
         in iteration 1, when the caller has just run them (a failed pytest test).
@@ -232,6 +236,9 @@ class Engine:
                                             fix="wait for that run to end, or stop it"))
             locks.append(hold_run_log(paths.log, self._artifact_failed))
             loop = self._start(spec, paths, wall0, first_results, resume_from)
+            if observed and not resume_from:
+                loop.watch.observe(dict(observed))
+                loop.run.header["observed_readonly"] = sorted(observed)[:200]
             return self._drive(loop, wall0, before_start)
         finally:
             for lock in reversed(locks):

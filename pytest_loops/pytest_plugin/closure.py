@@ -183,10 +183,11 @@ def _imports(filename: str, module: str) -> set[str]:
 _recorder: Recorder | None = None
 
 
-def start(root: str, patterns: tuple[str, ...] | None = None) -> Recorder | None:
-    """Start recording in this process when the harness asked for it (once)."""
+def start(root: str, patterns: tuple[str, ...] | None = None, out: str | None = None) -> Recorder | None:
+    """Start recording in this process when the harness asked for it (once). ``out``: the
+    session fix-loop's own directory (its first verify is this very session)."""
     global _recorder
-    out = os.environ.get(VARIABLE)
+    out = out or os.environ.get(VARIABLE)
     if not out or _recorder is not None:
         return _recorder
     _recorder = Recorder(root, out, patterns or ("test_*.py", "*_test.py"))
@@ -197,3 +198,17 @@ def start(root: str, patterns: tuple[str, ...] | None = None) -> Recorder | None
 def finish() -> None:
     if _recorder is not None and _recorder.active:
         _recorder.write()
+
+
+def session_observed(root: str) -> dict[str, str]:
+    """For the session fix-loop, before its first revise step: what this session's tests
+    (and its xdist workers') were seen reading. Recording stops here."""
+    from pytest_loops.core.closure import read_closure
+
+    if _recorder is None:
+        return {}
+    finish()
+    os.environ.pop(VARIABLE, None)  # the loop's own checks record nothing more
+    from pathlib import Path
+
+    return read_closure(Path(_recorder.out_dir), root)

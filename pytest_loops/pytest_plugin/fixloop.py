@@ -510,7 +510,9 @@ def run_session_loop(session: SessionState) -> LoopResult:
         if reporter is not None:
             banner = shown(f"loop: {len(session.failed_nodeids)} failing test(s), revise: {spec.revise}")
             live_write(session.config, lambda reporter: reporter.write_sep("=", banner))
-        return session.run_loop(spec)
+        from pytest_loops.pytest_plugin.closure import session_observed
+
+        return session.run_loop(spec, observed=session_observed(str(session.rootdir)))
     finally:
         pm.unregister(fixer)
         note = store.settle()

@@ -211,12 +211,41 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: Any, args
     conftest is imported (:mod:`pytest_loops.pytest_plugin.closure`)."""
     from pytest_loops.pytest_plugin import closure
 
-    if os.environ.get(closure.VARIABLE):
-        try:
-            patterns = tuple(str(p) for p in early_config.getini("python_files"))
-        except (ValueError, KeyError):
-            patterns = ()
-        closure.start(os.environ.get("LOOP_WORKDIR") or os.getcwd(), patterns or None)
+    fix_loop = _fix_loop_requested(early_config)
+    if not (os.environ.get(closure.VARIABLE) or fix_loop):
+        return
+    try:
+        patterns = tuple(str(p) for p in early_config.getini("python_files"))
+    except (ValueError, KeyError):
+        patterns = ()
+    out = None
+    if fix_loop and not os.environ.get(closure.VARIABLE):
+        import tempfile
+
+        out = tempfile.mkdtemp(prefix="closure-")
+        os.environ[closure.VARIABLE] = out  # the session's xdist workers record too
+    closure.start(os.environ.get("LOOP_WORKDIR") or str(early_config.rootpath), patterns or None, out=out)
+
+
+def _fix_loop_requested(config: pytest.Config) -> bool:
+    """``--loop-revise`` (or its ini key or variable) on a session that is not itself one the
+    harness started: its failing tests become a fix-loop whose first verify is this run."""
+    if os.environ.get(CHILD_ENV) or _judged():
+        return False
+    known = getattr(config, "known_args_namespace", None)
+    if not getattr(known, "loop", None):
+        return False
+    row = BY_NAME["revise"]
+    return bool(getattr(known, row.dest, None) or os.environ.get(str(row.env)) or ini_value(config, "revise"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker's record is written before it tells the controller it finished."""
+    if hasattr(session.config, "workerinput"):
+        from pytest_loops.pytest_plugin import closure
+
+        closure.finish()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
