@@ -51,9 +51,21 @@ def _in_room(spec: LoopSpec, ctx: LoopContext, record: IterationRecord, watch: T
         if outside:
             record.guard = "clean_room"
             return Verdict.ESCALATE, f"configuration outside the tree (or on its sys.path) changed: {outside[0]}"
-        if mounted:  # the room's tree is seen at the project's own path
-            room.mount(watch.root)
-        watch.build_clean_room(room.root, link_venvs=not mounted)
+        overlay = mounted and bool(getattr(ctx.confine, "overlays_room", False))
+        if overlay:
+            # no copy: the working tree under a throw-away layer, once every read-only file
+            # a check changed is put back (that change is the code under test's: ESCALATE)
+            tree = [v.describe() for v in watch.before_revise()]
+            if tree:
+                record.protected_changes += tree
+                record.guard = "clean_room"
+                return Verdict.ESCALATE, ("the code under test changed read-only files of the working tree "
+                                          f"while it was checked: {', '.join(tree[:5])}")
+            room.overlay_of(watch.root)
+        else:
+            if mounted:  # the room's tree is seen at the project's own path
+                room.mount(watch.root)
+            watch.build_clean_room(room.root, link_venvs=not mounted)
         cwd = ctx.workdir if mounted else Path(room.root) / os.path.relpath(ctx.workdir, watch.root)
         clean = LoopContext(spec=spec, iteration=ctx.iteration, workdir=cwd, run_dir=ctx.run_dir,
                             runner=ctx.runner, clock=ctx.clock, deadline=ctx.deadline,
@@ -88,7 +100,7 @@ def _in_room(spec: LoopSpec, ctx: LoopContext, record: IterationRecord, watch: T
                     f"{check.name} passed in the working tree but not in the clean room "
                     f"(the loop-start tests and configuration, only the in-scope changes, a fresh "
                     f"environment): {result.reason}")
-        changed = watch.readonly_digests(room.root)
+        changed = [] if room.overlay else watch.readonly_digests(room.root)
         if changed:
             record.guard = "clean_room"
             return Verdict.ESCALATE, ("the code under test changed read-only files while it was "

@@ -61,6 +61,8 @@ class Isolation:
         self._commands: dict[str, tuple[str, ...]] = {}  # the spec -> command_paths
         # a fan-out candidate's copy is mounted at the project's path: its paths are not moved
         self.mounts_copies = choice.tier is Tier.NAMESPACES
+        # the judge sees the working tree itself under a throw-away layer: no copy to make
+        self.overlays_room = choice.tier is Tier.NAMESPACES and choice.overlay
 
     # -- what is read-only, once the guard knows ---------------------------------------
 
@@ -217,6 +219,8 @@ class Isolation:
         assert room is not None
         root = self.watch.root
         view = room.mounted_at or root
+        if room.overlay:
+            return self._judge_overlay(ctx, view)
         readonly = self._binds(room.root, view, [r for r in self.readonly_paths()
                                                   if r != ".git" and r not in self.watch.venvs])
         readonly += [(os.path.join(root, v), os.path.join(view, v)) for v in sorted(self.watch.venvs)]
@@ -228,6 +232,49 @@ class Isolation:
                       keep=(*own, *self.command_paths(ctx.spec)), read_only_root=True, private_tmp=True,
                       private_home=True,
                       network=self.network, unset_env=(TAG_VARIABLE,))
+
+
+    def _judge_overlay(self, ctx: LoopContext, view: str) -> Policy:
+        """The judge on the working tree itself: an overlay with a throw-away upper layer,
+        its read-only files bound read-only from the guard's store, every bytecode cache
+        and tool cache covered by an empty directory (nothing the checks wrote there is read)."""
+        room = ctx.clean_room
+        assert room is not None
+        root = self.watch.root
+        readonly: list[tuple[str, str]] = []
+        for rel in self.readonly_paths():
+            stored = self.watch.store.get(rel)
+            if stored is not None and stored.path and os.path.isfile(stored.path):
+                readonly.append((stored.path, os.path.join(view, rel)))  # the loop-start bytes
+            else:
+                readonly.append((os.path.join(root, rel), os.path.join(view, rel)))
+        readonly += [(g, g) for g in self._git_dir]
+        readonly += [(p, p) for p in self.own if os.path.lexists(p)]
+        return Policy(cwd=os.fspath(ctx.workdir), overlays=((root, view),), empty=self._caches(view),
+                      writable=(room.parent,), readonly=tuple(readonly), masked=self._masked(),
+                      keep=(*[p for p in self.own if os.path.lexists(p)], *self.command_paths(ctx.spec)),
+                      read_only_root=True, private_tmp=True, private_home=True,
+                      network=self.network, unset_env=(TAG_VARIABLE,))
+
+    def _caches(self, view: str) -> tuple[str, ...]:
+        """Directories of the tree the clean room never copies (bytecode caches, pytest's and
+        tools' caches, build metadata), as the judge sees them."""
+        from pytest_loops.runtime.protect import IGNORED_DIRS, PYCACHE
+
+        skip = IGNORED_DIRS - {".git", ".pytest-loops"}
+        found: list[str] = []
+        for rel in sorted({"", *self.watch.dirs}):
+            if rel.rsplit("/", 1)[-1] == PYCACHE or any(v == rel or rel.startswith(v + "/") for v in self.watch.venvs):
+                continue
+            try:
+                entries = list(os.scandir(os.path.join(self.watch.root, rel)))
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False) and (
+                        entry.name == PYCACHE or entry.name in skip or entry.name.endswith(".egg-info")):
+                    found.append(os.path.join(view, rel, entry.name) if rel else os.path.join(view, entry.name))
+        return tuple(found)
 
 
 def choose_sandbox(requested: str) -> Choice:

@@ -310,6 +310,7 @@ class CleanRoom:
         self.root = os.path.join(self.parent, os.path.basename(self.workdir) or "tree")
         self.env = clean_environment(env, drop=drop)
         self.mounted_at: str | None = None  # the namespaces tier: the room is seen at this path
+        self.overlay = False  # the room is the working tree under a throw-away layer, not a copy
         self._pythonpath = self.env.get("PYTHONPATH")
         if self._pythonpath:  # the room's copy, never the working tree, on the judged path
             self.env["PYTHONPATH"] = os.pathsep.join(
@@ -321,6 +322,14 @@ class CleanRoom:
         self.mounted_at = os.path.realpath(path)
         if self._pythonpath:
             self.env["PYTHONPATH"] = self._pythonpath
+
+    def overlay_of(self, tree: str) -> None:
+        """No copy: the judge sees ``tree`` itself at its own path, under a throw-away
+        writable layer (the namespaces tier with overlays); the tree holds only what the
+        guard allowed once its read-only files are put back."""
+        self.mount(tree)
+        self.overlay = True
+        self.root = os.path.realpath(tree)
 
     def map_path(self, value: str) -> str:
         """A path (or ``--opt=path``) under the working tree, moved into the room."""

@@ -114,11 +114,15 @@ def arguments(policy: Policy, *, overlay: bool) -> list[str]:
     # mounts and binds, the shallowest first: a writable ancestor never covers a mount
     # below it, a writable run directory inside a mounted tree shows through it, and a
     # read-only file or directory covers the writable tree around it
-    binds = [(source, dest, "--bind", 0) for source, dest in policy.mounts]
-    binds += [(path, path, "--bind-try", 0) for path in policy.writable if os.path.lexists(path)]
-    binds += [(source, dest, "--ro-bind-try", 1) for source, dest in policy.readonly]
-    for source, dest, how, _ in sorted(binds, key=lambda b: (_depth(b[1]), b[3])):
-        args += [how, source, dest]
+    binds: list[tuple[str, list[str], int]] = []
+    for source, dest in policy.overlays:
+        binds.append((dest, ["--overlay-src", source, "--tmp-overlay", dest], 0))
+    binds += [(dest, ["--bind", source, dest], 0) for source, dest in policy.mounts]
+    binds += [(path, ["--bind-try", path, path], 1) for path in policy.writable if os.path.lexists(path)]
+    binds += [(path, ["--tmpfs", path], 2) for path in policy.empty]
+    binds += [(dest, ["--ro-bind-try", source, dest], 3) for source, dest in policy.readonly]
+    for _, words, _ in sorted(binds, key=lambda b: (_depth(b[0]), b[2])):
+        args += words
     args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
     if not policy.network:
         args.append("--unshare-net")

@@ -36,6 +36,9 @@ class Policy:
     pairs ``(source, path)`` put ``source`` read-only at ``path`` after them (a test
     directory inside the writable tree); ``mounts`` pairs put a host directory
     read-write at another path (the clean room's tree at the project's own path);
+    ``overlays`` pairs put a host directory at a path under a throw-away writable
+    layer (the judge's view of the working tree: nothing written reaches it);
+    ``empty`` directories are covered by an empty one (caches the judge must not read);
     ``masked`` directories are empty; ``keep`` paths stay visible read-only under a
     private ``/tmp`` or a masked directory (the interpreter, ``sys.path``).
     """
@@ -44,6 +47,8 @@ class Policy:
     writable: tuple[str, ...] = ()
     readonly: tuple[tuple[str, str], ...] = ()
     mounts: tuple[tuple[str, str], ...] = ()
+    overlays: tuple[tuple[str, str], ...] = ()
+    empty: tuple[str, ...] = ()
     masked: tuple[str, ...] = ()
     keep: tuple[str, ...] = ()
     read_only_root: bool = True
