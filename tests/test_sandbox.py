@@ -133,6 +133,24 @@ def test_a_writable_run_directory_inside_read_only_artifacts_stays_writable(tmp_
 
 
 @needs_namespaces
+def test_no_capability_inside_even_for_root(tmp_path) -> None:
+    """A harness run as root must not hand its capabilities in: with them, the revise step
+    could unmount the mask over the keys or remount the read-only root read-write."""
+    from pytest_loops.sandbox import prepare
+
+    launch = prepare(choose("namespaces"), Policy(cwd=str(tmp_path), writable=(str(tmp_path),)),
+                     ["sh", "-c", "grep CapEff /proc/self/status; umount /tmp; echo umount=$?; "
+                                  "mount -o remount,bind,rw / 2>/dev/null; echo remount=$?"])
+    try:
+        done = subprocess.run(launch.argv, pass_fds=launch.pass_fds, capture_output=True, text=True,
+                              env={**os.environ, **launch.env_set}, timeout=60)
+    finally:
+        launch.close()
+    assert "CapEff:\t0000000000000000" in done.stdout, done.stdout + done.stderr
+    assert "umount=0" not in done.stdout and "remount=0" not in done.stdout, done.stdout
+
+
+@needs_namespaces
 def test_a_write_outside_the_tree_is_refused_and_the_genuine_fix_succeeds(tmp_path, monkeypatch) -> None:
     root = project(tmp_path / "proj")
     outside = tmp_path / "outside"

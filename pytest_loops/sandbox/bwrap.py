@@ -123,7 +123,9 @@ def arguments(policy: Policy, *, overlay: bool) -> list[str]:
     binds += [(dest, ["--ro-bind-try", source, dest], 3) for source, dest in policy.readonly]
     for _, words, _ in sorted(binds, key=lambda b: (_depth(b[0]), b[2])):
         args += words
-    args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
+    # no capability inside, even for root: nothing can undo a mount (umount, remount read-write)
+    args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session",
+             "--cap-drop", "ALL"]
     if not policy.network:
         args.append("--unshare-net")
     for name in policy.unset_env:
