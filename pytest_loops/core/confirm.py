@@ -51,16 +51,18 @@ def _in_room(spec: LoopSpec, ctx: LoopContext, record: IterationRecord, watch: T
         if outside:
             record.guard = "clean_room"
             return Verdict.ESCALATE, f"configuration outside the tree (or on its sys.path) changed: {outside[0]}"
+        # what the checks left in the working tree is put back first: a read-only file the
+        # code under test rewrote or deleted ends ESCALATE; a new file it made where the
+        # revise step could not (a conftest.py, a file in a test directory) is removed
+        undone = watch.before_revise()
+        record.protected_changes += [v.describe() for v in undone]
+        rewritten = [v.describe() for v in undone if v.how != "added"]
+        if rewritten:
+            record.guard = "clean_room"
+            return Verdict.ESCALATE, ("the code under test changed read-only files of the working tree "
+                                      f"while it was checked: {', '.join(rewritten[:5])}")
         overlay = mounted and bool(getattr(ctx.confine, "overlays_room", False))
-        if overlay:
-            # no copy: the working tree under a throw-away layer, once every read-only file
-            # a check changed is put back (that change is the code under test's: ESCALATE)
-            tree = [v.describe() for v in watch.before_revise()]
-            if tree:
-                record.protected_changes += tree
-                record.guard = "clean_room"
-                return Verdict.ESCALATE, ("the code under test changed read-only files of the working tree "
-                                          f"while it was checked: {', '.join(tree[:5])}")
+        if overlay:  # no copy: the working tree itself under a throw-away layer
             room.overlay_of(watch.root)
         else:
             if mounted:  # the room's tree is seen at the project's own path

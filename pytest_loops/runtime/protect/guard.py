@@ -124,6 +124,7 @@ class TreeGuard:
         self._readonly_inodes: dict[int, str] = {}  # inode -> read-only path, at loop start
         self.texts: TextStore | None = None  # in-scope Python files' loop-start texts (audit)
         self.observed: dict[str, str] = {}  # rel -> reason: what the first verify's tests read
+        self._ancestors_of_tests: frozenset[str] | None = None
 
     def observe(self, observed: dict[str, str]) -> None:
         """Files the tests were seen reading before any revise step: read-only for the
@@ -191,12 +192,28 @@ class TreeGuard:
             return "the harness's configuration, read by its next run"
         if name == GIT_ATTRIBUTES:
             return GIT_REASON
+        if new and name == "__init__.py" and "/".join(parts[:-1]) in self._test_ancestors():
+            return "a new package around the tests: pytest would import it before them"
         shadowed = shadowed_module(self.root, parts, self.shadows, self.start_dirs) if new else None
         if shadowed is not None:
             return f"would shadow the module {shadowed!r}"
         if self.scope and not matches(rel, self.scope):
             return "outside the loop's scope"
         return None
+
+    def _test_ancestors(self) -> frozenset[str]:
+        """The directories (``""``: the root) that hold tests at loop start, at any depth."""
+        if self._ancestors_of_tests is None:
+            found: set[str] = set()
+            for rel, entry in self.start.items():
+                if entry.kind != "f" or not rel.endswith(".py"):
+                    continue
+                parts = rel.split("/")
+                if not (matches(rel, self.test_files) or any(TEST_DIR.match(p) for p in parts[:-1])):
+                    continue
+                found.update("/".join(parts[:i]) for i in range(len(parts)))
+            self._ancestors_of_tests = frozenset(found)
+        return self._ancestors_of_tests
 
     # -- walking ---------------------------------------------------------------------
 
@@ -477,11 +494,30 @@ class TreeGuard:
         if not self.started:
             self.begin()
             return []
-        changed = [rel for rel in sorted(self._refresh()[0]) if rel in self.store and not self._in_venv(rel)
-                   and file_digest(os.path.join(self.root, rel)) != self.store[rel].digest]
-        found = [self._undo(Violation(rel, "modified", "changed by a check", restored=False)) for rel in changed]
+        changes = self._refresh()[0]
+        violations: list[Violation] = []
+        for rel in sorted(changes):
+            old, new = changes[rel], self.state.get(rel)
+            if old == new or self._in_venv(rel):
+                continue
+            if rel in self.store and new is not None and new.kind == "f" \
+                    and file_digest(os.path.join(self.root, rel)) == self.store[rel].digest:
+                continue  # touched, the loop-start bytes
+            reason = self._violation(rel, old, new)
+            if reason is None or reason == CACHE_REASON:
+                continue
+            # a new conftest.py, .pth, test file or symbolic link, a deleted test: whatever
+            # the code under test left that the revise step could not have made
+            why = "changed by a check" if old is not None and new is not None and old.kind == new.kind \
+                else f"{reason}: made by a check"
+            violations.append(Violation(rel, _how(old, new), why, restored=False))
+        violations += [Violation(v.path, v.how, f"{v.why}: changed by a check", restored=False)
+                       for v in self._ancestor_violations()]
+        found = [self._undo(v) for v in violations]
         if found:
             self._refresh()  # what undoing changed is nobody's change
+            if any(not v.restored for v in found):
+                self._walk()
         return found
 
     def changes_since_start(self) -> list[tuple[str, str]]:
