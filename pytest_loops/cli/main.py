@@ -487,6 +487,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     if is_loop_file(args.file):
         print(format_loop_file(load_any(args.file), verbose=args.verbose))
         return 0
+    from pytest_loops.cli.watching import format_watch_log, is_watch_log
+
+    if is_watch_log(args.file):
+        print(format_watch_log(args.file))
+        return 0
     from pytest_loops.cli.runview import format_run, load_run
 
     print(format_run(load_run(args.file)))

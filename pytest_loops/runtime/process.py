@@ -259,6 +259,7 @@ class ProcessRunner:
         timeout: float | None = None,
         output_path: str | os.PathLike[str] | None = None,
         sandbox: Confinement | None = None,
+        stdin_data: bytes | None = None,
     ) -> CommandResult:
         """Run ``command`` with ``/bin/sh`` in ``cwd`` and wait for it, at most ``timeout`` s.
 
@@ -271,6 +272,10 @@ class ProcessRunner:
 
         ``sandbox``: the command runs confined (:mod:`pytest_loops.sandbox`); the
         harness's tag stays on the confining process, never inside.
+
+        ``stdin_data``: what the command reads on its standard input (from an
+        unlinked temporary file, so a command that never reads it cannot block);
+        else it reads ``/dev/null``.
         """
         started = time.monotonic()
 
@@ -328,11 +333,16 @@ class ProcessRunner:
                     child_env.update(launch.env_set)
                 if cgroup is not None:
                     argv = _joined(cgroup.procs, "exec " + shlex.join(argv) if sandbox is not None else command)
+                stdin: Any = subprocess.DEVNULL
+                if stdin_data is not None:
+                    stdin = tempfile.TemporaryFile()
+                    stdin.write(stdin_data)
+                    stdin.seek(0)
                 proc = subprocess.Popen(
                     argv,
                     cwd=cwd,
                     env=child_env,
-                    stdin=subprocess.DEVNULL,
+                    stdin=stdin,
                     stdout=pipe_w,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
@@ -349,6 +359,8 @@ class ProcessRunner:
                 return failed(f"cannot start the command in {os.fspath(cwd)}: {reason}")
             finally:
                 os.close(pipe_w)  # the child has its own copy
+                if stdin_data is not None and not isinstance(stdin, int):
+                    stdin.close()  # the child has its own copy
                 if launch is not None:
                     launch.close()
             # 4 bytes per character at most, plus room for a sequence cut at the start
