@@ -267,6 +267,7 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
     if config_path is not None:
         layer = read_runner_config(config_path)
         unknown = layer.pop("unknown_keys", [])
+        layer.pop("verified", None)  # the skill's "not yet proven" mark: nothing to act on
         layers.append((str(config_path), layer))
     layers.append(("environment", env_layer(environ)))
     flags = {row.name: getattr(args, row.name) for row in run_rows() if row.name in DEFAULTS or row.name in ENV_NAMES}
