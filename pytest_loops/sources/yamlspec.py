@@ -517,7 +517,7 @@ class _Reader:
                 " in this project; read, nothing changes: the loop is fail-safe either way (every check must "
                 "pass, every guard is on)"))
         if not verify:  # the skill's config: settings for `run --config FILE --verify CMD`, no loop by itself
-            notes.append(IgnoredLine(getattr(data, "start", yaml.Mark("", 0, 0, 0, None, None)).line + 1,
+            notes.append(IgnoredLine(self.keypath_mark(data, "").line + 1,
                                      "no verify: settings, not a loop by itself",
                                      "no verify command: settings for `pytest-loops run --config "
                                      f"{self.path} --verify CMD`; add `verify: {{cmd: \"pytest -q\"}}` to "
