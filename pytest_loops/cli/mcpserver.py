@@ -56,12 +56,15 @@ def build_server(runs: RunsDir) -> Any:
 
     @server.tool(annotations=read_only)
     def show_run(run: str) -> dict[str, Any]:
-        """One run's verdict, reason, trust and iteration table. `run` is an id from list_runs."""
+        """One run's verdict, reason, trust, iteration table and, with fan-out, each iteration's
+        revise candidates (which branch, what it changed, why chosen or discarded). `run` is an id
+        from list_runs."""
         return answer(lambda: runs.show_run(run))
 
     @server.tool(annotations=read_only)
     def show_trajectory(run: str, start: int = 1, limit: int = 100) -> dict[str, Any]:
-        """Per iteration from `start`: each check's result, state change, streak, revise exit, guard."""
+        """Per iteration from `start`: each check's result, state change, streak, revise exit, guard,
+        and its revise candidates with fan-out (branch, changes, checks, chosen or why not)."""
         return answer(lambda: runs.show_trajectory(run, start, limit))
 
     @server.tool(annotations=read_only)
