@@ -408,8 +408,12 @@ def artifact_options(args: argparse.Namespace, resume_base: list[str]):
         return " ".join(shlex.quote(a) for a in [PROG, "run", "--resume", str(result.log_path),
                                                    *raise_limit, *resume_base])
 
+    private = resolve([("environment", env_layer()),
+                       ("command line", {"private_artifacts": getattr(args, "private_artifacts", None)})],
+                      defaults={"private_artifacts": BY_NAME["private_artifacts"].default})["private_artifacts"]
     return ArtifactOptions(tine=args.tine is not False, tine_path=_tine_path(args), hmac_key_env=args.sign_key_env,
-                           ed25519_key=args.sign_key_file, resume_command=resume_command)
+                           ed25519_key=args.sign_key_file, resume_command=resume_command,
+                           private_artifacts=bool(private))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
