@@ -177,7 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="write one self-contained HTML report of the runs in DIR")
     report.add_argument("directory", metavar="DIR", help="an artifacts directory (e.g. .pytest-loops)")
-    report.add_argument("-o", "--output", metavar="FILE", default="report.html")
+    report.add_argument("-o", "--output", metavar="FILE", default="report.html",
+                        help="where to write the page (default: report.html in the current directory); its "
+                             "directory must exist")
 
     selftest = sub.add_parser("selftest", help="check the harness's own guards (no LLM, no network)")
     selftest.add_argument("--quiet", "-q", action="store_true")
@@ -544,10 +546,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not directory.is_dir():
         raise LoopUsageError("not a directory", location=str(directory),
                              fix="pass the artifacts directory, e.g. .pytest-loops")
+    parent = Path(args.output).parent
+    if not parent.is_dir():  # never made here: a typo in -o would leave a stray directory tree
+        what = "is not a directory" if parent.exists() else "does not exist"
+        raise LoopUsageError(f"cannot write {args.output!r}: the directory {str(parent)!r} {what}",
+                             location="--output", fix="create it first, or give a path in an existing directory")
     check_output_path(args.output, "--output", kind=REPORT)
     runs = collect_runs(directory)
     path = write_html_report(runs, args.output)
-    print(f"{path}: {len(runs)} loop run(s)")
+    print(f"report written to {Path(path).resolve()}: {len(runs)} loop run(s)")
     return 0
 
 
@@ -571,9 +578,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             command = f"{PROG} {args.command}" if args.command else PROG
             raise LoopUsageError(f"unrecognized arguments: {' '.join(extra)}", fix=f"see `{command} --help`")
         if args.command is None:
-            parser.print_help(sys.stderr)
-            raise LoopUsageError("a command is required", location=PROG,
-                                 fix=f"one of: {', '.join(COMMANDS)}")
+            raise LoopUsageError("a command is required",
+                                 fix=f"one of: {', '.join(COMMANDS)} (`{PROG} --help` lists them)")
         from pytest_loops.runtime.procimage import hide_secrets
         from pytest_loops.runtime.trust import signing_key_variables
 

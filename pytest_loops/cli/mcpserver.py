@@ -35,10 +35,17 @@ def _mcp() -> Any:
     return MCPServer, ToolError, ToolAnnotations
 
 
+def package_version() -> str:
+    """The installed pytest-loops version, as the server reports it to its clients."""
+    import pytest_loops
+
+    return str(pytest_loops.__version__)
+
+
 def build_server(runs: RunsDir) -> Any:
     """The MCP server with its six tools bound to ``runs``."""
     mcp_server, tool_error, annotations = _mcp()
-    server = mcp_server(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING")
+    server = mcp_server(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING", version=package_version())
     read_only = annotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
 
     def answer(call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
