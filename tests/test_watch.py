@@ -418,6 +418,33 @@ def test_a_poll_watch_idles_fixes_a_change_and_ends_no_progress_on_silence(work:
     assert rows[-1].startswith(f"ended NO_PROGRESS (exit 4): {WATCH_SOURCE_SILENCE}")
 
 
+GENERATIONS_POLL = """\
+n=$(cat calls 2>/dev/null || echo 0); n=$((n + 1)); echo $n > calls
+if [ $n -eq 2 ]; then touch broken; fi
+if [ $n -eq 3 ]; then rm -f broken; fi
+state=s$n; if [ $n -gt 3 ]; then state=s3; fi
+if [ $n -le 5 ]; then ready=true; else ready=false; fi
+printf '{"ready": %s, "state_digest": "%s", "settled_at": "t%s"}\\n' $ready $state $n
+"""
+
+
+def test_a_generation_stopped_by_its_own_cap_leaves_the_watch_running(work: Path) -> None:
+    (work / "poll.sh").write_text(GENERATIONS_POLL)
+    (work / "w.loop").write_text('loop "gens":\n  goal: no broken file\n  done when "test ! -f broken" passes\n'
+                                 '  revise with "true"\n  after 2 tries: stop and warn "still broken"\n'
+                                 '  budget: none\n  watch: poll "sh poll.sh" every 0.05s\n  silence: 1s\n')
+    proc = cli("watch", "w.loop", cwd=work)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    log = events(work)
+    runs = [e for e in log if e["event"] == "run"]
+    assert [r["generation"] for r in runs] == [1, 2, 3]
+    assert runs[1]["verdict"] in ("MAX_ITER", "NO_PROGRESS") and runs[1]["iterations"] <= 2, \
+        "the generation is bounded by the loop's own guards"
+    assert runs[2]["verdict"] == "SUCCESS", "and the watch went on to the next change"
+    assert [e["settled_at"] for e in log if e["event"] == "tick"] == [None, "t2", "t3"]
+    assert log[-1]["event"] == "watch_ended" and log[-1]["reason"].startswith(WATCH_SOURCE_SILENCE)
+
+
 def test_the_poll_payload_reaches_the_run(work: Path) -> None:
     (work / "poll.sh").write_text(POLL)
     (work / "w.loop").write_text(
