@@ -91,6 +91,12 @@ def set_artifact_mode(path: str | os.PathLike[str], private: bool = False) -> No
         pass  # the artifact is written; its mode is the user's concern from here
 
 
+def open_append(path: str | os.PathLike[str], private: bool = False) -> BinaryIO:
+    """``path`` open for appending, unbuffered; created with :func:`artifact_mode`."""
+    mode = PRIVATE_MODE if private else 0o666
+    return open(path, "ab", buffering=0, opener=lambda name, flags: os.open(name, flags, mode))
+
+
 def create_fresh(path: str | os.PathLike[str], mode: int = 0o644) -> int:
     """``path`` open for writing from its start (a descriptor), never through a link.
 

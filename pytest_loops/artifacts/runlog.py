@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 from filelock import FileLock
 
 from pytest_loops.errors import LoopUsageError
-from pytest_loops.limits import MAX_LINE_CHARS, MAX_RUN_BYTES, load_json, read_text
+from pytest_loops.limits import MAX_LINE_CHARS, MAX_RUN_BYTES, artifact_mode, load_json, open_append, read_text
 from pytest_loops.redact import redact_obj
 from pytest_loops.runtime.trust import (
     KeyFileError,
@@ -50,10 +50,7 @@ def _dump(obj: Any) -> str:
 
 
 def atomic_write_text(path: Path, text: str, *, private: bool = False) -> None:
-    """Write a file so readers see the old or the new content, never a part; with the
-    user's umask (0600 when ``private``), not the temporary file's 0600."""
-    from pytest_loops.limits import artifact_mode
-
+    """Write a file so readers see the old or the new content, never a part (mode: artifact_mode)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -143,10 +140,7 @@ class RunLogWriter:
         line = self._signed_line(self._text(_dump(event)))
         try:
             if self._events is None or self._events.closed:
-                fresh = not self.path.exists()
-                self._events = open(self.path, "ab", buffering=0)  # noqa: SIM115 - closed in close()
-                if fresh and self.private:
-                    os.fchmod(self._events.fileno(), 0o600)
+                self._events = open_append(self.path, self.private)  # closed in close()
             data = (line + "\n").encode("utf-8")
             written = self._events.write(data)
             if written is not None and written < len(data):  # a short write: the rest, in order

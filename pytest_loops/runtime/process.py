@@ -40,7 +40,7 @@ from pytest_loops.defaults import DEFAULT_OUTPUT_CAP
 from pytest_loops.limits import create_fresh
 from pytest_loops.results import CommandResult
 from pytest_loops.runtime import reaper
-from pytest_loops.runtime.capture import Capture, grow_pipe
+from pytest_loops.runtime.capture import Capture, close_parent_ends, grow_pipe, stdin_file
 from pytest_loops.runtime.reaper import Proc, read_small, read_stat, snapshot
 
 if TYPE_CHECKING:
@@ -271,11 +271,8 @@ class ProcessRunner:
         negative ``exit_code`` (``-signal``), as in :mod:`subprocess`.
 
         ``sandbox``: the command runs confined (:mod:`pytest_loops.sandbox`); the
-        harness's tag stays on the confining process, never inside.
-
-        ``stdin_data``: what the command reads on its standard input (from an
-        unlinked temporary file, so a command that never reads it cannot block);
-        else it reads ``/dev/null``.
+        harness's tag stays on the confining process, never inside. ``stdin_data``:
+        what it reads on its standard input (:func:`stdin_file`; else ``/dev/null``).
         """
         started = time.monotonic()
 
@@ -324,7 +321,7 @@ class ProcessRunner:
             self._starting.add(thread)
             pipe_r, pipe_w = os.pipe()
             grow_pipe(pipe_w)
-            launch = None
+            launch, stdin = None, subprocess.DEVNULL
             try:
                 argv = ["/bin/sh", "-c", command]
                 if sandbox is not None:
@@ -333,11 +330,7 @@ class ProcessRunner:
                     child_env.update(launch.env_set)
                 if cgroup is not None:
                     argv = _joined(cgroup.procs, "exec " + shlex.join(argv) if sandbox is not None else command)
-                stdin: Any = subprocess.DEVNULL
-                if stdin_data is not None:
-                    stdin = tempfile.TemporaryFile()
-                    stdin.write(stdin_data)
-                    stdin.seek(0)
+                stdin = stdin_file(stdin_data)
                 proc = subprocess.Popen(
                     argv,
                     cwd=cwd,
@@ -358,9 +351,7 @@ class ProcessRunner:
                 reason = getattr(exc, "strerror", None) or str(exc)
                 return failed(f"cannot start the command in {os.fspath(cwd)}: {reason}")
             finally:
-                os.close(pipe_w)  # the child has its own copy
-                if stdin_data is not None and not isinstance(stdin, int):
-                    stdin.close()  # the child has its own copy
+                close_parent_ends(pipe_w, stdin)  # the child has its own copies
                 if launch is not None:
                     launch.close()
             # 4 bytes per character at most, plus room for a sequence cut at the start
