@@ -57,6 +57,46 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
           (stat.S_ISSOCK, "a socket"))
 
 
+PRIVATE_MODE = 0o600
+"""The mode of an artifact with the ``private_artifacts`` setting on."""
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where /proc tells it (Linux)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)  # elsewhere: set and put back at once
+    os.umask(old)
+    return old
+
+
+def artifact_mode(private: bool = False) -> int:
+    """The mode of a new artifact (run log, ``.tine``, hand-off): 0666 less the user's
+    umask, as any file they create; 0600 with ``private_artifacts`` on."""
+    return PRIVATE_MODE if private else 0o666 & ~current_umask()
+
+
+def set_artifact_mode(path: str | os.PathLike[str], private: bool = False) -> None:
+    """Give a just-written artifact :func:`artifact_mode` (files written through a
+    temporary file, which is 0600, would keep that otherwise). Never through a link."""
+    try:
+        if not os.path.islink(path):
+            os.chmod(path, artifact_mode(private))
+    except OSError:
+        pass  # the artifact is written; its mode is the user's concern from here
+
+
+def open_append(path: str | os.PathLike[str], private: bool = False) -> BinaryIO:
+    """``path`` open for appending, unbuffered; created with :func:`artifact_mode`."""
+    mode = PRIVATE_MODE if private else 0o666
+    return open(path, "ab", buffering=0, opener=lambda name, flags: os.open(name, flags, mode))
+
+
 def create_fresh(path: str | os.PathLike[str], mode: int = 0o644) -> int:
     """``path`` open for writing from its start (a descriptor), never through a link.
 

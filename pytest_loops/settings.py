@@ -335,6 +335,10 @@ SETTINGS: tuple[Setting, ...] = (
             "none", "switch", True, choices=ON_OFF, valid="on or off", run_flag="--tine",
             run_aliases=(("--no-tine", False),), run_accepts_path=True, option="--loop-tine",
             ini="loop_tine", sample="off"),
+    Setting("private_artifacts", "'on': create run logs, .tine files and hand-off pages 0600 (only you can read "
+            "them); 'off' (default): with your umask, as any file you create", "switch", False, choices=ON_OFF,
+            valid="on or off", run_flag="--private-artifacts", option="--loop-private-artifacts",
+            ini="loop_private_artifacts", env="PYTEST_LOOPS_PRIVATE_ARTIFACTS", sample="on"),
     Setting("suspects", "'on' (default): when a pytest check fails, re-run its tests under coverage and hand "
             "the top suspect lines to the revise step (prompt and suspects.json); 'off' skips it", "switch",
             True, choices=ON_OFF, valid="on or off", run_flag="--suspects",

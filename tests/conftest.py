@@ -29,10 +29,15 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # Run-log keys of every loop the tests start (in this process and in the processes it
 # spawns, which inherit the environment) go to a temporary directory, never the
 # real home directory.
+# The process that makes the directory (the controller under xdist: its workers and every
+# process they start inherit the variable) removes it when it exits.
 if "XDG_STATE_HOME" not in os.environ or "pytest-loops-tests-" not in os.environ["XDG_STATE_HOME"]:
+    import atexit
+    import shutil
     import tempfile
 
-    os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="pytest-loops-tests-state-")
+    os.environ["XDG_STATE_HOME"] = _STATE_DIR = tempfile.mkdtemp(prefix="pytest-loops-tests-state-")
+    atexit.register(shutil.rmtree, _STATE_DIR, ignore_errors=True)
 
 # A fix-loop records no impact map in a CI job: the tests say themselves when they are one.
 for _ci in ("CI", "BUILD_NUMBER"):

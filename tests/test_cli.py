@@ -312,3 +312,43 @@ def test_a_plugin_can_answer_a_check(cli, work, tmp_path):
                          env={"PYTHONPATH": str(plugins)})
     assert proc.returncode == 0, proc.stderr
     assert log["iterations"][0]["checks"][0]["reason"] == "the judge says yes"
+
+
+# -- a newcomer's first commands ----------------------------------------------------------------
+
+
+def test_no_command_is_one_line_and_exit_64(cli):
+    done = cli()
+    assert done.returncode == 64
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "pytest-loops: error: a command is required; one of: run, selftest, demo, show, diff, compare, mcp, "
+        "verify, report, list, watch (`pytest-loops --help` lists them)"]
+
+
+def _one_run(cli, tmp_path: Path) -> Path:
+    assert cli("run", "--verify", "true", "-q", "--artifacts", "arts").returncode == 0
+    return tmp_path / "arts"
+
+
+def test_report_says_where_it_wrote(cli, tmp_path):
+    arts = _one_run(cli, tmp_path)
+    done = cli("report", str(arts))
+    assert done.returncode == 0, done.stderr
+    written = tmp_path / "report.html"
+    assert done.stdout == f"report written to {written}: 1 loop run(s)\n"
+    assert written.is_file()
+    (tmp_path / "out").mkdir()
+    done = cli("report", str(arts), "-o", "out/r.html")
+    assert done.stdout == f"report written to {tmp_path / 'out' / 'r.html'}: 1 loop run(s)\n"
+
+
+@pytest.mark.parametrize("output", ["missing/dir/r.html", "file.txt/r.html"])
+def test_report_refuses_an_output_directory_that_does_not_exist(cli, tmp_path, output):
+    arts = _one_run(cli, tmp_path)
+    (tmp_path / "file.txt").write_text("x")
+    done = cli("report", str(arts), "-o", output)
+    assert done.returncode == 64, done.stdout + done.stderr
+    assert len(done.stderr.splitlines()) == 1 and "--output" in done.stderr, done.stderr
+    assert ("does not exist" if output.startswith("missing") else "is not a directory") in done.stderr
+    assert not (tmp_path / "missing").exists(), "the directory is not created"

@@ -140,6 +140,68 @@ def test_compare_runs_of_different_lengths_name_the_side_that_ran_on(tmp_path):
     assert "note: the runs may be of different loops" in format_compare(data)
 
 
+def test_compare_counts_each_loop_over_its_own_checks():
+    one = {"loop": "x", "verdict": "SUCCESS", "exit_code": 0, "iterations": [
+        {"iter": 1, "checks": [{"name": "c1", "passed": True}]}]}
+    other = {"loop": "y", "verdict": "SUCCESS", "exit_code": 0, "iterations": [
+        {"iter": 1, "checks": [{"name": "c2", "passed": True}]}]}
+    data = compare_runs(one, other)
+    assert data["a"]["best"] == {"iteration": 1, "passed": 1, "of": 1}
+    assert data["b"]["best"] == {"iteration": 1, "passed": 1, "of": 1}
+    text = format_compare(data)
+    assert "1/2" not in text, "two loops with one check each: neither is half done"
+    assert "best A: 1/1 checks" in text and "(1/1)" in text
+
+
+FANNED = {"loop": "x", "verdict": "SUCCESS", "exit_code": 0, "iterations": [
+    {"iter": 1, "checks": [{"name": "c", "passed": False}], "revise_exit": 0, "branches": [
+        {"branch": 0, "revise_exit": 0, "passed": 0, "of": 1, "changed_files": 1, "diff_size": 30, "chosen": False,
+         "why": "fewer checks pass (0/1 against 1/1)"},
+        {"branch": 1, "revise_exit": 0, "passed": 1, "of": 1, "changed_files": 1, "diff_size": 12, "chosen": True,
+         "why": "best of 3: 1/1 checks pass, 0 failing test(s), diff 12"},
+        {"branch": 2, "revise_exit": 0, "passed": 1, "of": 1, "changed_files": 2, "diff_size": 40, "chosen": False,
+         "why": "discarded: it changed a test file (tests/test_x.py)"}]},
+    {"iter": 2, "checks": [{"name": "c", "passed": True}]}]}
+
+
+def test_show_and_compare_list_each_iterations_candidates():
+    from pytest_loops.cli.runview import format_run
+
+    text = format_run(FANNED)
+    assert "branches (best-of-N revise: ● chosen, ○ not chosen, ✗ discarded):" in text
+    assert "  iteration 1:" in text
+    assert ("    ● b1  1/1 checks · 1 file(s) changed, diff 12 · revise exit 0 · chosen: best of 3: 1/1 checks "
+            "pass, 0 failing test(s), diff 12") in text
+    assert "    ○ b0  0/1 checks · 1 file(s) changed, diff 30 · revise exit 0 · not chosen: fewer checks pass" in text
+    assert "    ✗ b2  1/1 checks · 2 file(s) changed, diff 40 · revise exit 0 · discarded (it changed a test file" \
+        in text
+    plain = dict(FANNED, iterations=[{k: v for k, v in it.items() if k != "branches"} for it in FANNED["iterations"]])
+    assert "branches" not in format_run(plain), "no fan-out, no section"
+    data = compare_runs(FANNED, plain)
+    assert [b["outcome"] for b in data["a"]["branches"]["1"]] == ["not chosen", "chosen", "discarded"]
+    assert data["b"]["branches"] == {}
+    lines = format_compare(data).splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("   1 |") or line.startswith("1 |"))
+    assert lines[row + 2].strip().startswith("A ● b1  1/1 checks · 1 file(s) changed")
+
+
+def test_the_mcp_answers_carry_the_candidates(tmp_path):
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "x.json").write_text(json.dumps({"schema": "pytest-loops.runlog/1", **FANNED}))
+    runs = RunsDir(tmp_path)
+    ref = next(r["id"] for r in runs.list_runs()["runs"])
+    shown = runs.show_run(ref)
+    assert [c["branch"] for c in shown["branches"][0]["candidates"]] == [0, 1, 2]
+    assert shown["branches"][0]["iteration"] == 1
+    assert shown["branches"][0]["candidates"][1] == {
+        "branch": 1, "outcome": "chosen", "passed": 1, "of": 1, "changed_files": 1, "diff_size": 12,
+        "revise_exit": 0, "why": "best of 3: 1/1 checks pass, 0 failing test(s), diff 12"}
+    assert "● b1" in shown["text"]
+    trajectory = runs.show_trajectory(ref)["trajectory"]
+    assert [b["outcome"] for b in trajectory[0]["branches"]] == ["not chosen", "chosen", "discarded"]
+    assert trajectory[1]["branches"] == []
+
+
 @pytest.mark.parametrize("make", ["missing", "not_a_run", "directory_of_nothing"])
 def test_compare_bad_input_is_one_line_and_exit_64(tmp_path, two_runs, make, capsys):
     _, fixed, _ = two_runs

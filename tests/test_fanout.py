@@ -321,8 +321,16 @@ def test_branches_are_forks_in_the_tine_and_drawn_in_the_report(cli, tmp_path, t
     report = tmp_path / "r.html"
     assert cli("report", str(work / ".pytest-loops"), "-o", str(report)).returncode == 0
     html = report.read_text()
-    assert '<li class="branch chosen"' in html and "● b1 · 1/1 checks" in html
+    assert '<li class="branch chosen"' in html and "● b1 · 1/1 checks · 1 file(s) changed" in html
     assert html.count('<li class="branch ') == 3
+    for source in (next(runs.glob("*.json")), tine):  # show reads the run log and the .tine alike
+        shown = cli("show", str(source))
+        assert shown.returncode == 0, shown.stderr
+        assert "    ● b1  1/1 checks · 1 file(s) changed" in shown.stdout
+        assert "    ○ b0  0/1 checks" in shown.stdout and "not chosen: fewer checks pass" in shown.stdout
+    compared = cli("compare", str(next(runs.glob("*.json"))), str(tine))
+    assert compared.returncode == 0, compared.stderr
+    assert compared.stdout.count("A ● b1") == 1 and compared.stdout.count("B ● b1") == 1
 
 
 def test_applying_keeps_the_real_files_mode_unless_the_candidate_changed_it(tmp_path):

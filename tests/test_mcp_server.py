@@ -55,6 +55,23 @@ def structured(result):
     return result.structured_content
 
 
+def test_the_server_reports_the_package_version(artifacts):
+    import pytest_loops
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "pytest_loops", "mcp", "--runs-dir",
+                                                                 str(artifacts)], env=dict(os.environ))
+
+    async def go():
+        with open(artifacts.parent / "server.err", "w") as errlog:
+            async with stdio_client(params, errlog=errlog) as (read, write):
+                async with ClientSession(read, write) as session:
+                    return await session.initialize()
+
+    info = anyio.run(go).server_info
+    assert info.name == "pytest-loops"
+    assert info.version == pytest_loops.__version__ and info.version not in ("", "unknown")
+
+
 def test_the_server_offers_exactly_the_read_only_tools(artifacts):
     async def calls(session):
         return (await session.list_tools()).tools

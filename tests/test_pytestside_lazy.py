@@ -261,6 +261,9 @@ def test_the_names_spared_the_readers_are_the_readers_own() -> None:
 
     assert ARTIFACTS_DIRNAME == context.ARTIFACTS_DIRNAME
     assert options.CHILD_ENV == checks.CHILD_ENV
-    assert set(LOOP_FILE_ENDINGS) == {files.LOOP_SUFFIX, *files.YAML_LOOP_SUFFIXES}
-    for name in ("a.loop", "A.LOOP", "x.loop.yaml", "x.Loop.yml", "loop", "x.yaml", "x.loops", "x.py"):
+    from pytest_loops.sources.reading import RUNNER_CONFIG_NAMES
+
+    assert set(LOOP_FILE_ENDINGS) == {files.LOOP_SUFFIX, *files.YAML_LOOP_SUFFIXES, *RUNNER_CONFIG_NAMES}
+    for name in ("a.loop", "A.LOOP", "x.loop.yaml", "x.Loop.yml", "loop", "x.yaml", "x.loops", "x.py",
+                 "loop-runner.config.yaml"):
         assert Path(name).name.lower().endswith(LOOP_FILE_ENDINGS) == files.is_loop_file(name), name

@@ -17,8 +17,10 @@ import pytest
 
 from pytest_loops.core.watch import (
     BAD_POLLS_TO_ESCALATE,
-    UNBOUNDED,
+    UNBOUNDED_MARK,
     FileSource,
+    PollAnswer,
+    PollSource,
     Tick,
     WatchDriver,
     WatchPlan,
@@ -103,7 +105,7 @@ def test_unchanged_ticks_idle_without_iterating_a_change_is_fixed_and_silence_en
     runs = Runs((Verdict.SUCCESS, 1), (Verdict.SUCCESS, 2))
     result, events = drive([Tick("start"), Tick("start"), Tick("start"), Tick("changed"), Tick("changed")], runs)
     assert len(runs.specs) == 2, "idle ticks run nothing"
-    assert (result.ticks, result.idle, result.fixes, result.iterations) == (2, 4, 1, 3)
+    assert (result.generations, result.idle, result.fixes, result.iterations) == (2, 4, 1, 3)
     assert result.verdict is Verdict.NO_PROGRESS and result.exit_code == 4
     assert result.reason.startswith(WATCH_SOURCE_SILENCE)
     kinds = [e["event"] for e in events]
@@ -123,41 +125,53 @@ def test_idle_ticks_never_yield_success_and_do_not_reset_the_silence_window() ->
     assert set(source.waits) == {0.5}, "the window counts from the last run, not from the last idle tick"
 
 
-def test_max_iter_spans_the_ticks_and_zero_is_unbounded() -> None:
-    runs = Runs((Verdict.NO_PROGRESS, 2), (Verdict.MAX_ITER, 1))
-    result, _ = drive([Tick("a")], runs, WatchPlan(interval=0.05, silence=0.5, max_iter=3))
-    assert [s.guards.max_iter for s in runs.specs] == [3, 1], "each tick gets what the watch has left"
-    assert result.verdict is Verdict.MAX_ITER and "max_iter=3" in result.reason
-
-    runs = Runs((Verdict.SUCCESS, 1), (Verdict.NO_PROGRESS, 5))
-    result, _ = drive([Tick("a")], runs, WatchPlan(interval=0.05, silence=0.5, max_iter=0))
-    assert [s.guards.max_iter for s in runs.specs] == [UNBOUNDED, UNBOUNDED]
-    assert result.verdict is Verdict.NO_PROGRESS and result.iterations == 6
-
-
-def test_a_change_after_the_cap_was_spent_on_a_pass_ends_max_iter_without_a_run() -> None:
-    runs = Runs((Verdict.SUCCESS, 3))
-    result, events = drive([Tick("start"), Tick("b")], runs, WatchPlan(interval=0.05, silence=0.5, max_iter=3))
-    assert len(runs.specs) == 1 and result.idle == 1
-    assert result.verdict is Verdict.MAX_ITER and "a new change came after it" in result.reason
-    assert [e["event"] for e in events].count("tick") == 1
+def test_a_watch_runs_50_generations_with_new_state_and_keeps_going_each_bounded_by_its_own_guards() -> None:
+    loop = spec(max_iter=3, budget_seconds=60, no_progress_k=2, escalate_after=0)
+    outcomes = [Verdict.MAX_ITER, Verdict.TIMEOUT, Verdict.NO_PROGRESS, Verdict.SUCCESS]
+    runs = Runs((Verdict.SUCCESS, 1), *[(outcomes[i % 4], 3) for i in range(50)])
+    answers: list[Any] = [Tick(f"state-{i}") for i in range(50)]
+    result, events = drive(answers, runs, WatchPlan(interval=0.05, silence=0.5), loop=loop)
+    assert len(runs.specs) == 51, "the start-up run and 50 generations: no cap on the watch"
+    assert all(s.guards == loop.guards for s in runs.specs), "every generation gets the loop's own guards"
+    assert result.verdict is Verdict.NO_PROGRESS and result.reason.startswith(WATCH_SOURCE_SILENCE)
+    assert result.generations == 51 and result.iterations == 151
+    assert [e["generation"] for e in events if e["event"] == "run"] == list(range(1, 52))
+    started = events[0]
+    assert started["generations"] == UNBOUNDED_MARK == "∞"
+    assert started["per_generation"] == {"max_iter": 3, "budget_s": 60, "no_progress_k": 2, "escalate_after": 0}
 
 
-@pytest.mark.parametrize("verdict", [Verdict.ESCALATE, Verdict.TIMEOUT])
-def test_escalate_and_timeout_of_a_tick_end_the_watch(verdict: Verdict) -> None:
-    runs = Runs((Verdict.SUCCESS, 1), (verdict, 1))
+def test_without_a_silence_window_only_an_escalation_or_ctrl_c_ends_a_watch() -> None:
+    runs = Runs(*[(Verdict.MAX_ITER, 6)] * 80)
+    result, _ = drive([Tick(f"s{i}") for i in range(60)] + [KeyboardInterrupt()], runs,
+                      WatchPlan(interval=0.05), loop=spec(budget_seconds=10), step=5.0)
+    assert result.interrupted and result.generations == 61 and result.exit_code == 2
+    runs = Runs((Verdict.SUCCESS, 1), (Verdict.MAX_ITER, 6), (Verdict.ESCALATE, 2), (Verdict.SUCCESS, 1))
+    result, _ = drive([Tick("a"), Tick("b"), Tick("c")], runs, WatchPlan(interval=0.05))
+    assert result.verdict is Verdict.ESCALATE and result.generations == 3 and len(runs.results) == 1
+
+
+@pytest.mark.parametrize("verdict", [Verdict.MAX_ITER, Verdict.TIMEOUT, Verdict.NO_PROGRESS])
+def test_a_generation_stopped_by_a_guard_waits_for_the_next_change(verdict: Verdict) -> None:
+    runs = Runs((Verdict.SUCCESS, 1), (verdict, 2), (Verdict.SUCCESS, 2))
+    result, events = drive([Tick("a"), Tick("b")], runs)
+    assert len(runs.specs) == 3 and result.fixes == 1
+    assert result.verdict is Verdict.NO_PROGRESS and result.reason.startswith(WATCH_SOURCE_SILENCE)
+    assert [e["verdict"] for e in events if e["event"] == "run"] == ["SUCCESS", verdict.value, "SUCCESS"]
+
+
+def test_an_escalating_generation_ends_the_watch() -> None:
+    runs = Runs((Verdict.SUCCESS, 1), (Verdict.ESCALATE, 1))
     result, _ = drive([Tick("a"), Tick("b")], runs)
-    assert result.verdict is verdict and len(runs.specs) == 2 and result.reason == f"{verdict.value} in tick 2"
+    assert result.verdict is Verdict.ESCALATE and len(runs.specs) == 2 and result.reason == "ESCALATE in tick 2"
 
 
-def test_the_budget_spans_the_watch_idle_time_included() -> None:
+def test_idle_time_counts_toward_no_budget() -> None:
     runs = Runs()
-    result, _ = drive([Tick("start")] * 3, runs, WatchPlan(interval=0.05), loop=spec(budget_seconds=2.5), step=1.0)
-    assert result.verdict is Verdict.TIMEOUT and result.idle == 2 and "while watching" in result.reason
-    runs = Runs()
-    result, _ = drive([Tick("start"), Tick("b")], runs, WatchPlan(interval=0.05), loop=spec(budget_seconds=10),
+    result, _ = drive([Tick("start")] * 30 + [Tick("b")], runs, WatchPlan(interval=0.05), loop=spec(budget_seconds=2.5),
                       step=1.0)
-    assert runs.specs[1].guards.budget_seconds == 8.0, "a tick's run gets the budget that is left"
+    assert result.idle == 30 and len(runs.specs) == 2, "30 s of idle ticks, a 2.5 s budget: the watch goes on"
+    assert runs.specs[1].guards.budget_seconds == 2.5, "a generation gets the loop's whole budget"
 
 
 def test_three_bad_polls_in_a_row_escalate_and_a_good_one_resets_the_count() -> None:
@@ -174,7 +188,7 @@ def test_ctrl_c_ends_with_a_summary_and_the_last_verdict_code() -> None:
     runs = Runs((Verdict.SUCCESS, 1), (Verdict.NO_PROGRESS, 2))
     result, _ = drive([Tick("start"), KeyboardInterrupt()], runs)
     assert result.interrupted and result.exit_code == 0
-    assert result.summary().startswith("watch interrupted: 1 tick(s), 1 idle, 0 fix(es), 1 iteration(s); "
+    assert result.summary().startswith("watch interrupted: 1 generation(s), 1 idle, 0 fix(es), 1 iteration(s); "
                                        "last verdict SUCCESS; exit 0")
     runs = Runs((Verdict.SUCCESS, 1), (Verdict.NO_PROGRESS, 2))
     result, _ = drive([Tick("b"), KeyboardInterrupt()], runs)
@@ -193,7 +207,6 @@ def test_ctrl_c_before_any_run_finished_exits_130() -> None:
 @pytest.mark.parametrize(("plan", "message"), [
     (WatchPlan(interval=1.0, silence=0.5), "shorter than the poll interval"),
     (WatchPlan(interval=0), "above 0 seconds"),
-    (WatchPlan(max_iter=-1), "not a valid max_iter"),
 ])
 def test_bad_plans_are_one_usage_line(plan: WatchPlan, message: str) -> None:
     with pytest.raises(LoopUsageError, match=message):
@@ -201,10 +214,13 @@ def test_bad_plans_are_one_usage_line(plan: WatchPlan, message: str) -> None:
 
 
 @pytest.mark.parametrize(("text", "expected"), [
-    ('{"ready": true, "state_digest": "abc", "payload": {"n": 1}}', (True, "abc", {"n": 1})),
-    ('{"ready": false, "state_digest": "x"}', (False, "x", None)),
+    ('{"ready": true, "state_digest": "abc", "payload": {"n": 1}}', PollAnswer(True, "abc", {"n": 1})),
+    ('{"ready": false, "state_digest": "x"}', PollAnswer(False, "x")),
+    ('{"ready": true, "state_digest": "x", "settled_at": "2026-01-02T03:04:05Z"}',
+     PollAnswer(True, "x", None, "2026-01-02T03:04:05Z")),
+    ('{"ready": true, "state_digest": "x", "settled_at": 1700000000.5}', PollAnswer(True, "x", None, 1700000000.5)),
 ])
-def test_poll_output_is_read(text: str, expected: tuple) -> None:
+def test_poll_output_is_read(text: str, expected: PollAnswer) -> None:
     assert parse_poll_output(text) == expected
 
 
@@ -214,10 +230,33 @@ def test_poll_output_is_read(text: str, expected: tuple) -> None:
     ('{"ready": "yes", "state_digest": "a"}', '"ready"'),
     ('{"ready": true}', '"state_digest"'),
     ('{"ready": true, "state_digest": ""}', '"state_digest"'),
+    ('{"ready": true, "state_digest": "x", "settled_at": true}', '"settled_at"'),
+    ('{"ready": true, "state_digest": "x", "settled_at": {"t": 1}}', '"settled_at"'),
 ])
 def test_bad_poll_output_says_what_is_wrong(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_poll_output(text)
+
+
+def test_the_poll_command_reads_its_request_and_the_start_up_state_is_the_baseline(tmp_path: Path) -> None:
+    from pytest_loops.runtime.process import ProcessRunner
+
+    (tmp_path / "poll.sh").write_text(
+        'cat >> requests.jsonl\n'
+        'printf \'{"ready": true, "state_digest": "s1", "settled_at": "2026-01-01T00:00:00Z"}\\n\'\n')
+    source = PollSource("sh poll.sh", runner=ProcessRunner(), cwd=str(tmp_path), env=None, interval=0.01,
+                        output=tmp_path / "poll.out", request={"loop": "w", "poll": "sh poll.sh"})
+    assert source.settle(None) == "s1", "after the start-up run the command is asked for the baseline"
+    tick = source.wait(None)
+    assert tick is not None and tick.digest == "s1" and tick.settled_at == "2026-01-01T00:00:00Z"
+    requests = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert requests == [{"spec": {"loop": "w", "poll": "sh poll.sh"}, "expected_state_digest": ""},
+                        {"spec": {"loop": "w", "poll": "sh poll.sh"}, "expected_state_digest": "s1"}]
+    clock = Clock()
+    runs = Runs()
+    result = WatchDriver(spec(), WatchPlan(interval=0.05, silence=0.5), Script(clock, [Tick("start")]), runs,
+                         clock=clock).run()
+    assert result.idle == 1 and len(runs.specs) == 1
 
 
 def test_watched_paths_are_the_state_paths_else_the_look_at_paths_else_the_directory() -> None:
@@ -353,21 +392,57 @@ def test_a_poll_watch_idles_fixes_a_change_and_ends_no_progress_on_silence(work:
     (work / "poll.sh").write_text(POLL)
     (work / "w.loop").write_text(LOOP.format(extra='  watch: poll "sh poll.sh" every 0.05s\n'
                                                    "  silence: 1s\n"))
-    proc = cli("watch", "w.loop", "--max-iter", "0", cwd=work)
+    proc = cli("watch", "w.loop", "--max-iter", "4", cwd=work)
     assert proc.returncode == 4, proc.stdout + proc.stderr
-    assert "max_iter unbounded" in proc.stdout and "iter 2/- " in proc.stdout
+    assert "generations ∞, each bounded by max_iter 4, budget off" in proc.stdout
+    assert "[calc] gen 2 iter 2/4 " in proc.stdout, proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == (
-        "[calc] watch NO_PROGRESS: 3 tick(s), 3 idle, 1 fix(es), 4 iteration(s); last verdict SUCCESS; exit 4: "
-        f"{WATCH_SOURCE_SILENCE}: no tick with new state in the silence window of 1s")
+        "[calc] watch NO_PROGRESS: 2 generation(s), 3 idle, 1 fix(es), 3 iteration(s); last verdict SUCCESS; "
+        f"exit 4: {WATCH_SOURCE_SILENCE}: no tick with new state in the silence window of 1s")
     log = events(work)
     runs = [e for e in log if e["event"] == "run"]
-    assert [(r["verdict"], r["iterations"], r["fixed"]) for r in runs] == [
-        ("SUCCESS", 1, False), ("SUCCESS", 1, False), ("SUCCESS", 2, True)]
-    assert [e["event"] for e in log].count("idle") == 3
+    assert [(r["generation"], r["verdict"], r["iterations"], r["fixed"]) for r in runs] == [
+        (1, "SUCCESS", 1, False), (2, "SUCCESS", 2, True)]
+    idle = [e for e in log if e["event"] == "idle"]
+    assert [e["after_generation"] for e in idle] == [1, 2, 2], "the start-up run's state is the baseline"
     assert (work / "calc.txt").read_text() == "good\n"
-    tick_logs = sorted(Path(r["log"]).name for r in runs)
-    assert tick_logs == ["tick-1.json", "tick-2.json", "tick-3.json"], "each run keeps its own run log"
-    assert json.loads(Path(runs[2]["log"]).read_text())["verdict"] == "SUCCESS"
+    gen_logs = sorted(Path(r["log"]).name for r in runs)
+    assert gen_logs == ["gen-1.json", "gen-2.json"], "each generation keeps its own run log"
+    assert json.loads(Path(runs[1]["log"]).read_text())["verdict"] == "SUCCESS"
+    shown = cli("show", str(Path(runs[0]["log"]).parent), cwd=work)
+    assert shown.returncode == 0, shown.stderr
+    rows = shown.stdout.splitlines()
+    assert "generations ∞, each bounded by max_iter 4" in rows[0]
+    assert rows[2].split() == ["1", "start-up", "run", "SUCCESS", "1", "1", "gen-1.json"]
+    assert rows[3].split() == ["2", "new", "state", "s2", "SUCCESS", "2", "yes", "2", "gen-2.json"]
+    assert rows[-1].startswith(f"ended NO_PROGRESS (exit 4): {WATCH_SOURCE_SILENCE}")
+
+
+GENERATIONS_POLL = """\
+n=$(cat calls 2>/dev/null || echo 0); n=$((n + 1)); echo $n > calls
+if [ $n -eq 2 ]; then touch broken; fi
+if [ $n -eq 3 ]; then rm -f broken; fi
+state=s$n; if [ $n -gt 3 ]; then state=s3; fi
+if [ $n -le 5 ]; then ready=true; else ready=false; fi
+printf '{"ready": %s, "state_digest": "%s", "settled_at": "t%s"}\\n' $ready $state $n
+"""
+
+
+def test_a_generation_stopped_by_its_own_cap_leaves_the_watch_running(work: Path) -> None:
+    (work / "poll.sh").write_text(GENERATIONS_POLL)
+    (work / "w.loop").write_text('loop "gens":\n  goal: no broken file\n  done when "test ! -f broken" passes\n'
+                                 '  revise with "true"\n  after 2 tries: stop and warn "still broken"\n'
+                                 '  budget: none\n  watch: poll "sh poll.sh" every 0.05s\n  silence: 1s\n')
+    proc = cli("watch", "w.loop", cwd=work)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    log = events(work)
+    runs = [e for e in log if e["event"] == "run"]
+    assert [r["generation"] for r in runs] == [1, 2, 3]
+    assert runs[1]["verdict"] in ("MAX_ITER", "NO_PROGRESS") and runs[1]["iterations"] <= 2, \
+        "the generation is bounded by the loop's own guards"
+    assert runs[2]["verdict"] == "SUCCESS", "and the watch went on to the next change"
+    assert [e["settled_at"] for e in log if e["event"] == "tick"] == [None, "t2", "t3"]
+    assert log[-1]["event"] == "watch_ended" and log[-1]["reason"].startswith(WATCH_SOURCE_SILENCE)
 
 
 def test_the_poll_payload_reaches_the_run(work: Path) -> None:
@@ -377,7 +452,7 @@ def test_the_poll_payload_reaches_the_run(work: Path) -> None:
         '  watch: poll "sh poll.sh" every 0.05s\n  silence: 1s\n')
     proc = cli("watch", "w.loop", cwd=work)
     assert proc.returncode == 4, proc.stdout + proc.stderr
-    assert (work / "seen").read_text() == '{"call": 1}{"call": 3}'
+    assert (work / "seen").read_text() == '{"call": 3}', "the first answer (the baseline's state) is idle"
 
 
 def test_three_bad_poll_answers_end_escalate_each_logged(work: Path) -> None:
@@ -393,6 +468,7 @@ def test_three_bad_poll_answers_end_escalate_each_logged(work: Path) -> None:
     ('  watch: poll "true" every 2s\n  silence: 1s\n', (), "shorter than the poll interval"),
     ("", ("--silence", "0.01", "--watch-interval", "1"), "shorter than the poll interval"),
     ("", ("--max-iter", "-1"), "not a valid max_iter"),
+    ("", ("--max-iter", "0"), "the cap of each generation"),
     ("", ("--silence", "soon"), "not a valid silence"),
     ('  watch: poll "" every 2s\n', (), "`watch: poll` has no command"),
 ])
@@ -403,7 +479,7 @@ def test_bad_watch_input_is_one_line_and_exit_64(work: Path, extra: str, args: t
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
-def test_max_iter_zero_is_bad_input_outside_watch_mode(work: Path) -> None:
+def test_max_iter_zero_is_bad_input_in_run_too(work: Path) -> None:
     proc = cli("run", "--verify", "true", "--max-iter", "0", cwd=work)
     assert proc.returncode == 64
     assert proc.stderr.strip().splitlines() == [
@@ -460,8 +536,8 @@ def test_ctrl_c_and_sigterm_leave_no_process_behind(work: Path, sig: signal.Sign
     assert proc.returncode == code, out + err
     assert not pid_alive(pid), "the poll command outlived the watch"
     if sig == signal.SIGINT:
-        assert "watch interrupted: 1 tick(s), 0 idle, 0 fix(es), 1 iteration(s); last verdict SUCCESS; exit 0" \
-            in out
+        assert "watch interrupted: 1 generation(s), 0 idle, 0 fix(es), 1 iteration(s); last verdict SUCCESS; " \
+            "exit 0" in out
         assert [e["event"] for e in events(work)][-1] == "watch_ended"
 
 
@@ -482,7 +558,7 @@ def test_ctrl_c_during_the_first_run_stops_its_command_and_exits_130(work: Path)
         proc.kill()
     assert proc.returncode == 130, out + err
     assert not pid_alive(pid), "the check outlived the watch"
-    assert "watch interrupted: 1 tick(s), 0 idle, 0 fix(es), 0 iteration(s); no run finished; exit 130" in out
+    assert "watch interrupted: 1 generation(s), 0 idle, 0 fix(es), 0 iteration(s); no run finished; exit 130" in out
 
 
 def test_show_lists_the_watch_lines(work: Path) -> None:
@@ -491,6 +567,15 @@ def test_show_lists_the_watch_lines(work: Path) -> None:
     assert [line.split() for line in out.splitlines() if line.strip().startswith(("watch_", "silence"))] == [
         ["watch_poll", "sh", "poll.sh", "w.loop:6"], ["watch_interval", "5s", "w.loop:6"],
         ["silence", "120s", "w.loop:7"]]
+
+
+def test_show_of_a_bad_watch_log_is_one_line(work: Path) -> None:
+    log = work / "watch.jsonl"
+    log.write_text('{"event": "watch_started"}\nnot json\n')
+    proc = cli("show", str(log), cwd=work)
+    assert proc.returncode == 64 and proc.stderr.strip() == (
+        f"pytest-loops: error: {log}:2: not a watch event (one JSON object a line); "
+        "pass the watch.jsonl a watch wrote"), proc.stderr
 
 
 def test_watch_needs_one_loop(work: Path) -> None:

@@ -45,12 +45,14 @@ def test_other():
         f.write("other\\n")
 """
 
-# call 1 repairs calc.py (a new state), call 2 reports it again (idle), then nothing is ready
+# call 1 is the baseline after the first run, call 2 repairs calc.py (a new state),
+# call 3 reports it again (idle), then nothing is ready
 POLL = """\
 n=$(cat calls 2>/dev/null || echo 0); n=$((n + 1)); echo $n > calls
-if [ $n -eq 1 ]; then sed -i 's/a - b/a + b/' calc.py; fi
-if [ $n -le 2 ]; then ready=true; else ready=false; fi
-printf '{"ready": %s, "state_digest": "fixed"}\\n' $ready
+if [ $n -eq 2 ]; then sed -i 's/a - b/a + b/' calc.py; fi
+if [ $n -le 3 ]; then ready=true; else ready=false; fi
+if [ $n -lt 2 ]; then state=broken; else state=fixed; fi
+printf '{"ready": %s, "state_digest": "%s"}\\n' $ready $state
 """
 
 
@@ -73,9 +75,9 @@ def test_reruns_only_the_failing_tests_after_an_edit_then_the_whole_selection(pr
     imported = (project.path / "imported.txt").read_text().split()
     assert imported == ["1", "1", "1"], "the code under test is imported only in the test runs"
     result.stdout.fnmatch_lines([
-        "*tick 2: running the 1 failing test(s) again*",
+        "*generation 2: running the 1 failing test(s) again*",
         "*idle tick: state unchanged (1 idle so far)*",
-        "*watch NO_PROGRESS: 2 tick(s), 1 idle, 1 fix(es), 3 iteration(s); last verdict SUCCESS; exit 0: "
+        "*watch NO_PROGRESS: 2 generation(s), 1 idle, 1 fix(es), 3 iteration(s); last verdict SUCCESS; exit 0: "
         "watch_source_silence*",
     ])
     log = next((project.path / ".pytest-loops" / "watch").glob("pytest-*/watch.jsonl"))

@@ -79,7 +79,7 @@ def test_the_loop_runner_config_is_one_loop_named_after_the_file():
     name = "loop-runner.config.yaml"
     lf = load_any(CORPUS / name)
     [spec] = lf.loops
-    assert spec.name == "loop-runner.config"
+    assert spec.name == "loop-runner", "named as `pytest-loops run --config` names it"
     assert [(c.kind, c.command, c.name) for c in spec.checks] == [
         (CheckKind.COMMAND, "pytest -q", '"pytest -q" passes'),
         (CheckKind.COMMAND, "ruff check .", '"ruff check ." passes')]
@@ -107,9 +107,39 @@ def test_a_runner_config_with_one_verify_command_and_unknown_keys():
     assert spec.origin["guards.max_iter"] == "default"
 
 
+def test_a_runner_config_without_verify_is_settings_not_a_loop():
+    lf = load_yaml_text("guards: {max_iter: 3}\n", "harness/loop-runner.config.yaml")
+    assert lf.loops == () and len(lf.config) == 1
+    assert "settings for `pytest-loops run --config harness/loop-runner.config.yaml --verify CMD`" in lf.config[0].why
+
+
+def test_verified_is_read_and_shown_never_acted_on(tmp_path):
+    from pytest_loops.sources import format_loop_file, is_loop_file, load_any
+
+    harness = tmp_path / "harness"
+    harness.mkdir()
+    config = harness / "loop-runner.config.yaml"
+    config.write_text("verified: false\nverify: {cmd: pytest -q}\nrevise: {cmd: 'true', verified: false}\n"
+                      "reflexion: {episodic_memory_page: wiki/lessons.md}\n")
+    assert is_loop_file(config)
+    lf = load_any(config)
+    [spec] = lf.loops
+    assert spec.name == "loop-runner"
+    assert spec.cwd == str(tmp_path), "run from the project root, as the skill runs it"
+    assert spec.memory_page == str(tmp_path / "wiki" / "lessons.md")
+    assert spec.ignored == ()
+    assert [(n.line, n.text) for n in lf.config] == [(1, "verified: false")]
+    shown = format_loop_file(lf, verbose=True)
+    assert "not yet proven" in shown and "the project root (the parent of harness/)" in shown
+    elsewhere = tmp_path / "ci" / "loop-runner.config.yaml"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text("verify: {cmd: pytest -q}\n")
+    assert load_any(elsewhere).loops[0].cwd == str(elsewhere.parent)
+
+
 RUNNER_ERRORS = [
-    pytest.param("guards: {max_iter: 3}\n", "1:1: verify: missing: a loop-runner config needs a verify command "
-                 'to be a loop; add `verify: {cmd: "pytest -q"}`', id="no-verify"),
+    pytest.param("verify: {cmd: x}\nverified: maybe\n", "2:11: verified: expected true or false, got str 'maybe'",
+                 id="verified-type"),
     pytest.param("verify: {cmd: x}\nguards:\n  max_iter: six\n", "3:13: guards.max_iter: expected a number, "
                  "got str 'six'", id="guard-type"),
     pytest.param("verify: {cmd: x}\nguards:\n  no_progress_k: -1\n", "3:18: guards.no_progress_k: -1 is not a "
@@ -232,7 +262,7 @@ def test_load_any_reads_yaml_by_suffix(tmp_path):
         assert load_any(p).loops[0].name == "a"
     runner = tmp_path / "loop-runner.config.yml"
     runner.write_text("verify: {cmd: make}\n", encoding="utf-8")
-    assert load_any(runner).loops[0].name == "loop-runner.config"
+    assert load_any(runner).loops[0].name == "loop-runner"
 
 
 @settings(max_examples=200, deadline=None, database=None)

@@ -44,6 +44,7 @@ class ArtifactOptions:
     ed25519_key: str | None = None  # path of an Ed25519 private key file
     handoff: bool = True
     resume_command: Callable[[LoopResult], str] | None = None
+    private_artifacts: bool = False  # run log, .tine and hand-off 0600, not the user's umask
     flags: tuple[str, str] = ("--sign-key-env", "--sign-key-file")  # named in errors
 
     def signing_key(self) -> bytes | None:
@@ -82,6 +83,9 @@ class RunLogWriterPlugin:
 
     name = "loop-runlog"
 
+    def __init__(self, private: bool = False) -> None:
+        self.private = private  # the private_artifacts setting: 0600, not the user's umask
+
     @staticmethod
     def _log(run: LoopRun) -> Any:
         return run.writers.get(RunLogWriterPlugin.name)
@@ -90,7 +94,7 @@ class RunLogWriterPlugin:
     def pytest_loop_started(self, run: LoopRun) -> None:
         from pytest_loops.artifacts.runlog import RunLogWriter
 
-        log = RunLogWriter(run.paths.log, scrub=run.scrub, on_error=run.artifact_failed)
+        log = RunLogWriter(run.paths.log, scrub=run.scrub, on_error=run.artifact_failed, private=self.private)
         run.writers[self.name] = log
         log.start({**run.header, "pid": os.getpid()})  # who holds the log (the summary need not say)
         for old in run.prior:  # the new log holds the whole loop
@@ -238,7 +242,8 @@ class TineWriter:
         try:
             result.artifacts["tine"] = write_tine(result, target, hmac_key=self.key,
                                                   ed25519_key_path=options.ed25519_key,
-                                                  on_unvouched=unvouched.append)
+                                                  on_unvouched=unvouched.append,
+                                                  private=options.private_artifacts)
             if unvouched:
                 result.artifacts["tine_unvouched"] = unvouched[-1]
         except Exception as exc:  # noqa: BLE001 - provenance must never cost the run log
@@ -250,8 +255,9 @@ class HandoffWriter:
 
     name = "loop-handoff"
 
-    def __init__(self, resume_command: Callable[[LoopResult], str] | None = None) -> None:
+    def __init__(self, resume_command: Callable[[LoopResult], str] | None = None, private: bool = False) -> None:
         self.resume_command = resume_command
+        self.private = private
 
     @hookimpl(tryfirst=True)
     def pytest_loop_finished(self, result: LoopResult, run: LoopRun) -> None:
@@ -262,7 +268,8 @@ class HandoffWriter:
         command = self.resume_command(result) if self.resume_command else ""
         target = run.paths.log.with_name(run.paths.log.stem + ".handoff.md")
         try:
-            result.artifacts["handoff"] = write_handoff(result, target, resume_command=command)
+            result.artifacts["handoff"] = write_handoff(result, target, resume_command=command,
+                                                        private=self.private)
         except Exception as exc:  # noqa: BLE001 - same: the run log comes first
             result.artifacts["handoff_error"] = artifact_error(target, exc)
 
@@ -276,12 +283,12 @@ def writers(options: ArtifactOptions | None = None) -> list[Any]:
     neither). Validates the signing key first (bad input: LoopUsageError naming the flag)."""
     # pluggy calls the last registered of the tryfirst implementations first: the
     # .tine, then the hand-off, then the run log's summary, which lists them both
-    found: list[Any] = [RunLogWriterPlugin(), LessonsWriter()]
+    found: list[Any] = [RunLogWriterPlugin(options.private_artifacts if options else False), LessonsWriter()]
     if options is None:
         return found
     key = options.signing_key()
     if options.handoff:
-        found.append(HandoffWriter(options.resume_command))
+        found.append(HandoffWriter(options.resume_command, options.private_artifacts))
     if options.tine:
         found.append(TineWriter(options, key))
     return found

@@ -35,7 +35,7 @@ _BACKTICKS = re.compile(r"`+")
 
 
 def write_handoff(result: LoopResult, path: str | os.PathLike, *, resume_command: str,
-                  git_diff: bool = True) -> str:
+                  git_diff: bool = True, private: bool = False) -> str:
     """Write the hand-off markdown for ``result`` to ``path`` and return the path.
 
     ``resume_command`` is the exact command that continues the loop. With
@@ -58,7 +58,7 @@ def write_handoff(result: LoopResult, path: str | os.PathLike, *, resume_command
         _continue(resume_command, source, scrub),
     ]
     target = Path(path)
-    atomic_write_text(target, "\n\n".join(s for s in sections if s).rstrip() + "\n")
+    atomic_write_text(target, "\n\n".join(s for s in sections if s).rstrip() + "\n", private=private)
     return str(target)
 
 

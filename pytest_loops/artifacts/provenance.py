@@ -31,6 +31,7 @@ from pytest_loops.artifacts.tineshape import (
     iteration_folder,
 )
 from pytest_loops.errors import LoopUsageError
+from pytest_loops.limits import set_artifact_mode
 from pytest_loops.redact import make_redactor, strip_control
 from pytest_loops.results import CheckResult, IterationRecord, LoopResult
 from pytest_loops.spec import LoopSpec
@@ -212,8 +213,11 @@ def write_tine(
     ed25519_key_path: str | None = None,
     vouch_key: bytes | None = LOCAL_KEY,
     on_unvouched: Callable[[str], None] | None = None,
+    private: bool = False,
 ) -> str:
     """Record ``result`` as a `.tine` file at ``path`` and return the path.
+
+    The file gets the user's umask (opentine writes 0600), or 0600 when ``private``.
 
     Sign it with ``hmac_key`` (at least 16 bytes) or the Ed25519 private key in
     ``ed25519_key_path`` (as written by ``tine keygen --out FILE``), not both.
@@ -269,6 +273,7 @@ def write_tine(
                 why = _revouch(tmp, vouch_key, sign_key, algorithm)
                 if why is not None and on_unvouched is not None:
                     on_unvouched(why)
+        set_artifact_mode(tmp, private)
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -304,6 +304,7 @@ class _Page:
                 mark = {"chosen": "●", "discarded": "✗", "other": "○"}[kind]
                 chips.append(f'<li class="branch {kind}" title="{self.text(why)}">{mark} b{self.text(b.get("branch"))}'
                              f' · {self.text(b.get("passed"))}/{self.text(b.get("of"))} checks'
+                             f' · {self.text(_dash(b.get("changed_files")))} file(s) changed'
                              f' · diff {self.text(b.get("diff_size"))} · revise exit '
                              f'{self.text(_dash(b.get("revise_exit")))}<br><small>{self.text(why)}</small></li>')
             rows.append(f'<div class="fanout"><span class="it">iteration {self.text(it.get("iter", "?"))}</span>'

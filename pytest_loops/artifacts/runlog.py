@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 from filelock import FileLock
 
 from pytest_loops.errors import LoopUsageError
-from pytest_loops.limits import MAX_LINE_CHARS, MAX_RUN_BYTES, load_json, read_text
+from pytest_loops.limits import MAX_LINE_CHARS, MAX_RUN_BYTES, artifact_mode, load_json, open_append, read_text
 from pytest_loops.redact import redact_obj
 from pytest_loops.runtime.trust import (
     KeyFileError,
@@ -49,11 +49,12 @@ def _dump(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, default=str, allow_nan=False)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write a file so readers see the old or the new content, never a part."""
+def atomic_write_text(path: Path, text: str, *, private: bool = False) -> None:
+    """Write a file so readers see the old or the new content, never a part (mode: artifact_mode)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, artifact_mode(private))
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -80,8 +81,9 @@ class RunLogWriter:
 
     def __init__(self, path: str | os.PathLike, scrub: Callable[[str], str] | None = None,
                  key: bytes | None = _FROM_STATE,
-                 on_error: Callable[[str, OSError], None] | None = None) -> None:
+                 on_error: Callable[[str, OSError], None] | None = None, private: bool = False) -> None:
         self.path = Path(path)
+        self.private = private  # 0600 (the private_artifacts setting); else the user's umask
         self.on_error = on_error
         self.broken = False  # an event could not be written
         self.scrub = scrub  # masks secret values in everything written
@@ -138,7 +140,7 @@ class RunLogWriter:
         line = self._signed_line(self._text(_dump(event)))
         try:
             if self._events is None or self._events.closed:
-                self._events = open(self.path, "ab", buffering=0)  # noqa: SIM115 - closed in close()
+                self._events = open_append(self.path, self.private)  # closed in close()
             data = (line + "\n").encode("utf-8")
             written = self._events.write(data)
             if written is not None and written < len(data):  # a short write: the rest, in order
@@ -223,7 +225,7 @@ class RunLogWriter:
             if value is not None and body.endswith("}") and summary and "mac" not in summary:
                 signed = body[:-1].rstrip() + f',\n  "mac": "{value}"\n}}'
         try:
-            atomic_write_text(self.path, (signed or sign_summary(text, self.key)) + "\n")
+            atomic_write_text(self.path, (signed or sign_summary(text, self.key)) + "\n", private=self.private)
         except OSError as exc:
             self._failed(exc)
             return False

@@ -17,6 +17,9 @@ from pytest_loops.cli.runview import (
     HUMAN,
     NOT_RUN,
     PASS,
+    branch_line,
+    branch_summary,
+    branches_of,
     cell,
     check_names,
     checks_of,
@@ -56,9 +59,11 @@ def _best(rows: Sequence[dict[str, str]], numbers: Sequence[Any], total: int) ->
 
 def _side(run: Mapping[str, Any], names: Sequence[str]) -> tuple[dict[str, Any], list[dict[str, str]], list[Any]]:
     iterations = iterations_of(run)
+    own = check_names(run, iterations)  # this loop's checks: its denominator, not the union's
     rows = [_statuses(it, names) for it in iterations]
     numbers = [it.get("iter", index + 1) for index, it in enumerate(iterations)]
     summary = {
+        "checks": own,
         "source": None,  # the caller's label for the run (its file)
         "loop": run.get("loop"),
         "verdict": run.get("verdict"),
@@ -68,7 +73,9 @@ def _side(run: Mapping[str, Any], names: Sequence[str]) -> tuple[dict[str, Any],
         "verified": bool(run.get("verified")),
         "unverified_why": None if run.get("verified") else run.get("unverified_why"),
         "spec_digest": run.get("spec_digest"),
-        "best": _best(rows, numbers, len(names)),
+        "best": _best(rows, numbers, len(own)),
+        "branches": {str(n): [branch_summary(b) for b in branches_of(it)]
+                     for n, it in zip(numbers, iterations, strict=True) if branches_of(it)},
     }
     return summary, rows, numbers
 
@@ -142,13 +149,18 @@ def format_compare(data: Mapping[str, Any]) -> str:
     first = (data["first_divergence"] or {}).get("iteration")
     rows = [["iter", "A", "B"]]
     notes = [""]
+    own_a, own_b = data["a"].get("checks", names), data["b"].get("checks", names)
     for entry in data["iterations"]:
-        rows.append([str(entry["iteration"]), _marks(entry["a"], names), _marks(entry["b"], names)])
+        rows.append([str(entry["iteration"]), _marks(entry["a"], names, own_a), _marks(entry["b"], names, own_b)])
         notes.append("  <- first divergence" if data["first_divergence"] and entry["iteration"] == first else "")
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    for row, note in zip(rows, notes, strict=True):
+    for index, (row, note) in enumerate(zip(rows, notes, strict=True)):
         cells = [c.rjust(w) if i == 0 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
         lines.append((" | ".join(cells) + note).rstrip())
+        if index:  # the candidates of a fan-out iteration, under its row
+            for label in ("a", "b"):
+                for branch in (data[label].get("branches") or {}).get(row[0], []):
+                    lines.append(f"{'':>{widths[0]}}   {label.upper()} {branch_line(branch)}")
     if not data["iterations"]:
         lines.append("(neither run finished an iteration)")
     lines.append("")
@@ -172,11 +184,13 @@ def format_compare(data: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _marks(row: dict[str, str] | None, names: Sequence[str]) -> str:
+def _marks(row: dict[str, str] | None, names: Sequence[str], own: Sequence[str]) -> str:
+    """A side's marks for every check of either loop (· for one its loop lacks), and how
+    many of its own loop's checks passed, over its own count."""
     if row is None:
         return "-"
-    passed = sum(1 for name in names if row[name] == PASSED)
-    return " ".join(_MARKS[row[name]] for name in names) + f" ({passed}/{len(names)})"
+    passed = sum(1 for name in own if row.get(name) == PASSED)
+    return " ".join(_MARKS[row[name]] for name in names) + f" ({passed}/{len(own)})"
 
 
 def _describe(side: Mapping[str, Any]) -> str:

@@ -177,7 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="write one self-contained HTML report of the runs in DIR")
     report.add_argument("directory", metavar="DIR", help="an artifacts directory (e.g. .pytest-loops)")
-    report.add_argument("-o", "--output", metavar="FILE", default="report.html")
+    report.add_argument("-o", "--output", metavar="FILE", default="report.html",
+                        help="where to write the page (default: report.html in the current directory); its "
+                             "directory must exist")
 
     selftest = sub.add_parser("selftest", help="check the harness's own guards (no LLM, no network)")
     selftest.add_argument("--quiet", "-q", action="store_true")
@@ -267,6 +269,7 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
     if config_path is not None:
         layer = read_runner_config(config_path)
         unknown = layer.pop("unknown_keys", [])
+        layer.pop("verified", None)  # the skill's "not yet proven" mark: nothing to act on
         layers.append((str(config_path), layer))
     layers.append(("environment", env_layer(environ)))
     flags = {row.name: getattr(args, row.name) for row in run_rows() if row.name in DEFAULTS or row.name in ENV_NAMES}
@@ -407,8 +410,12 @@ def artifact_options(args: argparse.Namespace, resume_base: list[str]):
         return " ".join(shlex.quote(a) for a in [PROG, "run", "--resume", str(result.log_path),
                                                    *raise_limit, *resume_base])
 
+    private = resolve([("environment", env_layer()),
+                       ("command line", {"private_artifacts": getattr(args, "private_artifacts", None)})],
+                      defaults={"private_artifacts": BY_NAME["private_artifacts"].default})["private_artifacts"]
     return ArtifactOptions(tine=args.tine is not False, tine_path=_tine_path(args), hmac_key_env=args.sign_key_env,
-                           ed25519_key=args.sign_key_file, resume_command=resume_command)
+                           ed25519_key=args.sign_key_file, resume_command=resume_command,
+                           private_artifacts=bool(private))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -487,6 +494,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     if is_loop_file(args.file):
         print(format_loop_file(load_any(args.file), verbose=args.verbose))
         return 0
+    from pytest_loops.cli.watching import format_watch_log, is_watch_log
+
+    if is_watch_log(args.file):
+        print(format_watch_log(args.file))
+        return 0
     from pytest_loops.cli.runview import format_run, load_run
 
     print(format_run(load_run(args.file)))
@@ -534,10 +546,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not directory.is_dir():
         raise LoopUsageError("not a directory", location=str(directory),
                              fix="pass the artifacts directory, e.g. .pytest-loops")
+    parent = Path(args.output).parent
+    if not parent.is_dir():  # never made here: a typo in -o would leave a stray directory tree
+        what = "is not a directory" if parent.exists() else "does not exist"
+        raise LoopUsageError(f"cannot write {args.output!r}: the directory {str(parent)!r} {what}",
+                             location="--output", fix="create it first, or give a path in an existing directory")
     check_output_path(args.output, "--output", kind=REPORT)
     runs = collect_runs(directory)
     path = write_html_report(runs, args.output)
-    print(f"{path}: {len(runs)} loop run(s)")
+    print(f"report written to {Path(path).resolve()}: {len(runs)} loop run(s)")
     return 0
 
 
@@ -561,9 +578,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             command = f"{PROG} {args.command}" if args.command else PROG
             raise LoopUsageError(f"unrecognized arguments: {' '.join(extra)}", fix=f"see `{command} --help`")
         if args.command is None:
-            parser.print_help(sys.stderr)
-            raise LoopUsageError("a command is required", location=PROG,
-                                 fix=f"one of: {', '.join(COMMANDS)}")
+            raise LoopUsageError("a command is required",
+                                 fix=f"one of: {', '.join(COMMANDS)} (`{PROG} --help` lists them)")
         from pytest_loops.runtime.procimage import hide_secrets
         from pytest_loops.runtime.trust import signing_key_variables
 

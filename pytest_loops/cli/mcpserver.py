@@ -35,10 +35,17 @@ def _mcp() -> Any:
     return MCPServer, ToolError, ToolAnnotations
 
 
+def package_version() -> str:
+    """The installed pytest-loops version, as the server reports it to its clients."""
+    import pytest_loops
+
+    return str(pytest_loops.__version__)
+
+
 def build_server(runs: RunsDir) -> Any:
     """The MCP server with its six tools bound to ``runs``."""
     mcp_server, tool_error, annotations = _mcp()
-    server = mcp_server(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING")
+    server = mcp_server(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING", version=package_version())
     read_only = annotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
 
     def answer(call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -56,12 +63,15 @@ def build_server(runs: RunsDir) -> Any:
 
     @server.tool(annotations=read_only)
     def show_run(run: str) -> dict[str, Any]:
-        """One run's verdict, reason, trust and iteration table. `run` is an id from list_runs."""
+        """One run's verdict, reason, trust, iteration table and, with fan-out, each iteration's
+        revise candidates (which branch, what it changed, why chosen or discarded). `run` is an id
+        from list_runs."""
         return answer(lambda: runs.show_run(run))
 
     @server.tool(annotations=read_only)
     def show_trajectory(run: str, start: int = 1, limit: int = 100) -> dict[str, Any]:
-        """Per iteration from `start`: each check's result, state change, streak, revise exit, guard."""
+        """Per iteration from `start`: each check's result, state change, streak, revise exit, guard,
+        and its revise candidates with fan-out (branch, changes, checks, chosen or why not)."""
         return answer(lambda: runs.show_trajectory(run, start, limit))
 
     @server.tool(annotations=read_only)

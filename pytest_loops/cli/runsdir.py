@@ -145,7 +145,7 @@ class RunsDir:
 
     def show_run(self, ref: Any) -> dict[str, Any]:
         """A run's summary and the iteration table a human reads."""
-        from pytest_loops.cli.runview import format_run
+        from pytest_loops.cli.runview import branch_summary, branches_of, format_run, iterations_of
 
         run = self.run(ref)
         keys = ("loop", "goal", "verdict", "exit_code", "reason", "iterations_run", "started_at", "ended_at",
@@ -153,13 +153,16 @@ class RunsDir:
         summary = {k: run.get(k) for k in keys if k in run}
         summary["artifacts"] = {k: os.path.basename(str(v)) for k, v in (run.get("artifacts") or {}).items()
                                 if isinstance(v, str)}
+        summary["branches"] = [{"iteration": it.get("iter", index), "candidates": [branch_summary(b)
+                                                                                 for b in branches_of(it)]}
+                               for index, it in enumerate(iterations_of(run), 1) if branches_of(it)]
         summary["text"] = format_run(run)
         return fit(summary)
 
     def show_trajectory(self, ref: Any, start: int = 1, limit: int = 100) -> dict[str, Any]:
         """Per iteration: each check's result, state, streak, revise exit, guard."""
         from pytest_loops.cli.compare import check_status
-        from pytest_loops.cli.runview import checks_of, iterations_of
+        from pytest_loops.cli.runview import branch_summary, branches_of, checks_of, iterations_of
 
         start = _bounded(start, "start", 1, 10**9)
         limit = _bounded(limit, "limit", 1, 1000)
@@ -176,6 +179,7 @@ class RunsDir:
                 "revise_exit": it.get("revise_exit"),
                 "guard": it.get("guard"),
                 "duration_s": it.get("duration_s"),
+                "branches": [branch_summary(b) for b in branches_of(it)],
             })
         return fit({"run": run.get("source_path"), "loop": run.get("loop"), "verdict": run.get("verdict"),
                     "iterations": len(iterations), "start": start, "trajectory": rows,

@@ -101,6 +101,7 @@ def format_run(run: Mapping[str, Any]) -> str:
     lines.extend(_table(rows))
     if not iterations:
         lines.append("(no iteration finished)")
+    lines.extend(format_branches(iterations))
     lines.append("")
     lines.append(_verdict_line(run))
     lines.extend(_last_failures(iterations))
@@ -109,6 +110,52 @@ def format_run(run: Mapping[str, Any]) -> str:
         lines.append("lessons:")
         lines.extend(f"  {cell(x)}" for x in lessons)
     return "\n".join(lines) + "\n"
+
+
+# -- fan-out: each iteration's revise candidates --------------------------------------------
+
+BRANCH_MARKS = {"chosen": "●", "discarded": "✗", "not chosen": "○"}
+
+
+def branches_of(iteration: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """An iteration's revise candidates (fan-out), as the run log and the `.tine` hold them."""
+    return [b for b in iteration.get("branches") or [] if isinstance(b, Mapping)]
+
+
+def branch_summary(branch: Mapping[str, Any]) -> dict[str, Any]:
+    """One candidate in plain data: which branch, what it changed, how its checks went,
+    and whether it was chosen, discarded (it broke a rule) or not chosen, and why."""
+    if "outcome" in branch:  # already one
+        return dict(branch)
+    why = str(branch.get("why") or "")
+    outcome = "chosen" if branch.get("chosen") else "discarded" if why.startswith("discarded") else "not chosen"
+    return {"branch": branch.get("branch"), "outcome": outcome, "passed": branch.get("passed"),
+            "of": branch.get("of"), "changed_files": branch.get("changed_files"),
+            "diff_size": branch.get("diff_size"), "revise_exit": branch.get("revise_exit"), "why": why}
+
+
+def branch_line(branch: Mapping[str, Any]) -> str:
+    """One candidate as a line: ``● b1  1/1 checks · 1 file(s) changed, diff 12 · revise exit 0 · why``."""
+    b = branch_summary(branch)
+    return (f"{BRANCH_MARKS[b['outcome']]} b{cell(_dash(b['branch']))}  {cell(_dash(b['passed']))}/"
+            f"{cell(_dash(b['of']))} checks · {cell(_dash(b['changed_files']))} file(s) changed, diff "
+            f"{cell(_dash(b['diff_size']))} · revise exit {cell(_dash(b['revise_exit']))} · {b['outcome']}"
+            + (f": {cell(b['why'])}" if b["why"] and b["outcome"] != "discarded" else
+               f" ({cell(b['why'][len('discarded'):].lstrip(': '))})" if b["why"] else ""))
+
+
+def format_branches(iterations: Sequence[Mapping[str, Any]], indent: str = "") -> list[str]:
+    """The candidates of every fan-out iteration, one line each; nothing without fan-out."""
+    lines: list[str] = []
+    for index, it in enumerate(iterations):
+        candidates = branches_of(it)
+        if not candidates:
+            continue
+        if not lines:
+            lines += ["", f"{indent}branches (best-of-N revise: ● chosen, ○ not chosen, ✗ discarded):"]
+        lines.append(f"{indent}  iteration {cell(it.get('iter', index + 1))}:")
+        lines.extend(f"{indent}    {branch_line(b)}" for b in candidates)
+    return lines
 
 
 def iterations_of(run: Mapping[str, Any]) -> list[Mapping[str, Any]]:

@@ -1,21 +1,23 @@
 """Watch loops: a loop that stays up and runs again when its source says something changed.
 
-A watch runs the loop once, then waits for a *tick*: a settled batch of changes in
-the watched files (:class:`FileSource`) or a poll command answering ready
-(:class:`PollSource`). Each tick carries a state digest. A tick whose digest equals
-the digest after the last run is *idle*: it is recorded as an event, runs nothing,
-counts toward no guard except the budget, and never yields SUCCESS by itself. A
-tick with a new digest runs the loop once more through the engine (``run_once``):
-its checks and, while they fail, its revise step.
+A watch runs the loop once (the start-up run), then waits for a *tick*: a settled
+batch of changes in the watched files (:class:`FileSource`) or a poll command
+answering ready (:class:`PollSource`). Each tick carries a state digest. The
+state after the start-up run is the baseline; a tick whose digest equals the
+state after the last run is *idle*: it is recorded as an event, runs nothing and
+never yields SUCCESS by itself. A tick with a new digest starts a *generation*:
+the loop run once more through the engine (``run_once``), its checks and, while
+they fail, its revise step.
 
-The guards span the whole watch: ``max_iter`` caps the iterations of every tick's
-run together (0: no cap, allowed in watch mode only), the budget is the watch's
-wall clock (idle time included); no-progress and escalate-after judge each tick's
-run. A ``silence`` window ends the watch NO_PROGRESS (reason
-:data:`~pytest_loops.verdict.WATCH_SOURCE_SILENCE`) when no tick with new state
-arrives in time. SUCCESS does not end a watch; TIMEOUT, ESCALATE and the cap do.
-Ctrl-C ends it with a summary and the last run's verdict code (0 when it was
-green; 130 when no run had finished). See docs/watch.md.
+As in AGH's watch loops, the watch itself is unbounded (its cap is shown as ∞):
+the guards (``max_iter``, the budget, no-progress, escalate-after) bound each
+generation, with the loop's own values, never the watch's lifetime. A generation
+that ends MAX_ITER, TIMEOUT or NO_PROGRESS waits for the next change. A watch
+ends only by its silence window (no tick with new state in time: NO_PROGRESS,
+reason :data:`~pytest_loops.verdict.WATCH_SOURCE_SILENCE`), by a generation that
+escalates (or three bad poll answers in a row: ESCALATE), or by Ctrl-C (a summary
+and the last generation's verdict code; 130 when none had finished). See
+docs/watch.md.
 
 This module drives the loop through a callable and imports no engine: the
 command line (:mod:`pytest_loops.cli.watching`) builds the engine and its writers.
@@ -33,14 +35,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pytest_loops.errors import LoopUsageError
-from pytest_loops.spec import Guards, LoopSpec
+from pytest_loops.spec import LoopSpec
 from pytest_loops.verdict import WATCH_SOURCE_SILENCE, Verdict
 
-__all__ = ["BAD_POLLS_TO_ESCALATE", "UNBOUNDED", "FileSource", "JournalWake", "PollSource", "Tick", "WatchDriver",
-           "WatchPlan", "WatchResult", "parse_poll_output"]
+__all__ = ["BAD_POLLS_TO_ESCALATE", "UNBOUNDED_MARK", "FileSource", "JournalWake", "PollSource", "Tick", "WatchDriver",
+           "PollAnswer", "WatchPlan", "WatchResult", "parse_poll_output"]
 
-UNBOUNDED = 1_000_000_000
-"""The cap a tick's run is given when the watch has none (``max_iter`` 0)."""
+UNBOUNDED_MARK = "∞"
+"""How the watch's own cap (there is none: it runs generations until silence) is shown."""
 
 BAD_POLLS_TO_ESCALATE = 3
 """Bad poll outputs in a row that end a watch ESCALATE."""
@@ -53,14 +55,13 @@ class WatchPlan:
     """How a loop is watched. ``poll``: a shell command (else the files are watched);
     ``interval``: seconds between polls or scans of the files; ``silence``: seconds
     without a tick with new state before the watch ends NO_PROGRESS (0: off);
-    ``debounce``: seconds the files must stay unchanged before a change is a tick;
-    ``max_iter``: iterations of the whole watch (0: no cap)."""
+    ``debounce``: seconds the files must stay unchanged before a change is a tick.
+    There is no cap on the watch itself: the loop's guards bound each generation."""
 
     poll: str | None = None
     interval: float = 0.5
     silence: float = 0.0
     debounce: float = 0.1
-    max_iter: int = 0
 
     def check(self, where: str = "watch") -> None:
         """Bad values are one LoopUsageError line (exit 64)."""
@@ -77,18 +78,18 @@ class WatchPlan:
             raise LoopUsageError(f"the silence window ({self.silence:g}s) is shorter than the poll interval "
                                  f"({self.interval:g}s): it would end the watch between two polls",
                                  location=where, fix="make the silence window at least the poll interval")
-        if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, int) or self.max_iter < 0:
-            raise LoopUsageError(f"{self.max_iter!r} is not a valid max_iter; valid: an integer >= 0 "
-                                 "(0: no cap, in watch mode only)", location=where)
 
 
 @dataclass(frozen=True)
 class Tick:
-    """What a source reported: a state digest and payload, or why its answer was bad."""
+    """What a source reported: a state digest and payload, or why its answer was bad.
+    ``settled_at``: when the source says its state settled (a poll answer's own
+    ``settled_at``, kept as given), else None."""
 
     digest: str = ""
     payload: Any = None
     error: str | None = None
+    settled_at: Any = None
 
 
 class RunOutcome(Protocol):
@@ -117,11 +118,12 @@ class Source(Protocol):
 
 @dataclass
 class WatchResult:
-    """How a watch ended. ``verdict`` is None only when it was interrupted before any run finished."""
+    """How a watch ended. ``verdict`` is None only when it was interrupted before any
+    generation finished. ``generations``: the loop's runs (the start-up run is the first)."""
 
     verdict: Verdict | None
     reason: str
-    ticks: int = 0
+    generations: int = 0
     idle: int = 0
     fixes: int = 0
     iterations: int = 0
@@ -140,7 +142,7 @@ class WatchResult:
         process exits with, when not the verdict's (pytest's codes)."""
         how = "interrupted" if self.interrupted else (self.verdict.value if self.verdict else "ended")
         last = f"last verdict {self.last.verdict.value}" if self.last is not None else "no run finished"
-        return (f"watch {how}: {self.ticks} tick(s), {self.idle} idle, {self.fixes} fix(es), "
+        return (f"watch {how}: {self.generations} generation(s), {self.idle} idle, {self.fixes} fix(es), "
                 f"{self.iterations} iteration(s); {last}; exit {self.exit_code if exit_code is None else exit_code}"
                 + (f": {self.reason}" if self.reason else ""))
 
@@ -150,8 +152,8 @@ Emit = Callable[[dict[str, Any]], None]
 
 
 class WatchDriver:
-    """Runs one loop as a watch: ``run_once(spec, tick_number, tick)`` runs it once
-    (the engine, with the guards this driver hands it) and returns its result."""
+    """Runs one loop as a watch: ``run_once(spec, generation, tick)`` runs it once
+    (the engine, with the loop's own guards bounding that generation) and returns its result."""
 
     def __init__(self, spec: LoopSpec, plan: WatchPlan, source: Source, run_once: RunOnce, *,
                  clock: Callable[[], float] = time.monotonic, emit: Emit | None = None) -> None:
@@ -162,14 +164,17 @@ class WatchDriver:
         self.run_once = run_once
         self.clock = clock
         self.emit = emit or (lambda event: None)
-        self._settled = ""  # the state digest after the last run
+        self._settled = ""  # the state digest after the last generation
 
     def run(self) -> WatchResult:
         result = WatchResult(verdict=None, reason="")
         self._t0 = self.clock()
+        g = self.spec.guards
         self.emit({"event": "watch_started", "loop": self.spec.name, "poll": self.plan.poll,
                    "interval_s": self.plan.interval, "silence_s": self.plan.silence,
-                   "max_iter": self.plan.max_iter, "budget_s": self.spec.guards.budget_seconds})
+                   "generations": UNBOUNDED_MARK,
+                   "per_generation": {"max_iter": g.max_iter, "budget_s": g.budget_seconds,
+                                      "no_progress_k": g.no_progress_k, "escalate_after": g.escalate_after}})
         try:
             self._watch(result)
         except KeyboardInterrupt:
@@ -177,7 +182,7 @@ class WatchDriver:
             result.verdict = result.last.verdict if result.last is not None else None
             result.reason = "stopped by Ctrl-C"
         self.emit({"event": "watch_ended", "verdict": result.verdict.value if result.verdict else None,
-                   "reason": result.reason, "exit_code": result.exit_code, "ticks": result.ticks,
+                   "reason": result.reason, "exit_code": result.exit_code, "generations": result.generations,
                    "idle": result.idle, "fixes": result.fixes, "iterations": result.iterations,
                    "interrupted": result.interrupted, "elapsed_s": self._elapsed()})
         return result
@@ -185,22 +190,19 @@ class WatchDriver:
     def _elapsed(self) -> float:
         return round(self.clock() - self._t0, 3)
 
-    def _budget_deadline(self) -> float | None:
-        budget = self.spec.guards.budget_seconds
-        return self._t0 + budget if budget > 0 else None
-
     def _watch(self, result: WatchResult) -> None:
-        if self._tick(result, None):
+        if self._generation(result, None):
             return
-        last_digest = self._settled
+        last_digest = self._settled  # the start-up run's state is the baseline
         quiet_since = self.clock()
         bad = 0
         while True:
-            ends = [t for t in (self._budget_deadline(),
-                                quiet_since + self.plan.silence if self.plan.silence else None) if t is not None]
-            tick = self.source.wait(min(ends) if ends else None)
+            tick = self.source.wait(quiet_since + self.plan.silence if self.plan.silence else None)
             if tick is None:
-                self._ended_waiting(result, quiet_since)
+                result.verdict = Verdict.NO_PROGRESS
+                result.reason = (f"{WATCH_SOURCE_SILENCE}: no tick with new state in the silence window of "
+                                 f"{self.plan.silence:g}s")
+                self.emit({"event": "silence", "elapsed_s": self._elapsed()})
                 return
             if tick.error is not None:
                 bad += 1
@@ -216,76 +218,36 @@ class WatchDriver:
             if tick.digest == last_digest:
                 result.idle += 1
                 self.emit({"event": "idle", "digest": tick.digest, "idle": result.idle,
+                           "after_generation": result.generations, "settled_at": tick.settled_at,
                            "elapsed_s": self._elapsed()})
                 continue
-            if self._tick(result, tick):
+            if self._generation(result, tick):
                 return
             last_digest = self._settled
             quiet_since = self.clock()
 
-    def _ended_waiting(self, result: WatchResult, quiet_since: float) -> None:
-        deadline = self._budget_deadline()
-        if deadline is not None and self.clock() >= deadline:
-            result.verdict = Verdict.TIMEOUT
-            result.reason = f"budget of {self.spec.guards.budget_seconds:g}s ran out while watching"
-        else:
-            result.verdict = Verdict.NO_PROGRESS
-            result.reason = (f"{WATCH_SOURCE_SILENCE}: no tick with new state in the silence window of "
-                             f"{self.plan.silence:g}s")
-        self.emit({"event": "silence" if result.verdict is Verdict.NO_PROGRESS else "budget",
-                   "elapsed_s": self._elapsed()})
-
-    def _tick_spec(self, used: int) -> LoopSpec | None:
-        """The spec a tick's run gets: the iterations and budget the watch has left."""
-        g = self.spec.guards
-        cap = self.plan.max_iter
-        budget = g.budget_seconds
-        if budget > 0:
-            budget = budget - (self.clock() - self._t0)
-            if budget <= 0:
-                return None
-        guards = Guards(max_iter=cap - used if cap else UNBOUNDED, budget_seconds=budget,
-                        no_progress_k=g.no_progress_k, escalate_after=g.escalate_after)
-        return self.spec.replace(guards=guards)
-
-    def _tick(self, result: WatchResult, tick: Tick | None) -> bool:
-        """Run the loop for one tick with new state; True when the watch ends with it."""
-        cap = self.plan.max_iter
-        if cap and result.iterations >= cap:  # the last run passed on the last iteration there was
-            result.verdict = Verdict.MAX_ITER
-            result.reason = f"max_iter={cap} reached over the watch's ticks; a new change came after it"
-            return True
-        spec = self._tick_spec(result.iterations)
-        if spec is None:
-            result.verdict = Verdict.TIMEOUT
-            result.reason = f"budget of {self.spec.guards.budget_seconds:g}s ran out while watching"
-            return True
-        result.ticks += 1
-        self.emit({"event": "tick", "tick": result.ticks, "digest": tick.digest if tick else None,
-                   "elapsed_s": self._elapsed()})
-        run = self.run_once(spec, result.ticks, tick)
-        # the state after the run, before anyone hears of it: what the run changed is no tick,
-        # and a change made once its end is logged is one
-        self._settled = self.source.settle(tick)
+    def _generation(self, result: WatchResult, tick: Tick | None) -> bool:
+        """Run the loop for the start-up run or a tick with new state, bounded by the
+        loop's own guards; True when the watch ends with it (an escalation)."""
+        result.generations += 1
+        number = result.generations
+        self.emit({"event": "tick", "generation": number, "tick": number,
+                   "digest": tick.digest if tick else None,
+                   "settled_at": tick.settled_at if tick else None, "elapsed_s": self._elapsed()})
+        run = self.run_once(self.spec, number, tick)
         result.runs.append(run)
         result.last = run
         result.iterations += run.iterations_run
         fixed = run.verdict is Verdict.SUCCESS and run.iterations_run > 1
         result.fixes += fixed
-        self.emit({"event": "run", "tick": result.ticks, "verdict": run.verdict.value, "reason": run.reason,
-                   "iterations": run.iterations_run, "fixed": fixed, "log": run.log_path,
-                   "elapsed_s": self._elapsed()})
-        verdict = run.verdict
-        if verdict in (Verdict.TIMEOUT, Verdict.ESCALATE):
-            result.verdict, result.reason = verdict, run.reason
-            return True
-        if self.plan.max_iter and result.iterations >= self.plan.max_iter and verdict is not Verdict.SUCCESS:
-            result.verdict = Verdict.MAX_ITER
-            result.reason = (f"max_iter={self.plan.max_iter} reached over the watch's ticks "
-                             f"without passing: {run.reason}")
-            return True
-        result.verdict, result.reason = verdict, run.reason
-        return False
+        # the state after the run, before anyone hears of it: what the run changed is no tick,
+        # and a change made once its end is logged is one
+        self._settled = self.source.settle(tick)
+        self.emit({"event": "run", "generation": number, "tick": number, "verdict": run.verdict.value,
+                   "reason": run.reason, "iterations": run.iterations_run, "fixed": fixed, "log": run.log_path,
+                   "baseline": self._settled, "elapsed_s": self._elapsed()})
+        result.verdict, result.reason = run.verdict, run.reason
+        return run.verdict is Verdict.ESCALATE
 
 
 # -- sources ------------------------------------------------------------------------------
@@ -448,10 +410,21 @@ def file_source(root: str | os.PathLike[str], patterns: Sequence[str], exclude: 
     return FileSource(fingerprint, interval=interval, debounce=debounce, wake=wake)
 
 
-def parse_poll_output(text: str) -> tuple[bool, str, Any]:
-    """``(ready, state_digest, payload)`` from a poll command's output; ValueError says
-    what is wrong. The output is one JSON object ``{"ready": bool, "state_digest":
-    "...", "payload": ...}``; ``payload`` may be left out."""
+@dataclass(frozen=True)
+class PollAnswer:
+    """A poll command's answer: ``{"ready", "state_digest", "payload", "settled_at"}``."""
+
+    ready: bool
+    digest: str
+    payload: Any = None
+    settled_at: Any = None
+
+
+def parse_poll_output(text: str) -> PollAnswer:
+    """The answer in a poll command's output; ValueError says what is wrong. The
+    output is one JSON object ``{"ready": bool, "state_digest": "...", "payload": ...,
+    "settled_at": ...}``; ``payload`` and ``settled_at`` (when the source's state
+    settled, as the source writes it: a time stamp or a number) may be left out."""
     try:
         data = json.loads(text)
     except ValueError:
@@ -465,18 +438,26 @@ def parse_poll_output(text: str) -> tuple[bool, str, Any]:
     digest = data.get("state_digest")
     if not isinstance(digest, str) or not digest:
         raise ValueError(f'"state_digest" is {digest!r}; it must be a non-empty string')
-    return ready, digest, data.get("payload")
+    settled_at = data.get("settled_at")
+    if settled_at is not None and (isinstance(settled_at, bool) or not isinstance(settled_at, (str, int, float))
+                                   or (isinstance(settled_at, float) and not math.isfinite(settled_at))):
+        raise ValueError(f'"settled_at" is {settled_at!r}; it must be a time stamp (a string or a number)')
+    return PollAnswer(ready, digest, data.get("payload"), settled_at)
 
 
 class PollSource:
     """Ticks from a poll command, run every ``interval`` through ``runner`` (a
     :class:`~pytest_loops.runtime.process.ProcessRunner`: deadline, output cap,
-    process group killed, nothing orphaned). An answer with ``"ready": true`` is a
-    tick; output that is not the JSON answer, or a command that fails, is a bad tick."""
+    process group killed, nothing orphaned). The command reads, on its standard
+    input, ``{"spec": request, "expected_state_digest": "..."}`` (the state after the
+    last generation; "" before the baseline is known). An answer with ``"ready":
+    true`` is a tick; output that is not the JSON answer, or a command that fails,
+    is a bad tick. After the start-up run the command is asked once for the
+    baseline, so an unchanged first answer is idle."""
 
     def __init__(self, command: str, *, runner: Any, cwd: str, env: dict[str, str] | None, interval: float,
                  output: Path, clock: Callable[[], float] = time.monotonic, sleep: Sleep = time.sleep,
-                 timeout: float = 300.0) -> None:
+                 timeout: float = 300.0, request: dict[str, Any] | None = None) -> None:
         self.command = command
         self.runner = runner
         self.cwd = cwd
@@ -486,13 +467,16 @@ class PollSource:
         self.clock = clock
         self.sleep = sleep
         self.timeout = timeout
-        self._last = ""
+        self.request = dict(request or {})
+        self.expected = ""  # the state after the last generation, as the command is told
         self._first = True
 
-    def _poll(self, until: float | None) -> Tick | None:
+    def _poll(self, until: float | None, *, any_answer: bool = False) -> Tick | None:
         left = self.timeout if until is None else max(0.05, min(self.timeout, until - self.clock()))
+        stdin = json.dumps({"spec": self.request, "expected_state_digest": self.expected},
+                           default=str).encode() + b"\n"
         done = self.runner.run(self.command, cwd=self.cwd, env=self.env, timeout=left,
-                               output_path=self.output)
+                               output_path=self.output, stdin_data=stdin)
         if done.start_error:
             return Tick(error=f"the poll command could not start: {done.start_error}")
         if done.timed_out:
@@ -504,14 +488,14 @@ class PollSource:
         try:
             with open(self.output, "rb") as f:
                 text = f.read(_POLL_OUTPUT_LIMIT).decode("utf-8", "replace")
-            ready, digest, payload = parse_poll_output(text)
+            answer = parse_poll_output(text)
         except OSError as exc:
             return Tick(error=f"the poll output could not be read: {exc.strerror or exc}")
         except ValueError as exc:
             return Tick(error=str(exc))
-        if not ready:
+        if not answer.ready and not any_answer:
             return None
-        return Tick(digest=digest, payload=payload)
+        return Tick(digest=answer.digest, payload=answer.payload, settled_at=answer.settled_at)
 
     def wait(self, until: float | None) -> Tick | None:
         while True:
@@ -525,12 +509,17 @@ class PollSource:
             self._first = False
             tick = self._poll(until)
             if tick is not None:
-                if tick.error is None:
-                    self._last = tick.digest
                 return tick
 
     def settle(self, tick: Tick | None) -> str:
-        return tick.digest if tick is not None else self._last
+        if tick is None and not self.expected:  # after the start-up run: its state is the baseline
+            self._first = False  # the next answer comes an interval later, as any poll
+            baseline = self._poll(None, any_answer=True)
+            if baseline is not None and baseline.error is None:
+                self.expected = baseline.digest
+        elif tick is not None:
+            self.expected = tick.digest
+        return self.expected
 
 
 def watched_patterns(spec: LoopSpec) -> list[str]:

@@ -78,8 +78,13 @@ def fixloop_settings(settings: Resolved) -> tuple[tuple[str, float], str]:
 def artifact_options(config: pytest.Config):
     """The .tine / hand-off options of this session (the signing key is checked here)."""
     from pytest_loops.artifacts.finishers import ArtifactOptions
+    from pytest_loops.settings import env_layer
 
+    given = config.getoption(BY_NAME["private_artifacts"].dest)
+    private = choice_value(config, "private_artifacts", ("off", "on")) == "on" if given or ini_value(
+        config, "private_artifacts") is not None else bool(env_layer().get("private_artifacts", False))
     options = ArtifactOptions(
+        private_artifacts=private,
         tine=choice_value(config, "tine", TINE_CHOICES) == "on",
         hmac_key_env=option_value(config, "sign_key_env"),
         ed25519_key=option_value(config, "sign_key_file"),

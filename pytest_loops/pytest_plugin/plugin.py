@@ -112,6 +112,7 @@ def build_settings(config: pytest.Config, environ: Mapping[str, str] | None = No
 
         file_layer = read_runner_config(path)
         file_layer.pop("unknown_keys", None)
+        file_layer.pop("verified", None)
         file_layer.pop("verify", None)
         file_layer.pop("log_path", None)
         layers.append((str(path), file_layer))

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 # what a loop file's name ends with (sources.files.is_loop_file decides; this only spares
 # every other collected file the import of the loop readers)
-LOOP_FILE_ENDINGS = (".loop", ".loop.yaml", ".loop.yml")
+LOOP_FILE_ENDINGS = (".loop", ".loop.yaml", ".loop.yml", "loop-runner.config.yaml", "loop-runner.config.yml")
 
 # workeroutput key: a usage error an xdist worker found, raised by the controller
 USAGE_ERROR_KEY = "loop_usage_error"

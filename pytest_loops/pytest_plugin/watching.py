@@ -139,13 +139,13 @@ class PytestWatch:
         if self.failing:
             ids = self.dir / f"tick-{number}.ids"
             ids.write_text("\n".join(self.failing) + "\n", encoding="utf-8")
-            self.say(f"[watch] tick {number}: running the {len(self.failing)} failing test(s) again")
+            self.say(f"[watch] generation {number}: running the {len(self.failing)} failing test(s) again")
             code, failed = self.pytest_run(self.base, f"tick-{number}-failing", ids=ids)
             ran += 1
             if failed or code not in NOTHING_FAILED:
                 self.failing = failed or self.failing
                 return _Outcome(Verdict.NO_PROGRESS, f"{len(self.failing)} test(s) still failing", ran)
-        self.say(f"[watch] tick {number}: running the whole selection")
+        self.say(f"[watch] generation {number}: running the whole selection")
         code, failed = self.pytest_run(self.args, f"tick-{number}-all")
         ran += 1
         if code not in NOTHING_FAILED and not failed:
@@ -180,7 +180,7 @@ def run_watch(config: pytest.Config, settings: Resolved) -> int:
     values = {name: settings.values.get(name, BY_NAME[name].default) for name in WATCH_SETTINGS}
     try:
         plan = WatchPlan(poll=values["watch_poll"], interval=values["watch_interval"],
-                         silence=values["silence"], max_iter=0)
+                         silence=values["silence"])
         plan.check(where="--loop-silence" if values["silence"] else "--loop-watch-interval")
         watch = PytestWatch(config, settings)
         watch.dir.mkdir(parents=True, exist_ok=True)
@@ -200,7 +200,9 @@ def run_watch(config: pytest.Config, settings: Resolved) -> int:
     source: Any
     if plan.poll:
         source = PollSource(plan.poll, runner=watch.runner, cwd=str(watch.root), env=dict(os.environ),
-                            interval=plan.interval, output=watch.dir / "poll.out")
+                            interval=plan.interval, output=watch.dir / "poll.out",
+                            request={"loop": "pytest --loop-watch", "root": str(watch.root), "poll": plan.poll,
+                                     "interval_s": plan.interval, "silence_s": plan.silence})
     else:
         source = file_source(watch.root, ["."], artifact_excludes([watch.artifacts]), interval=plan.interval,
                              debounce=plan.debounce)

@@ -18,9 +18,12 @@ from __future__ import annotations
 import collections
 import os
 import select
+import subprocess
+import tempfile
 from collections.abc import Iterator
+from typing import Any
 
-__all__ = ["Capture", "grow_pipe", "output_lines"]
+__all__ = ["Capture", "close_parent_ends", "grow_pipe", "output_lines", "stdin_file"]
 
 _CHUNK = 1 << 20  # also the pipe's size where it can be set: fewer wake-ups on big outputs
 _QUIET = 0.05  # after the command: this long without output and the output is over
@@ -165,3 +168,21 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
+
+
+def stdin_file(data: bytes | None) -> Any:
+    """What a command reads on its standard input: ``data`` from an unlinked temporary
+    file (a command that never reads it cannot block), else ``/dev/null``."""
+    if data is None:
+        return subprocess.DEVNULL
+    f = tempfile.TemporaryFile()
+    f.write(data)
+    f.seek(0)
+    return f
+
+
+def close_parent_ends(fd: int, stdin: Any) -> None:
+    """Close the parent's copies of a started command's output pipe and input file."""
+    os.close(fd)
+    if not isinstance(stdin, int):
+        stdin.close()

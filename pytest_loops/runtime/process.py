@@ -40,7 +40,7 @@ from pytest_loops.defaults import DEFAULT_OUTPUT_CAP
 from pytest_loops.limits import create_fresh
 from pytest_loops.results import CommandResult
 from pytest_loops.runtime import reaper
-from pytest_loops.runtime.capture import Capture, grow_pipe
+from pytest_loops.runtime.capture import Capture, close_parent_ends, grow_pipe, stdin_file
 from pytest_loops.runtime.reaper import Proc, read_small, read_stat, snapshot
 
 if TYPE_CHECKING:
@@ -261,6 +261,7 @@ class ProcessRunner:
         sandbox: Confinement | None = None,
         pass_fds: Sequence[int] = (),
         tagged: bool = True,
+        stdin_data: bytes | None = None,
     ) -> CommandResult:
         """Run ``command`` with ``/bin/sh`` in ``cwd`` and wait for it, at most ``timeout`` s.
 
@@ -276,6 +277,7 @@ class ProcessRunner:
         descriptors the command inherits (the clean room's witness channel). ``tagged=False``:
         no tag in the command's environment (a judged run carries no harness variable); its
         escaped processes are found by its tree, its cgroup and by running alone.
+        ``stdin_data``: what it reads on its standard input (:func:`stdin_file`; else ``/dev/null``).
         """
         started = time.monotonic()
 
@@ -327,7 +329,7 @@ class ProcessRunner:
             self._starting.add(thread)
             pipe_r, pipe_w = os.pipe()
             grow_pipe(pipe_w)
-            launch = None
+            launch, stdin = None, subprocess.DEVNULL
             try:
                 argv = ["/bin/sh", "-c", command]
                 if sandbox is not None:
@@ -336,11 +338,12 @@ class ProcessRunner:
                     child_env.update(launch.env_set)
                 if cgroup is not None:
                     argv = _joined(cgroup.procs, "exec " + shlex.join(argv) if sandbox is not None else command)
+                stdin = stdin_file(stdin_data)
                 proc = subprocess.Popen(
                     argv,
                     cwd=cwd,
                     env=child_env,
-                    stdin=subprocess.DEVNULL,
+                    stdin=stdin,
                     stdout=pipe_w,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
@@ -356,7 +359,7 @@ class ProcessRunner:
                 reason = getattr(exc, "strerror", None) or str(exc)
                 return failed(f"cannot start the command in {os.fspath(cwd)}: {reason}")
             finally:
-                os.close(pipe_w)  # the child has its own copy
+                close_parent_ends(pipe_w, stdin)  # the child has its own copies
                 if launch is not None:
                     launch.close()
             # 4 bytes per character at most, plus room for a sequence cut at the start

@@ -90,6 +90,11 @@ def read_runner_config(path: str | os.PathLike, data: Any = None) -> dict[str, A
     revise.cmd, and optionally verify.cmd / verify.cmds. Relative paths stay as
     written (they are relative to the loop's working directory). Unknown keys are
     returned under ``"unknown_keys"`` so callers can warn; wrong types raise.
+
+    ``verified`` (top level, or ``revise.verified``) is the skill's mark that the
+    config's values are not yet proven in this project: returned under
+    ``"verified"`` (False when either says false), acted on by nothing, since the
+    loop is fail-safe either way (every check must pass, every guard is on).
     """
     p = str(path)
     if data is None:
@@ -100,6 +105,11 @@ def read_runner_config(path: str | os.PathLike, data: Any = None) -> dict[str, A
     layer: dict[str, Any] = {}
     unknown: list[str] = []
     for section, body in data.items():
+        if section == "verified":
+            _expect(isinstance(body, bool) or body is None, f"{p}: verified", "true or false", body)
+            if body is not None:
+                layer["verified"] = bool(body) and layer.get("verified", True)
+            continue
         if section not in _RUNNER_KEYS:
             unknown.append(str(section))
             continue
@@ -109,6 +119,11 @@ def read_runner_config(path: str | os.PathLike, data: Any = None) -> dict[str, A
         _expect(isinstance(body, dict), where, "a mapping", body)
         for key, value in body.items():
             kwhere = f"{p}: {section}.{key}"
+            if key == "verified":
+                _expect(isinstance(value, bool) or value is None, kwhere, "true or false", value)
+                if value is not None:
+                    layer["verified"] = bool(value) and layer.get("verified", True)
+                continue
             if key not in _RUNNER_KEYS[section]:
                 unknown.append(f"{section}.{key}")
                 continue

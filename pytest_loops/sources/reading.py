@@ -10,12 +10,26 @@ from pytest_loops.limits import MAX_LOOP_BYTES, MAX_YAML_BYTES, open_regular
 LOOP_SUFFIX = ".loop"
 YAML_LOOP_SUFFIXES = (".loop.yaml", ".loop.yml")
 YAML_SUFFIXES = (".yaml", ".yml")
+RUNNER_CONFIG_NAMES = ("loop-runner.config.yaml", "loop-runner.config.yml")
+"""The loop-runner skill's config file: a loop source wherever a loop file is one."""
 
 
 def is_loop_file(path: str | os.PathLike) -> bool:
-    """True for names ending in ``.loop``, ``.loop.yaml`` or ``.loop.yml``."""
+    """True for names ending in ``.loop``, ``.loop.yaml`` or ``.loop.yml``, and for the
+    loop-runner config (``loop-runner.config.yaml``)."""
     name = os.path.basename(os.fspath(path)).lower()
-    return name.endswith(LOOP_SUFFIX) or name.endswith(YAML_LOOP_SUFFIXES)
+    return name.endswith(LOOP_SUFFIX) or name.endswith(YAML_LOOP_SUFFIXES) or name in RUNNER_CONFIG_NAMES
+
+
+def runner_project_root(config_dir: str) -> str:
+    """Where a loop-runner config's loop runs: the project root, as the skill runs it
+    (``python3 harness/scripts/loop-runner.py run --config harness/loop-runner.config.yaml``
+    from the root). A config in a ``harness/`` directory belongs to its parent; any
+    other config to its own directory."""
+    config_dir = os.path.abspath(config_dir)
+    if os.path.basename(config_dir) == "harness":
+        return os.path.dirname(config_dir)
+    return config_dir
 
 
 def read_text(path: str | os.PathLike) -> str:

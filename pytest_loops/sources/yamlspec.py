@@ -44,7 +44,7 @@ from pytest_loops.settings import BY_NAME, runner_guard_keys, runner_keys, yaml_
 from pytest_loops.sources import phrases
 from pytest_loops.sources.model import LoopFile
 from pytest_loops.sources.phrases import Problem
-from pytest_loops.sources.reading import read_text
+from pytest_loops.sources.reading import read_text, runner_project_root
 from pytest_loops.spec import (
     DEFAULT_BUDGET_SECONDS,
     DEFAULT_ESCALATE_AFTER,
@@ -507,9 +507,22 @@ class _Reader:
                 keypath = exc.location[len(self.path) + 2:]
             raise self.fail(keypath, exc.message, self.keypath_mark(data, keypath), exc.fix) from None
         verify = layer.get("verify") or []
-        if not verify:
-            raise self.fail("verify", "missing: a loop-runner config needs a verify command to be a loop",
-                            getattr(data, "start", None), fix="add `verify: {cmd: \"pytest -q\"}`")
+        notes = []
+        if "verified" in layer:
+            key = "verified" if self.has(data, "verified") else "revise.verified"
+            notes.append(IgnoredLine(
+                self.keypath_mark(data, key).line + 1, f"{key}: {str(layer['verified']).lower()}",
+                "loop-runner's mark that the config's values are " + ("proven" if layer["verified"] else
+                                                                       "not yet proven") +
+                " in this project; read, nothing changes: the loop is fail-safe either way (every check must "
+                "pass, every guard is on)"))
+        if not verify:  # the skill's config: settings for `run --config FILE --verify CMD`, no loop by itself
+            notes.append(IgnoredLine(self.keypath_mark(data, "").line + 1,
+                                     "no verify: settings, not a loop by itself",
+                                     "no verify command: settings for `pytest-loops run --config "
+                                     f"{self.path} --verify CMD`; add `verify: {{cmd: \"pytest -q\"}}` to "
+                                     "make it a loop"))
+            return LoopFile(self.path, (), config=tuple(notes))
         origin: dict[str, str] = {}
         guard_keys = runner_guard_keys()  # setting -> its config-file keys, from the settings table
         for name, keys in guard_keys.items():
@@ -530,16 +543,20 @@ class _Reader:
                        for cmd, name in zip(verify, names, strict=True))
         base = os.path.basename(self.path)
         stem = base.rsplit(".", 1)[0] if base.lower().endswith((".yaml", ".yml")) else base
+        stem = stem.removesuffix(".config")  # loop-runner.config.yaml: the loop "loop-runner", as `run` names it
         guards = Guards(**{k: layer[k] for k in guard_keys if k in layer})
+        root = runner_project_root(self.filedir)  # run from the project root, as the skill runs it
+        origin["cwd"] = "the project root (the parent of harness/)" if root != os.path.abspath(self.filedir) \
+            else "the file's directory"
         spec = LoopSpec(
             name=stem or "loop", checks=checks, goal="every verify command passes", revise=layer.get("revise"),
             guards=guards, state_paths=tuple(layer.get("state_paths", ())),
-            memory_page=os.path.normpath(os.path.join(self.filedir, memory)) if memory else None,
-            reflexion=layer.get("lessons", True), cwd=self.filedir, ignored=tuple(ignored),
+            memory_page=os.path.normpath(os.path.join(root, memory)) if memory else None,
+            reflexion=layer.get("lessons", True), cwd=root, ignored=tuple(ignored),
             no_progress_signal=layer.get("no_progress_signal", "state"),
             origin=origin, source=self.where(getattr(data, "start", None)),
         )
-        return LoopFile(self.path, (spec,))
+        return LoopFile(self.path, (spec,), config=tuple(notes))
 
     def has(self, data: Any, keypath: str) -> bool:
         node = data
