@@ -151,11 +151,15 @@ def failure_units(sites: Mapping[str, str]) -> list[Unit]:
 
 # -- the job's record ----------------------------------------------------------------------
 
-def write_record(artifacts_dir: Path, shard: str, units: Iterable[tuple[str, str]], run_id: str) -> Path:
-    """``shard.json``: which shard this job was and which units (kind, identity) it ran."""
+def write_record(artifacts_dir: Path, shard: str, units: Iterable[tuple[str, str]], run_id: str,
+                 logs: Iterable[str] = ()) -> Path:
+    """``shard.json``: which shard this job was, which units (kind, identity) it ran and
+    the run logs (names in ``runs/``) this run wrote: an index restored from a cache
+    also holds the lines of earlier runs, which the merge leaves out."""
     path = artifacts_dir / SHARD_FILE
     body = {"schema": SHARD_SCHEMA, "shard": shard, "run": run_id,
-            "units": [{"kind": kind, "id": identity} for kind, identity in sorted(set(units))]}
+            "units": [{"kind": kind, "id": identity} for kind, identity in sorted(set(units))],
+            "logs": sorted({Path(log).name for log in logs})}
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(body, indent=1, ensure_ascii=False) + "\n")
     return path
@@ -185,4 +189,7 @@ def read_record(artifacts_dir: Path) -> dict[str, Any] | None:
     units = data.get("units")
     if not isinstance(units, list) or not all(isinstance(u, dict) and isinstance(u.get("id"), str) for u in units):
         raise ValueError(f"{path}: 'units' is not a list of {{kind, id}}")
+    logs = data.setdefault("logs", [])
+    if not isinstance(logs, list) or not all(isinstance(name, str) for name in logs):
+        raise ValueError(f"{path}: 'logs' is not a list of file names")
     return data

@@ -128,4 +128,5 @@ class Sharding:
 
     def write(self) -> str | None:
         """``shard.json`` in the artifacts directory; an OSError is the caller's artifact error."""
-        return str(write_record(self.session.artifacts_dir, self.text, self.units, self.session.testrunuid))
+        logs = [str(row["artifact_log"]) for row in self.session.rows if row.get("artifact_log")]
+        return str(write_record(self.session.artifacts_dir, self.text, self.units, self.session.testrunuid, logs))
