@@ -152,7 +152,7 @@ def _suspects(path: Any) -> list[Mapping[str, Any]]:
 def annotation_lines(runs: Sequence[Mapping[str, Any]], root: str | os.PathLike) -> list[str]:
     """Annotations for the loops that did not succeed: an error on each failing check
     (on its loop-file line, and on each failing test's file) and a warning on each of
-    the last iteration's top suspect lines."""
+    the latest ranking's top suspect lines."""
     base = Path(root)
     found: list[str] = []
     for run in runs:
@@ -175,7 +175,8 @@ def annotation_lines(runs: Sequence[Mapping[str, Any]], root: str | os.PathLike)
             for nodeid in list(check.get("failing_tests") or [])[:MAX_TESTS]:
                 test_file = str(nodeid).split("::", 1)[0]
                 found.append(annotation("error", f"{nodeid} still fails ({message})", file=test_file, title=title))
-        for suspect in _suspects(last.get("suspects_file")):
+        ranked = next((i.get("suspects_file") for i in reversed(iterations) if i.get("suspects_file")), None)
+        for suspect in _suspects(ranked):  # the latest ranking (localization runs when a test fails anew)
             file = suspect.get("file")
             line = suspect.get("line") if isinstance(suspect.get("line"), int) else None
             score = suspect.get("score")
