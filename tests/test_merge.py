@@ -290,3 +290,32 @@ def test_summary_and_annotations_escape_what_github_would_read_as_commands(tmp_p
     assert all("\n" not in line and line.startswith("::error ") for line in lines), "one line each"
     assert lines[1].startswith("::error file=tests/test_x.py,title=")
     assert annotation_lines([{**run, "verdict": "SUCCESS"}], tmp_path) == []
+
+
+def test_many_runs_are_checked_over_worker_processes_alike(run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_loops.cli import merge as merging
+
+    copied = []
+    for job in ("job1", "job2", "job3"):
+        for log in sorted((run / job / "runs").glob("*.json")):
+            copied.append((log, log.with_suffix(".tine")))
+    alone = merging.check_runs(copied, None, None)
+    monkeypatch.setattr(merging, "PER_WORKER", 1)
+    pooled = merging.check_runs(copied, None, None)
+    assert [(r["verdict"], r["verified"]) for r in pooled] == [(r["verdict"], r["verified"]) for r in alone]
+    assert len(pooled) == 6 and all(r["verified"] for r in pooled)
+
+
+def test_a_tampered_tine_is_listed_as_unverified(run: Path, tmp_path: Path) -> None:
+    jobs = []
+    for n in (1, 2, 3):
+        shutil.copytree(run / f"job{n}", tmp_path / f"job{n}")
+        jobs.append(str(tmp_path / f"job{n}"))
+    tine = sorted((tmp_path / "job3" / "runs").glob("*.tine"))[0]
+    data = bytearray(tine.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    tine.write_bytes(bytes(data))
+    done = merge(*jobs, "-o", str(tmp_path / "out"), cwd=tmp_path)
+    assert done.returncode in (0, 2)
+    assert re.search(rf"{re.escape(tine.stem)}\.json: unverified: its \.tine fails verification", done.stderr), \
+        done.stderr

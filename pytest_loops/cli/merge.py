@@ -42,6 +42,7 @@ from pytest_loops.limits import MiB
 from pytest_loops.verdict import Verdict
 
 MAX_INDEX_BYTES = 64 * MiB
+PER_WORKER = 64  # runs per worker process below which checking them in this process is faster
 
 
 @dataclass
@@ -214,70 +215,90 @@ def _target(out_runs: Path, name: str, shard: str | None) -> Path:
 
 def authenticate(run: dict[str, Any], tine: Path | None, key: bytes | None, pubkey: str | None) -> str | None:
     """Why the run is not authenticated; None when it is."""
-    from pytest_loops.artifacts.tineread import load_tine_summary, verify_tine
+    from pytest_loops.artifacts.tineread import verify_and_summarize
 
-    def agrees() -> str | None:
-        assert tine is not None
-        try:
-            theirs = load_tine_summary(tine)
-        except ValueError as exc:
-            return f"its .tine cannot be read ({exc})"
-        if (run.get("verdict"), run.get("iterations_run")) != (theirs.get("verdict"), theirs.get("iterations_run")):
-            return (f"the log says {run.get('verdict')} after {run.get('iterations_run')} iteration(s), its .tine "
-                    f"says {theirs.get('verdict')} after {theirs.get('iterations_run')}")
-        return None
-
-    if key is not None or pubkey is not None:
-        if tine is None:
-            return "no .tine to check its signature"
-        ok, message = verify_tine(tine, hmac_key=key, pubkey_path=pubkey)
-        return agrees() if ok else f"its .tine is not signed with the key given ({message})"
-    if run.get("verified") is not True:
+    if key is None and pubkey is None and run.get("verified") is not True:
         return str(run.get("unverified_why") or "its run log's MACs do not hold")
     if tine is None:
+        if key is not None or pubkey is not None:
+            return "no .tine to check its signature"
         return None  # --loop-tine off: the log's MACs are the proof
-    ok, message = verify_tine(tine)
-    return agrees() if ok else f"its .tine fails verification ({message})"
+    ok, message, theirs = verify_and_summarize(tine, hmac_key=key, pubkey_path=pubkey)
+    if not ok:
+        given = key is not None or pubkey is not None
+        return f"its .tine is not signed with the key given ({message})" if given else \
+            f"its .tine fails verification ({message})"
+    if theirs is None:
+        return "its .tine cannot be read"
+    if (run.get("verdict"), run.get("iterations_run")) != (theirs.get("verdict"), theirs.get("iterations_run")):
+        return (f"the log says {run.get('verdict')} after {run.get('iterations_run')} iteration(s), its .tine "
+                f"says {theirs.get('verdict')} after {theirs.get('iterations_run')}")
+    return None
 
 
-def merge_run(job: Job, entry: dict[str, Any], out_runs: Path, key: bytes | None,
-              pubkey: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Copy one run's files into ``out_runs``; (its run-log dict, its merged index line)."""
+def check_run(log: Path, tine: Path | None, key: bytes | None, pubkey: str | None) -> dict[str, Any]:
+    """One copied run read back and authenticated (in a worker process for big merges)."""
+    try:
+        run = load_runlog(log)
+    except LoopUsageError as exc:
+        return {"_error": f"run log {log.name} cannot be read: {exc.message}"}
+    if run.get("verdict") is not None:
+        why = authenticate(run, tine, key, pubkey)
+        run["verified"], run["unverified_why"] = why is None, why
+    return run
+
+
+def copy_run(job: Job, entry: dict[str, Any], out_runs: Path) -> tuple[Path, Path | None]:
+    """Copy one run's files into ``out_runs``: (its log, its .tine or None)."""
     name = Path(entry["log"]).name
-    runs = job.root / "runs"
-    source = runs / name
+    source = job.root / "runs" / name
     if not source.is_file() or source.is_symlink():
         raise LoopUsageError(f"index.jsonl names run log {name}, which is not in runs/", location=str(job.root),
                              fix="upload the whole artifacts directory (include-hidden-files: true)")
     target = _target(out_runs, name, job.shard)
     _copy(source, target)
-    stem = source.with_suffix("")
+    stem, new = source.with_suffix(""), target.with_suffix("")
     tine = None
     for suffix in (".tine", ".handoff.md"):
         extra = stem.with_name(stem.name + suffix)
         if extra.is_file() and not extra.is_symlink():
-            copied = target.with_suffix("").with_name(target.with_suffix("").name + suffix)
+            copied = new.with_name(new.name + suffix)
             _copy(extra, copied)
             if suffix == ".tine":
                 tine = copied
     if stem.is_dir():
-        _copy(stem, target.with_suffix(""))
-    try:
-        run = load_runlog(target)
-    except LoopUsageError as exc:
-        raise LoopUsageError(f"run log {name} cannot be read: {exc.message}", location=str(job.root)) from None
+        _copy(stem, new)
+    return target, tine
+
+
+def check_runs(copied: Sequence[tuple[Path, Path | None]], key: bytes | None, pubkey: str | None
+               ) -> list[dict[str, Any]]:
+    """Each copied run read back and authenticated: over the CPUs when there are many
+    (reading and checking a .tine is most of a merge's time)."""
+    workers = min(os.cpu_count() or 1, max(1, len(copied) // PER_WORKER))
+    if workers < 2:
+        return [check_run(log, tine, key, pubkey) for log, tine in copied]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(check_run, *zip(*copied, strict=True), [key] * len(copied), [pubkey] * len(copied),
+                             chunksize=max(1, len(copied) // (workers * 4))))
+
+
+def merged_line(job: Job, entry: dict[str, Any], run: dict[str, Any], log: Path) -> dict[str, Any]:
+    """The run's merged index line; LoopUsageError for a run that cannot be merged."""
+    if "_error" in run:
+        raise LoopUsageError(run["_error"], location=str(job.root))
     if run.get("verdict") is None:
-        raise LoopUsageError(f"run log {name} has no verdict: the job was killed before the loop ended",
-                             location=str(job.root), fix="re-run that job (its loop can --loop-resume)")
-    why = authenticate(run, tine, key, pubkey)
-    run["verified"], run["unverified_why"] = why is None, why
+        raise LoopUsageError(f"run log {Path(entry['log']).name} has no verdict: the job was killed before the "
+                             "loop ended", location=str(job.root), fix="re-run that job (its loop can --loop-resume)")
     run["shard"] = job.shard
-    run["_file"] = str(target)
+    run["_file"] = str(log)
     line = {k: v for k, v in entry.items() if k != "schema"}
-    line.update(log=str(target), shard=job.shard, source=str(job.root), verified=why is None)
-    if why is not None:
-        line["unverified_why"] = why
-    return run, line
+    line.update(log=str(log), shard=job.shard, source=str(job.root), verified=run["verified"])
+    if not run["verified"]:
+        line["unverified_why"] = run["unverified_why"]
+    return line
 
 
 # -- lessons ----------------------------------------------------------------------------------
@@ -332,16 +353,13 @@ def cmd_merge(args: argparse.Namespace) -> int:
         read_entries(job)
     out_runs = out.resolve() / "runs"  # the index names absolute paths, as a job's does
     out_runs.mkdir(parents=True, exist_ok=True)
-    runs: list[dict[str, Any]] = []
-    lines: list[dict[str, Any]] = []
-    for job in jobs:
-        for entry in job.entries:
-            run, line = merge_run(job, entry, out_runs, key, args.pubkey)
-            runs.append(run)
-            lines.append(line)
+    pending = [(job, entry) for job in jobs for entry in job.entries]
+    copied = [copy_run(job, entry, out_runs) for job, entry in pending]
+    runs = check_runs(copied, key, args.pubkey)
+    lines = [merged_line(job, entry, run, log) for (job, entry), run, (log, _) in zip(pending, runs, copied,
+                                                                                        strict=True)]
     index = out / "index.jsonl"
-    for line in lines:
-        append_index(index, line)
+    append_index(index, lines)
     lessons = merge_lessons(jobs, out)
     runs.sort(key=lambda r: (str(r.get("started_at") or ""), str(r.get("_file"))))
     report = write_html_report(runs, out / "report.html", title=f"pytest-loops: {len(jobs)} job(s) merged")
