@@ -221,6 +221,9 @@ def test_an_empty_shard_exits_five_like_any_run_with_nothing_selected(project: P
     assert codes == [0, pytest.ExitCode.NO_TESTS_COLLECTED], [r.stdout.str() for r in results]
     empty = results[[r.ret for r in results].index(pytest.ExitCode.NO_TESTS_COLLECTED)]
     assert empty.parseoutcomes()["deselected"] == 1
+    index = 1 + [r.ret for r in results].index(pytest.ExitCode.NO_TESTS_COLLECTED)
+    verdict = project.run("--loop", "--loop-exitcode=verdict", f"--loop-shard={index}/2", "--loop-artifacts=v")
+    assert verdict.ret == 0, "under --loop-exitcode=verdict 5 is ESCALATE: an empty shard exits 0 there"
 
 
 # the session fix-loop: two bugs, each with two failing tests; a fix per bug
@@ -268,3 +271,27 @@ def test_the_fix_loop_splits_failing_tests_by_the_code_they_fail_in(project: Pro
             project.write(name, text)
     assert groups[0] | groups[1] == {"failing tests in lib_a.py", "failing tests in lib_b.py"}
     assert groups[0].isdisjoint(groups[1])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.one_of(st.binary(max_size=300), st.text(max_size=300),
+                 st.dictionaries(st.sampled_from(["schema", "shard", "units", "logs", "run"]),
+                                 st.one_of(st.none(), st.integers(), st.text(max_size=12),
+                                           st.lists(st.one_of(st.text(max_size=5), st.dictionaries(
+                                               st.sampled_from(["id", "kind"]), st.text(max_size=5))),
+                                               max_size=3)), max_size=5)))
+def test_the_readers_of_a_jobs_files_fail_in_one_way(tmp_path_factory: pytest.TempPathFactory, raw) -> None:
+    """shard.json: a record or ValueError; index.jsonl: durations or nothing; never a crash."""
+    where = tmp_path_factory.mktemp("fuzz")
+    if isinstance(raw, dict):
+        raw = json.dumps({"schema": "pytest-loops.shard/1", **raw})
+    data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
+    (where / "shard.json").write_bytes(data)
+    (where / "index.jsonl").write_bytes(data)
+    try:
+        record = read_record(where)
+    except ValueError as exc:
+        assert str(exc).startswith(str(where / "shard.json"))
+    else:
+        assert record is not None and 1 <= record["index"] <= record["total"]
+    assert all(isinstance(v, float) for v in read_durations(where / "index.jsonl").values())

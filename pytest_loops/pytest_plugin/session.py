@@ -460,6 +460,10 @@ class LoopSession(SessionState):
     def _set_exitstatus(self, session: pytest.Session) -> None:
         failed_loops = [row for row in self.rows if row.get("verdict") != "SUCCESS"]
         status = int(session.exitstatus)
+        if status == int(pytest.ExitCode.NO_TESTS_COLLECTED) and self.exitcode == "verdict" \
+                and self.sharding is not None and self.sharding.deselected:
+            session.exitstatus = 0  # a shard whose every item is another shard's: no verdict here failed
+            return
         if status not in (0, 1):  # interrupted, internal or usage error, no tests
             if self.exitcode == "verdict":  # there, 2-5 must mean verdicts only
                 session.exitstatus = {

@@ -34,6 +34,7 @@ class Sharding:
         self.units: set[tuple[str, str]] = set()  # (kind, identity) this job ran
         self.sites: dict[str, str] = {}  # failing test -> where it fails
         self.elsewhere: list[str] = []  # failing tests another shard's fix-loop owns
+        self.deselected = 0  # items of other shards' loops
         self._durations: dict[str, float] | None = None
 
     def durations(self) -> dict[str, float]:
@@ -87,6 +88,7 @@ class Sharding:
             else:
                 dropped.append(item)
         if dropped:
+            self.deselected += len(dropped)
             config.hook.pytest_deselected(items=dropped)
             items[:] = kept
         mine = {id(item) for item in kept}
