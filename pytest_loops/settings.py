@@ -44,6 +44,22 @@ def number_text(value: Any) -> str:
     return format(value, ".15g") if isinstance(value, float) else str(value)
 
 
+MAX_SHARDS = 4096
+
+
+def parse_shard(raw: Any) -> tuple[int, int]:
+    """``"I/N"`` as ``(I, N)`` with 1 <= I <= N <= MAX_SHARDS; ValueError otherwise."""
+    if not isinstance(raw, str):
+        raise ValueError(raw)
+    head, sep, tail = raw.strip().partition("/")
+    if not sep or not head.strip().isdigit() or not tail.strip().isdigit():
+        raise ValueError(raw)
+    index, total = int(head), int(tail)
+    if not 1 <= index <= total <= MAX_SHARDS:
+        raise ValueError(raw)
+    return index, total
+
+
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
@@ -156,6 +172,8 @@ class Setting:
             return self._cap(raw, where)
         if kind == "count":
             return self._count(raw, where)
+        if kind == "shard":
+            return self._shard(raw, where)
         if kind == "seconds":
             return self._seconds(raw, where)
         if kind == "choice":
@@ -220,6 +238,14 @@ class Setting:
         if isinstance(value, bool) or not isinstance(value, int) or not self.bounds[0] <= value <= self.bounds[1]:
             raise self.fail(raw, where)
         return value
+
+    def _shard(self, raw: Any, where: str) -> str:
+        """``I/N``: this job's shard of N, 1 <= I <= N (kept as text, ``2/4``)."""
+        try:
+            index, total = parse_shard(raw)
+        except ValueError:
+            raise self.fail(raw, where) from None
+        return f"{index}/{total}"
 
     def _cap(self, raw: Any, where: str) -> str:
         """A time cap as text: a fraction (0.2), a percent (20%), seconds (30s) or 0."""
@@ -416,6 +442,15 @@ SETTINGS: tuple[Setting, ...] = (
             valid="a number of seconds >= 0, e.g. 600 or 0.5s (0 turns it off)", option="--loop-silence",
             ini="loop_silence", env="PYTEST_LOOPS_SILENCE", loop_line="silence: 10 minutes", metavar="S",
             sample="600"),
+    Setting("shard", "run only shard I of N of the loops (loop files, marker loops, the session fix-loop's "
+            "failing tests grouped by where they fail): a deterministic split balanced by the loops' last "
+            "durations in index.jsonl; the other loops are deselected", "shard", None,
+            valid=f"I/N with whole numbers 1 <= I <= N <= {MAX_SHARDS}, e.g. 2/4", option="--loop-shard",
+            ini="loop_shard", env="PYTEST_LOOPS_SHARD", metavar="I/N", sample="2/4"),
+    Setting("annotations", "'on' (default): under GitHub Actions (GITHUB_ACTIONS=true) print workflow-command "
+            "annotations (::error file=...,line=...::) for failing checks and top suspects; 'off' prints none",
+            "switch", True, choices=ON_OFF, valid="on or off", option="--loop-annotations",
+            ini="loop_annotations", env="PYTEST_LOOPS_ANNOTATIONS", sample="off"),
     Setting("sign_key_file", "sign .tine files with this Ed25519 private key file", "path", None,
             valid="a key file path", run_flag="--sign-key-file", option="--loop-sign-key-file",
             ini="loop_sign_key_file", metavar="FILE", sample="key.pem"),

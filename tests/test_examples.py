@@ -452,3 +452,72 @@ def test_an_agent_that_weakens_the_test_is_caught(tmp_path):
         assert "changed read-only paths: test_greeting.py (modified: a test file)" in out
         assert len(calls.read_text().splitlines()) == 1
     assert (work / "test_greeting.py").read_text() == test_file.read_text()  # intact
+
+
+# -- ci: the sharded workflow ------------------------------------------------------------------
+
+MATRIX = "${{ matrix.shard }}"
+
+
+def _shard_workflow() -> dict:
+    return yaml.safe_load((EXAMPLES / "ci" / "shards.yml").read_text(encoding="utf-8"))
+
+
+def _run_step(job: dict, needle: str) -> dict:
+    (step,) = [s for s in job["steps"] if needle in s.get("run", "")]
+    return step
+
+
+def test_the_shard_workflow_is_a_matrix_of_shards_then_one_merge():
+    jobs = _shard_workflow()["jobs"]
+    loops, merge = jobs["loops"], jobs["merge"]
+    shards = loops["strategy"]["matrix"]["shard"]
+    assert shards == [1, 2, 3, 4] and loops["strategy"]["fail-fast"] is False
+    run = _run_step(loops, "--loop-shard")["run"]
+    tokens = shlex.split(run.replace(MATRIX, "1"))  # GitHub fills the expression in before the shell runs
+    assert tokens[:4] == ["python", "-m", "pytest", "--loop"]
+    assert f" --loop-shard={MATRIX}/{len(shards)} " in run, "N is the matrix's size"
+    (upload,) = [s for s in loops["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert upload["if"] == "always()" and upload["with"]["include-hidden-files"] is True
+    assert upload["with"]["path"].strip() == ".pytest-loops/" and MATRIX in upload["with"]["name"]
+
+    assert merge["needs"] == "loops" and merge["if"] == "always()"
+    (download,) = [s for s in merge["steps"] if s.get("uses", "").startswith("actions/download-artifact@")]
+    prefix = upload["with"]["name"].replace(MATRIX, "")
+    assert download["with"]["pattern"] == prefix + "*"
+    command = shlex.split(_run_step(merge, "pytest-loops merge")["run"])
+    assert command[:2] == ["pytest-loops", "merge"]
+    assert command[2] == f"{download['with']['path']}/{prefix}*", "every downloaded shard, by the upload's name"
+    key_env = next(t.split("=", 1)[1] for t in command if t.startswith("--key-env="))
+    signing = next(t.split("=", 1)[1] for t in tokens if t.startswith("--loop-sign-key-env="))
+    assert key_env == signing, "the merge checks the signatures the jobs made"
+    restored = next(s for s in loops["steps"] if s.get("uses", "").startswith("actions/cache/restore@"))
+    saved = next(s for s in merge["steps"] if s.get("uses", "").startswith("actions/cache/save@"))
+    assert restored["with"]["path"] == saved["with"]["path"] == ".pytest-loops/index.jsonl"
+
+
+def test_the_shard_workflow_commands_give_the_single_runs_answer(tmp_path):
+    """The matrix's command in four copies of fix-a-bug (four jobs), their directories
+    laid out as download-artifact lays them, then the merge job's command."""
+    jobs = _shard_workflow()["jobs"]
+    shard_command = _run_step(jobs["loops"], "--loop-shard")["run"].strip()
+    merge_command = _run_step(jobs["merge"], "pytest-loops merge")["run"].strip()
+    download = next(s for s in jobs["merge"]["steps"] if s.get("uses", "").startswith("actions/download-artifact@"))
+    upload = next(s for s in jobs["loops"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
+    env = {**child_env(), "LOOPS_HMAC_KEY": "k" * 32}
+    merge_dir = tmp_path / "merge"
+    for shard in jobs["loops"]["strategy"]["matrix"]["shard"]:
+        work = copy_example("fix-a-bug", tmp_path / f"job{shard}")
+        command = shard_command.replace(MATRIX, str(shard))
+        expect(sh(command, work, env=env), 0, command)
+        name = upload["with"]["name"].replace(MATRIX, str(shard))
+        shutil.copytree(work / ".pytest-loops", merge_dir / download["with"]["path"] / name)
+    out = expect(sh(merge_command, merge_dir, env=env), 0, merge_command)
+    assert "merged 1 loop(s) from 4 job(s) of 4 shard(s)" in out and "unverified" not in out
+    single = copy_example("fix-a-bug", tmp_path / "single")
+    expect(sh("python -m pytest --loop", single, env=env), 0, "python -m pytest --loop")
+    (line,) = [json.loads(x) for x in (merge_dir / "merged" / "index.jsonl").read_text().splitlines()]
+    (alone,) = [json.loads(x) for x in (single / ".pytest-loops" / "index.jsonl").read_text().splitlines()]
+    assert (line["loop"], line["verdict"]) == (alone["loop"], alone["verdict"]) == (
+        "tests/test_pricing.py::test_total_of_a_basket", "SUCCESS")
+    assert line["verified"] is True and line["shard"] in {"1/4", "2/4", "3/4", "4/4"}

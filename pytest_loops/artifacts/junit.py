@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 Address = tuple[str, str]
 
@@ -179,3 +180,48 @@ def mask_xml(xml_path: Path) -> None:
             atomic_write_text(xml_path, clean)
     except (OSError, UnicodeDecodeError):
         pass
+
+
+def write_loops_junit(runs: Sequence[Mapping[str, Any]], xml_path: Path, *, suite: str = "pytest-loops") -> None:
+    """One JUnit XML file of loop runs (run-log dicts): a test case per check of each
+    loop, as its last iteration left it, carrying the loop's verdict as properties
+    (the names the session's own cases carry: loop, verdict, exit_code, iterations,
+    reason, elapsed_s, and shard when the run was one). For ``pytest-loops merge``."""
+    from pytest_loops.redact import make_redactor
+
+    scrub = make_redactor()
+    root = ET.Element("testsuites")
+    tests = failures = 0
+    cases = ET.Element("testsuite", name=suite)
+    for run in runs:
+        name = str(run.get("loop") or "?")
+        iterations = [i for i in run.get("iterations") or [] if isinstance(i, dict)]
+        last = iterations[-1] if iterations else {}
+        checks = [c for c in last.get("checks") or [] if isinstance(c, dict)] or [{"name": "(no check ran)"}]
+        props = {"loop": name, "verdict": str(run.get("verdict") or "INCOMPLETE"),
+                 "exit_code": str(run.get("exit_code")), "iterations": str(run.get("iterations_run", 0)),
+                 "reason": str(run.get("reason") or ""), "elapsed_s": f"{float(run.get('elapsed_s') or 0):.2f}",
+                 "artifact_log": str(run.get("log_path") or "")}
+        if run.get("shard"):
+            props["shard"] = str(run["shard"])
+        if run.get("verified") is False:
+            props["unverified"] = str(run.get("unverified_why") or "")
+        for check in checks:
+            tests += 1
+            case = ET.SubElement(cases, "testcase", classname=_xml_visible(scrub(name)),
+                                 name=_xml_visible(scrub(str(check.get("name")))),
+                                 time=f"{float(check.get('duration_s') or 0):.3f}")
+            holder = ET.SubElement(case, "properties")
+            for key, value in props.items():
+                ET.SubElement(holder, "property", name=key, value=_xml_visible(scrub(value)))
+            if props["verdict"] != "SUCCESS" or check.get("passed") is False:
+                failures += 1
+                failure = ET.SubElement(case, "failure", message=_xml_visible(scrub(
+                    f"loop {name} ended {props['verdict']}: {props['reason']}")))
+                failure.text = _xml_visible(scrub(str(check.get("output_tail") or check.get("reason") or "")))
+    cases.set("tests", str(tests))
+    cases.set("failures", str(failures))
+    cases.set("errors", "0")
+    root.append(cases)
+    xml_path.parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(root).write(xml_path, encoding="utf-8", xml_declaration=True)

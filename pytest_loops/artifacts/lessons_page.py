@@ -186,3 +186,20 @@ class LessonsPage:
             finally:
                 os.close(fd)
             self._has_heading = True
+
+    def merge(self, lessons: list[str]) -> int:
+        """Append each of ``lessons`` the page does not hold yet, under the page's lock
+        (``pytest-loops merge``: pages of several jobs, restored from one cache, share
+        lines); return how many were added."""
+        with self._lock:  # reentrant: append() takes it again
+            seen = set(self.read_lessons())
+            added = 0
+            for lesson in lessons:
+                line = " ".join(strip_control(lesson).splitlines()).strip()
+                line = line if line.startswith("- ") else "- " + line
+                if line in seen:
+                    continue
+                seen.add(line)
+                self.append(line)
+                added += 1
+            return added

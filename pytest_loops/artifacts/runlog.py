@@ -690,11 +690,14 @@ def trust_note(run: dict[str, Any]) -> str | None:
     return f"unverified: {why}"
 
 
-def append_index(index_path: str | os.PathLike, entry: dict[str, Any]) -> None:
-    """One line per finished run in the artifacts directory's index, under a file lock."""
+def append_index(index_path: str | os.PathLike, entry: dict[str, Any] | Sequence[dict[str, Any]]) -> None:
+    """One line per finished run in the artifacts directory's index, under a file lock
+    (several lines in one write when given a list: ``pytest-loops merge``)."""
     path = Path(index_path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = _dump(redact_obj({"schema": INDEX_SCHEMA, **entry})) + "\n"  # the loop's name may hold a secret
+    entries = [entry] if isinstance(entry, dict) else list(entry)
+    # the loop's name may hold a secret
+    line = "".join(_dump(redact_obj({"schema": INDEX_SCHEMA, **e})) + "\n" for e in entries)
     with FileLock(str(path) + ".lock"):
         with open(path, "a", encoding="utf-8") as f:
             f.write(line)

@@ -57,8 +57,28 @@ def verify_tine(
         return False, f"{where}: cannot verify: {one_line(exc)}"
 
 
+def verify_and_summarize(path: str | os.PathLike, *, hmac_key: bytes | None = None,
+                         pubkey_path: str | None = None) -> tuple[bool, str, dict[str, Any] | None]:
+    """:func:`verify_tine` and :func:`load_tine_summary` of one file, read once for
+    both (``pytest-loops merge`` checks thousands): ``(ok, message, summary)``; the
+    summary is None when the file could not be loaded. Never raises."""
+    loaded: list[Any] = []
+    try:
+        ok, message = _verify(Path(path), hmac_key, pubkey_path, loaded=loaded)
+    except Exception as exc:  # noqa: BLE001 - the contract is "never raises"
+        return False, f"{path}: cannot verify: {one_line(exc)}", None
+    if not loaded:
+        return ok, message, None
+    run = loaded[0]
+    try:
+        summary = _summary_from_steps(run.steps, dict(run.metadata), integrity_ok=True)
+    except (TypeError, AttributeError, KeyError, ValueError) as exc:
+        return False, f"{path}: not a pytest-loops run file ({one_line(exc)})", None
+    return ok, message, summary
+
+
 def _verify(path: Path, hmac_key: bytes | None, pubkey_path: str | None,
-            integrity_only: bool = False) -> tuple[bool, str]:
+            integrity_only: bool = False, loaded: list[Any] | None = None) -> tuple[bool, str]:
     where = str(path)
     if hmac_key is not None and pubkey_path is not None:
         return False, "pass an HMAC key or a public key, not both"
@@ -78,6 +98,8 @@ def _verify(path: Path, hmac_key: bytes | None, pubkey_path: str | None,
     if not integrity.ok:
         return False, f"{where}: integrity check failed: {one_line(integrity.reason)}"
     run = Run.load(path)
+    if loaded is not None:
+        loaded.append(run)
     done = [s for s in run.steps if _kind(s) == "done"]
     if not done:
         return False, f"{where}: not a pytest-loops run file (no verdict step)"

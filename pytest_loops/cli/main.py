@@ -196,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_list_parser(sub)
     add_watch_parser(sub)
+    from pytest_loops.cli.merge import add_merge_parser
+
+    add_merge_parser(sub)
     return parser
 
 
@@ -558,6 +561,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_merge(args: argparse.Namespace) -> int:
+    from pytest_loops.cli.merge import cmd_merge as merge
+
+    return merge(args)
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from pytest_loops.cli.listing import cmd_list as list_loops
 
@@ -566,7 +575,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 COMMANDS = {"run": cmd_run, "selftest": cmd_selftest, "demo": cmd_demo, "show": cmd_show,
             "diff": cmd_diff, "compare": cmd_compare, "mcp": cmd_mcp, "verify": cmd_verify,
-            "report": cmd_report, "list": cmd_list, "watch": cmd_watch}
+            "report": cmd_report, "list": cmd_list, "watch": cmd_watch, "merge": cmd_merge}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -123,6 +123,8 @@ class LoopSession(SessionState):
     def pytest_configure_node(self, node: Any) -> None:
         """On the xdist controller: give each worker the session key, in memory."""
         node.workerinput["loop_session_key"] = self.session_key.hex()
+        if self.sharding is not None:
+            self.sharding.configure_node(node)
 
     # -- reporting ----------------------------------------------------------------------
 
@@ -136,7 +138,8 @@ class LoopSession(SessionState):
             f"no_progress_k={s['no_progress_k']} no_progress_signal={s['no_progress_signal']} "
             f"escalate_after={s['escalate_after']} "
             f"exitcode={self.exitcode}" + (f" ({origins})" if origins else "") + "; per loop: see below",
-            f"loops: revise: {revise}; artifacts: {self.artifacts_dir}",
+            f"loops: revise: {revise}; artifacts: {self.artifacts_dir}"
+            + (f"; shard {self.sharding.text}" if self.sharding is not None else ""),
             "loops: reproduce with: " + self.reproduce_command(),
         ]
         return [shown(line) for line in lines]
@@ -164,6 +167,8 @@ class LoopSession(SessionState):
             drop_shadowed(self.config, items, self.rootdir)
         marked = loop_marked(items)
         self.has_loops = bool(marked or self.loop_files or self.settings["revise"])
+        if self.sharding is not None:  # the other shards' loops: deselected
+            marked = self.sharding.select(self.config, items, marked, bool(self.loop_files))
         if self.has_loops:
             self.watch_reports()
         if self.collect_usage_errors:
@@ -211,6 +216,8 @@ class LoopSession(SessionState):
         """On the xdist controller: whether the worker had anything to loop; a worker
         that found a bad marker fails the session as a usage error."""
         output = getattr(node, "workeroutput", None) or {}
+        if self.sharding is not None:
+            self.sharding.node_down(node)
         if output.get(FOUND_KEY, True):  # a worker that did not say: assume it had
             self.has_loops = True
         message = output.get(USAGE_ERROR_KEY)
@@ -290,6 +297,8 @@ class LoopSession(SessionState):
         if report.failed and not hasattr(report, "wasxfail"):
             self.failed_reports[report.nodeid] = self.failed_reports.get(report.nodeid, 0) + 1
         if report.failed and (report.when == "call" or report.when == "setup"):
+            if self.sharding is not None and self.settings["revise"]:
+                self.sharding.note_failure(report)  # its failure site picks its shard
             if report.nodeid not in self._failed_set:
                 self._failed_set.add(report.nodeid)
                 self.failed_nodeids.append(report.nodeid)
@@ -311,12 +320,16 @@ class LoopSession(SessionState):
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker:
             self.config.workeroutput[FOUND_KEY] = bool(self.has_loops)  # type: ignore[attr-defined]  # xdist
+            if self.sharding is not None:
+                self.sharding.worker_done(self.config)
             return
         if self.session_t0 is not None:
             import time
 
             self.plain_run_s = self.startup_s + time.perf_counter() - self.session_t0
         stopped = session.shouldfail or session.shouldstop
+        if self.sharding is not None and self.failed_nodeids and self.settings["revise"]:
+            self._shard_failures()
         if self.failed_nodeids and self.settings["revise"] and exitstatus in (0, 1) and stopped:
             # -x / --maxfail: the tests after the stop never ran, so a repair of the
             # ones that did could not stand for the session (it would exit 0)
@@ -339,7 +352,25 @@ class LoopSession(SessionState):
             self.rows.append(dict(loop_properties(self.session_result)))
             if self.session_result.succeeded:
                 self._mark_repaired(session)
+        if self.sharding is not None:
+            try:
+                self.sharding.write()
+            except OSError as exc:
+                self._artifact_failed(self.artifacts_dir / "shard.json", exc)
         self._set_exitstatus(session)
+
+    def _shard_failures(self) -> None:
+        """Keep the failing tests whose failure group is this shard's; the others are
+        another job's fix-loop (they still show as failed here, and count in no exit code)."""
+        assert self.sharding is not None
+        here, elsewhere = self.sharding.split_failures(self.failed_nodeids)
+        self.failed_nodeids = here
+        self.sharding.elsewhere = elsewhere
+        if elsewhere:
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_sep("=", f"loop: shard {self.sharding.text}: {len(elsewhere)} failing test(s) "
+                                        "belong to other shards' fix-loops (grouped by where they fail)")
 
     @pytest.hookimpl(trylast=True)
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
@@ -429,6 +460,10 @@ class LoopSession(SessionState):
     def _set_exitstatus(self, session: pytest.Session) -> None:
         failed_loops = [row for row in self.rows if row.get("verdict") != "SUCCESS"]
         status = int(session.exitstatus)
+        if status == int(pytest.ExitCode.NO_TESTS_COLLECTED) and self.exitcode == "verdict" \
+                and self.sharding is not None and self.sharding.deselected:
+            session.exitstatus = 0  # a shard whose every item is another shard's: no verdict here failed
+            return
         if status not in (0, 1):  # interrupted, internal or usage error, no tests
             if self.exitcode == "verdict":  # there, 2-5 must mean verdicts only
                 session.exitstatus = {
@@ -436,7 +471,8 @@ class LoopSession(SessionState):
                     3: EXIT_INTERNAL, 4: EXIT_USAGE, 5: EXIT_USAGE,
                 }.get(status, status)
             return
-        plain = session.testsfailed - self.loop_failures > 0
+        elsewhere = sum(self.failed_reports.get(n, 0) for n in self.sharding.elsewhere) if self.sharding else 0
+        plain = session.testsfailed - self.loop_failures - elsewhere > 0
         if self.exitcode == "verdict":
             if failed_loops:
                 status = max(Verdict(row["verdict"]).exit_code for row in failed_loops)
@@ -464,8 +500,45 @@ class LoopSession(SessionState):
             report = None
         if report:
             terminalreporter.write_line(f"loops: HTML report: {report}")
+        if not self.is_worker:
+            self._speak_ci(terminalreporter, report)
         if self.has_loops is False and not self.is_worker and not self.rows:
             terminalreporter.write_line(NOTHING_TO_LOOP)
+
+    def _runs(self) -> list[dict[str, Any]]:
+        """The run logs of this session's loops, as read back (verified)."""
+        from pytest_loops.artifacts.runlog import assess, load_runlog
+
+        runs = []
+        for row in self.rows:
+            try:
+                runs.append(assess(load_runlog(row["artifact_log"])))
+            except (KeyError, LoopUsageError):
+                continue
+        return runs
+
+    def _speak_ci(self, terminalreporter: Any, report: str | None) -> None:
+        """GitHub Actions: the job summary (GITHUB_STEP_SUMMARY) and the annotations."""
+        import os
+
+        from pytest_loops.artifacts import cisummary
+
+        wants_summary = bool(os.environ.get(cisummary.SUMMARY_ENV)) and bool(self.rows)
+        wants_notes = (cisummary.annotations_wanted() and bool(self.settings.values.get("annotations", True))
+                       and any(row.get("verdict") != "SUCCESS" for row in self.rows))
+        if not (wants_summary or wants_notes):
+            return
+        runs = self._runs()
+        if wants_summary:
+            artifacts = [str(self.artifacts_dir)] + ([report] if report else [])
+            title = "pytest-loops" + (f" (shard {self.sharding.text})" if self.sharding is not None else "")
+            try:
+                cisummary.append_summary(cisummary.summary_markdown(runs, title=title, artifacts=artifacts))
+            except OSError as exc:
+                self._artifact_failed(os.environ[cisummary.SUMMARY_ENV], exc)
+        if wants_notes:
+            for line in cisummary.annotation_lines(runs, self.rootdir):
+                terminalreporter.write_line(line)
 
     def write_report(self) -> str | None:
         """--loop-report FILE: this session's loops in one HTML file."""

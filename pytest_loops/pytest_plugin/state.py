@@ -85,6 +85,11 @@ class SessionState:
         self.collect_s = 0.0  # collecting every test file
         self.test_files = 0
         self.artifact_errors: list[str] = []  # artifacts the loops could not write (one line at the end)
+        self.sharding: Any = None  # --loop-shard=I/N: a sharding.Sharding
+        if settings.values.get("shard"):
+            from pytest_loops.pytest_plugin.sharding import Sharding
+
+            self.sharding = Sharding(settings["shard"], self)
         workerinput = getattr(config, "workerinput", None)
         self._testrunuid: str | None = workerinput["testrunuid"] if workerinput else None
         # authenticates the results the check items of a loop share: made on the
