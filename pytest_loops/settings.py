@@ -309,6 +309,11 @@ SETTINGS: tuple[Setting, ...] = (
             option="--loop-state", ini="loop_state", env="PYTEST_LOOPS_STATE", marker="state",
             yaml_key="state_paths", config_key="progress.state_paths", loop_line="watch: src/**",
             metavar="GLOB", sample="src/**"),
+    Setting("state_unmatched", "a state path (glob) that matches no file when the loop starts: 'warn' "
+            "(default) prints one warning line and the loop runs; 'error' makes it bad input (exit 64)",
+            "choice", "warn", choices=("warn", "error"), valid="warn, error", run_flag="--state-unmatched",
+            option="--loop-state-unmatched", ini="loop_state_unmatched", env="PYTEST_LOOPS_STATE_UNMATCHED",
+            sample="error"),
     Setting("lessons_page", "the lessons page: one lesson per failed iteration is appended to it and read back "
             "into the next prompt (markdown)", "path", None, valid="a file path", run_flag="--lessons-page",
             run_aliases=(("--memory", TAKES_VALUE), ("--episodic", TAKES_VALUE)), option="--loop-lessons-page",

@@ -411,6 +411,12 @@ def artifact_options(args: argparse.Namespace, resume_base: list[str]):
                            ed25519_key=args.sign_key_file, resume_command=resume_command)
 
 
+def _state_origin(origin: str) -> str:
+    """The flag, variable or config key the state paths were given under."""
+    return {"command line": "--state", "environment": "PYTEST_LOOPS_STATE", "": "--state"}.get(
+        origin, f"{origin}: progress.state_paths")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from pytest_loops.artifacts.finishers import make_engine, writers
     from pytest_loops.core.pluginmanager import make_plugin_manager
@@ -435,11 +441,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         origin = spec.origin.get("revise", "")
         check_revise(spec.revise, spec.cwd, {"command line": "--revise", "environment": "PYTEST_LOOPS_REVISE"}.get(
             origin, f"{origin}: revise.cmd"))
+    from pytest_loops.runtime.preflight import check_state_paths
+
+    unmatched = resolve([("environment", env_layer()),
+                         ("command line", {"state_unmatched": args.state_unmatched})]).values.get("state_unmatched")
+    state_warning = check_state_paths(spec.state_paths, spec.cwd, unmatched or "warn",
+                                      _state_origin(spec.origin.get("state_paths", "")))
     options = artifact_options(args, ["--cwd", spec.cwd])
     writers(options)  # a bad signing key is bad input before anything runs
     out = sys.stdout
     for key in extra["unknown_keys"]:
         print(f"{PROG}: warning: {extra['config']}: unknown key {key!r} ignored", file=sys.stderr)
+    if state_warning:
+        print(f"{PROG}: warning: {state_warning}", file=sys.stderr)
     pm = make_plugin_manager(args.plugins)
     if not args.quiet:
         pm.register(_LivePrinter(out))

@@ -45,10 +45,11 @@ from pytest_loops.core.pluginmanager import make_plugin_manager
 from pytest_loops.core.revise import CANNOT_START_EXIT_CODES, build_prompt, write_failure_file
 from pytest_loops.core.state import LoopState, ResumePlan, Step, resume_plan, stop_leftovers
 from pytest_loops.deadline import DeadlineReached
+from pytest_loops.errors import LoopUsageError
 from pytest_loops.limits import write_fresh
 from pytest_loops.results import CheckResult, CommandResult, IterationRecord, LoopResult
 from pytest_loops.runtime.cleanroom import note_failed_tests
-from pytest_loops.spec import Check, LoopSpec, Pipeline
+from pytest_loops.spec import Check, CheckKind, LoopSpec, Pipeline
 from pytest_loops.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -409,6 +410,7 @@ class Engine:
             return
         state.to(Step.VERIFY)
         if not state.decide(*self._verify(loop, ctx, record, it0)):
+            _verify_cannot_start(loop, record)
             state.to(Step.GUARDS)
             measured = loop.fingerprint is not None
             state.measure(record, self._measure(loop) if measured else None, measured)
@@ -633,6 +635,34 @@ class Engine:
             if not result.succeeded:
                 break
         return results
+
+
+_CHECK_ORIGINS = {"command line": "--verify", "environment": "PYTEST_LOOPS_VERIFY"}
+
+
+def _verify_cannot_start(loop: _Loop, record: IterationRecord) -> None:
+    """A check command the shell could not start (126 not executable, 127 not found) in
+    the first iteration, before any revise step: bad input (LoopUsageError, exit 64), so
+    no revise step is paid for against a check that can never pass. Later (after a
+    revise step ran, or in a resumed run) it is an ordinary failed check."""
+    if record.iter != 1 or loop.state.records or loop.plan.revise is not None:
+        return
+    kinds = (CheckKind.COMMAND, CheckKind.FINDS_NOTHING)
+    seeded = set(loop.first_results or ())  # the caller ran those: not a command of ours
+    by_name = {c.name: c for c in loop.spec.checks if c.kind in kinds and not c.hidden and c.name not in seeded}
+    for result in record.checks:
+        check = by_name.get(result.name)
+        if check is None or result.passed or result.timed_out or result.exit_code not in CANNOT_START_EXIT_CODES:
+            continue
+        origin = loop.spec.origin.get("verify", "")
+        what = "not found" if result.exit_code == 127 else "found but not executable"
+        said = [ln.strip() for ln in result.output_tail.splitlines() if ln.strip()]
+        shown = f" ({said[-1][:160]})" if said else ""
+        raise LoopUsageError(
+            f"the check {check.command or check.name!r} cannot run: its shell exited {result.exit_code} "
+            f"({what}){shown} in the first iteration, before any revise step",
+            location=check.source or _CHECK_ORIGINS.get(origin, origin) or loop.spec.source,
+            fix="install the program, give its full path, make it executable, or fix the command")
 
 
 def _exit_of(outcome: Any) -> int | None:

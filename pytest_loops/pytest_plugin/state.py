@@ -188,6 +188,7 @@ class SessionState:
         except LoopUsageError as exc:
             usage_exit(self.config, str(exc))
         self.announce(spec)
+        self.check_state_paths(spec)
         revises = spec.revise or len(self.config.pluginmanager.hook.pytest_loop_revise.get_hookimpls()) > 1
         if not revises:  # a loop that changes nothing needs no lock
             return self._run(spec, **kwargs)
@@ -199,6 +200,21 @@ class SessionState:
             return self._run(spec, before_start=lock.acquire, **kwargs)
         finally:
             lock.release()
+
+    def check_state_paths(self, spec: LoopSpec) -> None:
+        """A state path that matches no file: a warning line, or (state_unmatched=error) a
+        usage error."""
+        from pytest_loops.runtime.preflight import check_state_paths
+
+        mode = self.settings.values.get("state_unmatched") or "warn"
+        origin = spec.origin.get("state_paths") or "command line"
+        where = {"command line": "--loop-state", "environment": "PYTEST_LOOPS_STATE"}.get(origin, origin)
+        try:
+            line = check_state_paths(spec.state_paths, spec.cwd, mode, where)
+        except LoopUsageError as exc:
+            usage_exit(self.config, str(exc))
+        if line and not self.is_worker:
+            live_write(self.config, lambda reporter: reporter.write_line(f"loop: warning: {line}", yellow=True))
 
     def announce(self, spec: LoopSpec) -> None:
         """The loop's own settings, one line as it starts. An xdist worker's loops are
@@ -219,6 +235,9 @@ class SessionState:
                 result = engine.run(spec, resume_from=self.resume_point(spec), **kwargs)
                 self.artifact_errors += engine.artifact_errors
                 return result
+            except LoopUsageError as exc:  # a check that cannot start, found in the first iteration
+                self.artifact_errors += engine.artifact_errors
+                usage_exit(self.config, str(exc))
             except SystemExit as exc:
                 # the guard turns SIGTERM into SystemExit(143), which pytest would
                 # report as an INTERNALERROR with a traceback and exit 3
