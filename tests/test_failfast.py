@@ -13,7 +13,8 @@ from pytest_loops.artifacts.runlog import load_runlog
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.runtime.preflight import check_state_paths, unmatched_state_paths
 
-COUNT = "python -c \"import pathlib,sys; p=pathlib.Path(sys.argv[1]); p.write_text(str(int(p.read_text() or 0)+1) if p.exists() else '1')\" {}"
+COUNT = ("python -c \"import pathlib,sys; p=pathlib.Path(sys.argv[1]); "
+         "p.write_text(str(int(p.read_text() or 0)+1) if p.exists() else '1')\" {}")
 
 
 def counter(tmp_path: Path) -> tuple[str, Path]:
