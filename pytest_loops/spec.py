@@ -186,6 +186,9 @@ class LoopSpec:
     # how the loop is watched (`watch: poll "CMD" every 30s`, `silence: 10 minutes`):
     # poll, interval, silence; used by `pytest-loops watch` only, empty otherwise
     watch: Mapping[str, Any] = field(default_factory=dict)
+    # a loop nobody named (`pytest-loops run` without --name, the session fix-loop): its
+    # name is a placeholder, and its identity (lessons page, run logs) comes from what it does
+    anonymous: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -220,11 +223,26 @@ class LoopSpec:
                 f"{', '.join(NO_PROGRESS_SIGNALS)}", location=self.source)
 
     @property
+    def identity(self) -> str:
+        """Who this loop is for its lessons and run logs: its name, or for a loop nobody
+        named, the name and a digest of its checks, revise command and goal (``loop#3f2a91c0``):
+        two unnamed loops that do different things never share lessons, and the same
+        loop run again finds its own."""
+        if not self.anonymous:
+            return self.name
+        what = {"checks": [{k: v for k, v in c.to_dict().items() if k not in ("source", "timeout")}
+                           for c in self.checks],
+                "revise": self.revise, "goal": self.goal}
+        blob = json.dumps(what, sort_keys=True, separators=(",", ":"), default=str).encode()
+        return f"{self.name}#{hashlib.sha256(blob).hexdigest()[:8]}"
+
+    @property
     def slug(self) -> str:
-        """The file-name form of the name (run logs, lessons page): unique per name, no secret in it."""
+        """The file-name form of the identity (run logs, lessons page): unique per identity,
+        no secret in it."""
         from pytest_loops.redact import name_slug
 
-        return name_slug(self.name)
+        return name_slug(self.identity)
 
     def replace(self, **changes: Any) -> LoopSpec:
         return dataclasses.replace(self, **changes)
@@ -260,6 +278,7 @@ class LoopSpec:
             "origin": dict(self.origin),
             "source": self.source,
             **({"watch": dict(self.watch)} if self.watch else {}),
+            **({"anonymous": True} if self.anonymous else {}),  # named loops digest as before
         }
 
     @classmethod
@@ -323,7 +342,7 @@ def _check_field_types(data: Mapping[str, Any]) -> None:
         value = data.get(key)
         if key in data and not (isinstance(value, str) or (optional and value is None)):
             raise wrong(key, value, "a string" + (" or null" if optional else ""))
-    for key in ("reflexion", "escalate_when_blocked"):
+    for key in ("reflexion", "escalate_when_blocked", "anonymous"):
         if key in data and not isinstance(data[key], bool):
             raise wrong(key, data[key], "true or false")
     for key in ("branches", "max_parallel"):

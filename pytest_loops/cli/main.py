@@ -290,6 +290,7 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
         branches=settings["branches"], max_parallel=settings["max_parallel"],
         cwd=str(cwd.resolve()), origin=record_origin(settings.origin),
         source=str(config_path) if config_path else "command line",
+        anonymous=not args.name and config_path is None,
     )
     for key in _OUTPUT_PATHS:
         _check_output_path(settings.values.get(key), key, settings.origin.get(key, ""), cwd,

@@ -283,7 +283,7 @@ class Engine:
             writable=self.sandbox_writable, network=self.sandbox_network)
         run.header.update({
             "sandbox": isolation.header(self.sandbox),
-            "loop": spec.name, "goal": spec.goal, "source": spec.source,
+            "loop": spec.name, "identity": spec.identity, "goal": spec.goal, "source": spec.source,
             "guards": g.to_dict(), "state_paths": list(spec.state_paths),
             "started_at": _iso(wall0), "cwd": str(workdir), "revise": spec.revise,
             "spec": spec.shown_dict(), "spec_digest": spec.digest(),

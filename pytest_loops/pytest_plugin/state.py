@@ -163,7 +163,8 @@ class SessionState:
     def resume_command(self, result: LoopResult) -> str:
         return self.reproduce_command() + " --loop-resume"
 
-    def spec_for(self, name: str, goal: str, checks: tuple[Check, ...], values: Resolved) -> LoopSpec:
+    def spec_for(self, name: str, goal: str, checks: tuple[Check, ...], values: Resolved,
+                 anonymous: bool = False) -> LoopSpec:
         from pytest_loops.spec import Guards, LoopSpec
 
         return LoopSpec(
@@ -173,6 +174,7 @@ class SessionState:
             memory_page=values["lessons_page"], cwd=str(self.rootdir), origin=spec_origin(values),
             no_progress_signal=values["no_progress_signal"], reflexion=bool(values["lessons"]),
             branches=values["branches"], max_parallel=values["max_parallel"], source=name,
+            anonymous=anonymous,
         )
 
     def run_loop(self, spec: LoopSpec, **kwargs: Any) -> LoopResult:
