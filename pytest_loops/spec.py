@@ -189,6 +189,7 @@ class LoopSpec:
     # a loop nobody named (`pytest-loops run` without --name, the session fix-loop): its
     # name is a placeholder, and its identity (lessons page, run logs) comes from what it does
     anonymous: bool = False
+    context_adapter: str | None = None  # a command run before each revise step (the ctx adapter contract)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -213,6 +214,8 @@ class LoopSpec:
             )
         if self.revise is not None and not self.revise.strip():
             object.__setattr__(self, "revise", None)
+        if self.context_adapter is not None and not self.context_adapter.strip():
+            object.__setattr__(self, "context_adapter", None)
         for key, low in (("branches", 1), ("max_parallel", 0)):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -279,6 +282,7 @@ class LoopSpec:
             "source": self.source,
             **({"watch": dict(self.watch)} if self.watch else {}),
             **({"anonymous": True} if self.anonymous else {}),  # named loops digest as before
+            **({"context_adapter": self.context_adapter} if self.context_adapter else {}),
         }
 
     @classmethod
@@ -331,6 +335,20 @@ class Pipeline:
         object.__setattr__(self, "stages", tuple(self.stages))
 
 
+def parse_grants(text: str, where: str) -> tuple[str, ...]:
+    """``skills, mcps`` (or ``none``) as grant names; anything else is one LoopUsageError line."""
+    names = [n.strip().lower() for n in text.replace(" ", ",").split(",") if n.strip()]
+    if names == ["none"]:
+        return ()
+    for name in names:
+        if name not in GRANT_NAMES:
+            raise LoopUsageError(f"{name!r} is not a grant", location=where,
+                                 fix=f"grant only {', '.join(GRANT_NAMES)} (or none)")
+    if not names:
+        raise LoopUsageError("no grant given", location=where, fix=f"list {', '.join(GRANT_NAMES)}, or none")
+    return tuple(dict.fromkeys(names))
+
+
 def _check_field_types(data: Mapping[str, Any]) -> None:
     """Wrong JSON types in a stored spec are bad input here, not a TypeError when the
     loop runs (a path that is a number, a revise command that is a list)."""
@@ -338,7 +356,8 @@ def _check_field_types(data: Mapping[str, Any]) -> None:
         return LoopUsageError(f"not a valid loop spec: {key} must be {what}, got {type(value).__name__} {value!r}")
 
     for key, optional in (("name", False), ("goal", False), ("cwd", False), ("no_progress_signal", False),
-                          ("revise", True), ("memory_page", True), ("stop_message", True), ("source", True)):
+                          ("revise", True), ("context_adapter", True), ("memory_page", True),
+                          ("stop_message", True), ("source", True)):
         value = data.get(key)
         if key in data and not (isinstance(value, str) or (optional and value is None)):
             raise wrong(key, value, "a string" + (" or null" if optional else ""))

@@ -111,6 +111,7 @@ class LoopContext:
     real_workdir: Path | None = None  # for a candidate: the loop's own working directory
     # (context, "revise" | "check") -> how the kernel confines that command; None: not at all
     confine: Callable[[LoopContext, str], Confinement | None] | None = None
+    revise_env: dict[str, str] = field(default_factory=dict)  # more variables for the revise step (LOOP_MCP_CONFIG)
 
     def moved(self, value: str) -> str:
         """A path (or ``--rootdir=PATH``, ``-c PATH``...) under the loop's working

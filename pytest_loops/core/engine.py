@@ -19,6 +19,7 @@ spawning.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 import time
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from pytest_loops.core import contextfile, fanout, guards, isolation
+from pytest_loops.core import contextfile, ctxadapter, fanout, guards, isolation
 from pytest_loops.core.context import (
     CommandRunner,
     Fingerprint,
@@ -38,6 +39,7 @@ from pytest_loops.core.context import (
     LoopRun,
     RunPaths,
     hold_run_log,
+    loop_env,
     resolve_paths,
     with_python_on_path,
 )
@@ -120,7 +122,9 @@ class Engine:
                  hide_env: Sequence[str] = (),
                  sandbox: str | None = None,
                  sandbox_writable: Sequence[str] | None = None,
-                 sandbox_network: bool | None = None) -> None:
+                 sandbox_network: bool | None = None,
+                 grants: Sequence[str] | None = None,
+                 adapter: ctxadapter.AdapterOptions | None = None) -> None:
         if runner is None:
             from pytest_loops.runtime.process import ProcessRunner
 
@@ -156,6 +160,9 @@ class Engine:
             sandbox, sandbox_writable, sandbox_network, self.env)
         self.sandbox: Choice | None = isolation.choose_sandbox(sandbox) if clean_room else None
         self.write_index = write_index
+        # grants given here (the API, --grants) replace the loop's own line; None: the loop's
+        self.grants = None if grants is None else tuple(grants)
+        self.adapter = adapter or ctxadapter.AdapterOptions()
         self.localize = localize
         self.localizer = localizer
         # "PATH: [Errno N] message" for each artifact the last run could not write
@@ -210,6 +217,8 @@ class Engine:
         raises LoopUsageError naming the run that holds it.
         """
         fanout.check_fan_out(spec)  # bad input before anything runs or is written
+        if self.grants is not None and tuple(self.grants) != spec.grants:
+            spec = spec.replace(grants=self.grants, origin={**spec.origin, "grants": "the engine's grants"})
         wall0 = self.wall()
         self.artifact_errors = []
         paths = resolve_paths(spec, artifacts_dir=self.artifacts_dir, log_path=log_path,
@@ -549,7 +558,9 @@ class Engine:
         prompt = build_prompt(spec, ctx, failed)
         self._write(failure_file.with_name("prompt.md"),
                     lambda: write_fresh(ctx.prompt_file, prompt))
-        self._write(failure_file.parent, lambda: contextfile.write_context_file(self.pm, spec, ctx, record))
+        answer = self._ask_adapter(loop, ctx, record) if spec.context_adapter else None
+        self._write(failure_file.parent,
+                    lambda: contextfile.write_context_file(self.pm, spec, ctx, record, adapter=answer))
         r0 = self.clock()
         # a read-only file the checks changed is put back before the revise step starts
         record.protected_changes = [v.describe() for v in watch.before_revise()]
@@ -595,6 +606,48 @@ class Engine:
                             "a CommandResult or None")
         record.revise_exit = outcome
         return None, ""
+
+    def _ask_adapter(self, loop: _Loop, ctx: LoopContext,
+                     record: IterationRecord) -> ctxadapter.AdapterAnswer:
+        """Run the loop's context adapter (:mod:`pytest_loops.core.ctxadapter`) before this
+        revise step: its answer, and what follows from it in ``ctx.revise_env`` (LOOP_MCP_CONFIG)
+        and the run log. A bad answer is one line there, or (``on_failure == "stop"``) bad input."""
+        spec, options = loop.spec, self.adapter
+        command = str(spec.context_adapter)
+        permissions, notes = ctxadapter.granted(spec.grants, options.own_model)
+        answer = ctxadapter.AdapterAnswer(command=command, notes=notes)
+        request = ctxadapter.build_request(spec, iteration=ctx.iteration, failure_file=ctx.failure_file,
+                                           permissions=permissions, own_model=options.own_model)
+        env = {**self.env, **loop_env(spec, ctx), "LOOP_FAILURE_FILE": str(ctx.failure_file)}
+        left = ctx.time_left()
+        timeout = options.timeout if left is None else max(0.01, min(options.timeout, left))
+        try:
+            answer.payload = ctxadapter.call(command, request, cwd=loop.workdir, env=env, timeout=timeout)
+        except ctxadapter.AdapterFailed as exc:
+            line = f"the context adapter {command!r} gave no usable answer: {exc}"
+            if self.scrub is not None:
+                line = self.scrub(line)
+            if options.on_failure == "stop":
+                raise LoopUsageError(line, location=spec.origin.get("context_adapter") or spec.source,
+                                     fix="fix the adapter, or let the loop go on without it "
+                                         "(context_adapter_failure=skip)") from None
+            answer.error = line
+        servers, more = ctxadapter.mcp_servers(answer.payload, permissions, options)
+        answer.notes += more
+        if servers:
+            path = ctx.iteration_dir / ctxadapter.MCP_CONFIG_NAME
+            text = json.dumps({"mcpServers": servers}, indent=2) + "\n"
+            if self._write(path, lambda: write_fresh(path, self.scrub(text) if self.scrub else text)):
+                answer.mcp_config = path
+                ctx.revise_env["LOOP_MCP_CONFIG"] = str(path)
+        answer.harness_install = ctxadapter.harness_install(answer.payload, permissions)
+        record.context_adapter = {
+            "command": command, "error": answer.error, "notes": list(answer.notes),
+            "mcp_config": str(answer.mcp_config) if answer.mcp_config else None,
+            "mcp_servers": sorted(servers), "harness_install": answer.harness_install,
+            "version": (answer.payload or {}).get("version"),
+        }
+        return answer
 
     def _audit(self, loop: _Loop, ctx: LoopContext, record: IterationRecord,
                failed: list[CheckResult]) -> tuple[Verdict | None, str]:

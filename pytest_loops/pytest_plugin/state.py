@@ -26,7 +26,7 @@ from pytest_loops.pytest_plugin.options import (
     usage_exit,
 )
 from pytest_loops.pytest_plugin.terminal import live_write, settings_line
-from pytest_loops.settings import GUARD_KEYS, Resolved, spec_origin
+from pytest_loops.settings import GUARD_KEYS, Resolved, given_grants, spec_origin
 
 if TYPE_CHECKING:
     from pytest_loops.core.engine import Engine
@@ -143,6 +143,8 @@ class SessionState:
         return args
 
     def make_engine(self) -> Engine:
+        from pytest_loops.core.ctxadapter import adapter_options
+
         def exclude_trees(root, patterns, exclude=()):
             from pytest_loops.progress.fingerprint import StateFingerprint
 
@@ -158,6 +160,7 @@ class SessionState:
                            audit=choice_value(self.config, "audit", AUDIT_CHOICES),
                            audit_allow=tuple(option_value(self.config, "audit_allow") or ()),
                            hide_env=[option_value(self.config, "sign_key_env") or ""],
+                           adapter=adapter_options(self.settings.values, self.artifacts_dir),
                            **sandbox_values(self.settings))
 
     def resume_command(self, result: LoopResult) -> str:
@@ -174,7 +177,8 @@ class SessionState:
             memory_page=values["lessons_page"], cwd=str(self.rootdir), origin=spec_origin(values),
             no_progress_signal=values["no_progress_signal"], reflexion=bool(values["lessons"]),
             branches=values["branches"], max_parallel=values["max_parallel"], source=name,
-            anonymous=anonymous,
+            anonymous=anonymous, context_adapter=values.values.get("context_adapter"),
+            grants=given_grants(values) or (),
         )
 
     def run_loop(self, spec: LoopSpec, **kwargs: Any) -> LoopResult:
