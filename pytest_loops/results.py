@@ -110,11 +110,16 @@ class IterationRecord:
     elapsed_s: float = 0.0  # loop time when this iteration ended
     # fan-out: per revise candidate, what it did and why it was chosen or not (empty: one revise)
     branches: list[dict[str, Any]] = field(default_factory=list)
+    # the context adapter's call before this revise step: command, error, notes, mcp_config,
+    # harness_install (empty: no adapter)
+    context_adapter: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data = self._to_dict()
         if self.branches:  # only with fan-out: other run logs keep their shape
             data["branches"] = copy.deepcopy(self.branches)
+        if self.context_adapter:  # only with an adapter
+            data["context_adapter"] = copy.deepcopy(self.context_adapter)
         return data
 
     def _to_dict(self) -> dict[str, Any]:
@@ -151,6 +156,8 @@ class IterationRecord:
         if "branches" in kwargs and not (isinstance(kwargs["branches"], list)
                                          and all(isinstance(b, dict) for b in kwargs["branches"])):
             raise TypeError("branches is not a list of objects")
+        if "context_adapter" in kwargs and not isinstance(kwargs["context_adapter"], dict):
+            raise TypeError(f"context_adapter is {type(kwargs['context_adapter']).__name__}, not an object")
         if "guards_seen" in kwargs and not isinstance(kwargs["guards_seen"], dict):
             raise TypeError(f"guards_seen is {type(kwargs['guards_seen']).__name__}, not an object")
         check_fields = {f.name for f in dataclasses.fields(CheckResult)}

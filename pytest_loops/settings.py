@@ -313,6 +313,36 @@ SETTINGS: tuple[Setting, ...] = (
     _guard_row("escalate_after", "hand a loop to a human after N failed iterations; 0 = off (default)",
                "int", DEFAULT_ESCALATE_AFTER, "an integer >= 0 (0 turns it off)", "N", "5",
                "escalate after 4 tries", config_key="guards.escalate_after_iter"),
+    Setting("context_adapter", "a command run before each revise step (the loop, its checks, the last failure "
+            "file and the granted permissions as JSON on stdin) whose JSON answer is kept verbatim under "
+            "'adapter' in the context file (LOOP_CONTEXT_FILE); LoopFlow's ctx adapter contract", "command", None,
+            valid="a non-empty shell command", run_flag="--context-adapter", option="--loop-context-adapter",
+            ini="loop_context_adapter", env="PYTEST_LOOPS_CONTEXT_ADAPTER", yaml_key="context_adapter",
+            loop_line='context adapter: "python -m ctx.adapters.loopflow"', metavar="CMD",
+            sample="python ctx_adapter.py"),
+    Setting("context_adapter_failure", "what a bad answer of the context adapter (not JSON, a non-zero exit, "
+            "its timeout) does: 'skip' (default) prints one line and the revise step runs without it; 'stop' "
+            "ends the run as bad input (exit 64)", "choice", "skip", choices=("skip", "stop"),
+            valid="skip, stop", run_flag="--context-adapter-failure", option="--loop-context-adapter-failure",
+            ini="loop_context_adapter_failure", env="PYTEST_LOOPS_CONTEXT_ADAPTER_FAILURE", sample="stop"),
+    Setting("context_adapter_timeout", "seconds the context adapter may take before its answer counts as bad "
+            "(default 60; never past the loop's budget)", "seconds", 60.0,
+            valid="a number of seconds > 0, e.g. 60 or 0.5s", run_flag="--context-adapter-timeout",
+            option="--loop-context-adapter-timeout", ini="loop_context_adapter_timeout",
+            env="PYTEST_LOOPS_CONTEXT_ADAPTER_TIMEOUT", metavar="S", sample="30"),
+    Setting("grants", "the capability groups granted to the revise step and the context adapter, comma-separated "
+            "(skills, agents, mcps, harnesses, or none); given here, they replace the loop file's grants line",
+            "text", None, valid="a comma-separated list of skills, agents, mcps, harnesses, or none",
+            run_flag="--grants", option="--loop-grants", ini="loop_grants", env="PYTEST_LOOPS_GRANTS",
+            metavar="LIST", sample="skills,mcps"),
+    Setting("own_model", "'on': the user consents that the loop runs on their own model (a local or API model "
+            "they pay for), so the harnesses grant is passed on; 'off' (default) withholds harnesses",
+            "switch", False, choices=ON_OFF, valid="on or off", run_flag="--own-model",
+            option="--loop-own-model", ini="loop_own_model", env="PYTEST_LOOPS_OWN_MODEL", sample="on"),
+    Setting("context_mcp", "'on': offer the revise step this harness's own read-only MCP server (its loop's "
+            "history) in the MCP client config file named by LOOP_MCP_CONFIG; 'off' (default) does not",
+            "switch", False, choices=ON_OFF, valid="on or off", run_flag="--context-mcp",
+            option="--loop-context-mcp", ini="loop_context_mcp", env="PYTEST_LOOPS_CONTEXT_MCP", sample="on"),
     Setting("no_progress_signal", "what no-progress watches: 'state' (default: the state paths), 'failure' "
             "(the same failure K times in a row, even when files changed) or 'both'", "choice", "state",
             choices=NO_PROGRESS_SIGNALS, valid=", ".join(NO_PROGRESS_SIGNALS),
@@ -335,6 +365,11 @@ SETTINGS: tuple[Setting, ...] = (
             option="--loop-state", ini="loop_state", env="PYTEST_LOOPS_STATE", marker="state",
             yaml_key="state_paths", config_key="progress.state_paths", loop_line="watch: src/**",
             metavar="GLOB", sample="src/**"),
+    Setting("state_unmatched", "a state path (glob) that matches no file when the loop starts: 'warn' "
+            "(default) prints one warning line and the loop runs; 'error' makes it bad input (exit 64)",
+            "choice", "warn", choices=("warn", "error"), valid="warn, error", run_flag="--state-unmatched",
+            option="--loop-state-unmatched", ini="loop_state_unmatched", env="PYTEST_LOOPS_STATE_UNMATCHED",
+            sample="error"),
     Setting("lessons_page", "the lessons page: one lesson per failed iteration is appended to it and read back "
             "into the next prompt (markdown)", "path", None, valid="a file path", run_flag="--lessons-page",
             run_aliases=(("--memory", TAKES_VALUE), ("--episodic", TAKES_VALUE)), option="--loop-lessons-page",
@@ -583,6 +618,20 @@ def marker_layer(kwargs: Mapping[str, Any], where: str) -> dict[str, Any]:
                                  location=f"{where}({keyword}=...)")
         layer[row.name] = row.parse(value, f"{where}({keyword}=...)")
     return layer
+
+
+def given_grants(values: Resolved) -> tuple[str, ...] | None:
+    """The grants the session gave (``--grants``, ``--loop-grants``, ini, environment), which
+    replace a loop file's line; None: none given, the loop's own stand. Bad names: LoopUsageError."""
+    from pytest_loops.spec import parse_grants
+
+    raw = values.values.get("grants")
+    if raw is None:
+        return None
+    row = BY_NAME["grants"]
+    where = {"command line": f"{row.run_flag} / {row.option}", "environment": str(row.env),
+             "ini": f"ini {row.ini}"}.get(values.origin.get("grants", ""), "grants")
+    return parse_grants(str(raw), where)
 
 
 def file_has(row: Setting, spec_origin: Mapping[str, str]) -> bool:

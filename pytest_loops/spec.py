@@ -186,6 +186,10 @@ class LoopSpec:
     # how the loop is watched (`watch: poll "CMD" every 30s`, `silence: 10 minutes`):
     # poll, interval, silence; used by `pytest-loops watch` only, empty otherwise
     watch: Mapping[str, Any] = field(default_factory=dict)
+    # a loop nobody named (`pytest-loops run` without --name, the session fix-loop): its
+    # name is a placeholder, and its identity (lessons page, run logs) comes from what it does
+    anonymous: bool = False
+    context_adapter: str | None = None  # a command run before each revise step (the ctx adapter contract)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -210,6 +214,8 @@ class LoopSpec:
             )
         if self.revise is not None and not self.revise.strip():
             object.__setattr__(self, "revise", None)
+        if self.context_adapter is not None and not self.context_adapter.strip():
+            object.__setattr__(self, "context_adapter", None)
         for key, low in (("branches", 1), ("max_parallel", 0)):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -220,11 +226,26 @@ class LoopSpec:
                 f"{', '.join(NO_PROGRESS_SIGNALS)}", location=self.source)
 
     @property
+    def identity(self) -> str:
+        """Who this loop is for its lessons and run logs: its name, or for a loop nobody
+        named, the name and a digest of its checks, revise command and goal (``loop#3f2a91c0``):
+        two unnamed loops that do different things never share lessons, and the same
+        loop run again finds its own."""
+        if not self.anonymous:
+            return self.name
+        what = {"checks": [{k: v for k, v in c.to_dict().items() if k not in ("source", "timeout")}
+                           for c in self.checks],
+                "revise": self.revise, "goal": self.goal}
+        blob = json.dumps(what, sort_keys=True, separators=(",", ":"), default=str).encode()
+        return f"{self.name}#{hashlib.sha256(blob).hexdigest()[:8]}"
+
+    @property
     def slug(self) -> str:
-        """The file-name form of the name (run logs, lessons page): unique per name, no secret in it."""
+        """The file-name form of the identity (run logs, lessons page): unique per identity,
+        no secret in it."""
         from pytest_loops.redact import name_slug
 
-        return name_slug(self.name)
+        return name_slug(self.identity)
 
     def replace(self, **changes: Any) -> LoopSpec:
         return dataclasses.replace(self, **changes)
@@ -260,6 +281,8 @@ class LoopSpec:
             "origin": dict(self.origin),
             "source": self.source,
             **({"watch": dict(self.watch)} if self.watch else {}),
+            **({"anonymous": True} if self.anonymous else {}),  # named loops digest as before
+            **({"context_adapter": self.context_adapter} if self.context_adapter else {}),
         }
 
     @classmethod
@@ -312,6 +335,20 @@ class Pipeline:
         object.__setattr__(self, "stages", tuple(self.stages))
 
 
+def parse_grants(text: str, where: str) -> tuple[str, ...]:
+    """``skills, mcps`` (or ``none``) as grant names; anything else is one LoopUsageError line."""
+    names = [n.strip().lower() for n in text.replace(" ", ",").split(",") if n.strip()]
+    if names == ["none"]:
+        return ()
+    for name in names:
+        if name not in GRANT_NAMES:
+            raise LoopUsageError(f"{name!r} is not a grant", location=where,
+                                 fix=f"grant only {', '.join(GRANT_NAMES)} (or none)")
+    if not names:
+        raise LoopUsageError("no grant given", location=where, fix=f"list {', '.join(GRANT_NAMES)}, or none")
+    return tuple(dict.fromkeys(names))
+
+
 def _check_field_types(data: Mapping[str, Any]) -> None:
     """Wrong JSON types in a stored spec are bad input here, not a TypeError when the
     loop runs (a path that is a number, a revise command that is a list)."""
@@ -319,11 +356,12 @@ def _check_field_types(data: Mapping[str, Any]) -> None:
         return LoopUsageError(f"not a valid loop spec: {key} must be {what}, got {type(value).__name__} {value!r}")
 
     for key, optional in (("name", False), ("goal", False), ("cwd", False), ("no_progress_signal", False),
-                          ("revise", True), ("memory_page", True), ("stop_message", True), ("source", True)):
+                          ("revise", True), ("context_adapter", True), ("memory_page", True),
+                          ("stop_message", True), ("source", True)):
         value = data.get(key)
         if key in data and not (isinstance(value, str) or (optional and value is None)):
             raise wrong(key, value, "a string" + (" or null" if optional else ""))
-    for key in ("reflexion", "escalate_when_blocked"):
+    for key in ("reflexion", "escalate_when_blocked", "anonymous"):
         if key in data and not isinstance(data[key], bool):
             raise wrong(key, data[key], "true or false")
     for key in ("branches", "max_parallel"):

@@ -373,7 +373,9 @@ def test_runner_flags_protect_and_scope(tmp_path: Path) -> None:
                     "--scope", "a.txt")
     assert done.returncode == 5, done.stdout + done.stderr
     assert (tmp_path / "b.txt").read_text() == "y\n"
-    log = json.loads(sorted((tmp_path / ".pytest-loops" / "runs").glob("*.json"))[-1].read_text())
+    # unnamed loops that revise differently have their own run-log names: the newest by time
+    log = json.loads(sorted((tmp_path / ".pytest-loops" / "runs").glob("*.json"),
+                            key=lambda p: p.stat().st_mtime_ns)[-1].read_text())
     assert log["iterations"][0]["protected_changes"] == ["b.txt (modified: outside the loop's scope)"]
     done = _run_cli(tmp_path, "--verify", "false", "--revise", "echo x > golden.txt", "--protect", "golden.txt")
     assert done.returncode == 5, done.stdout + done.stderr

@@ -168,7 +168,8 @@ ERRORS = [
                  "loops[0].goal: missing; add `goal:` with a text value", id="goal-missing"),
     pytest.param(LOOP + "    budget: 5 minutes\n", 5, "budget", "loops[0].budget: unknown key; valid keys: name, "
                  "goal, checks, guards, protect, scope, look_at, stop_message, escalate_when_blocked, grants, "
-                 "revise, branches, max_parallel, state_paths, lessons_page, memory_page, lessons, reflexion",
+                 "revise, context_adapter, branches, max_parallel, state_paths, lessons_page, memory_page, lessons, "
+                 "reflexion",
                  id="unknown-key"),
     pytest.param(LOOP + "    guards: {max_iter: 0}\n", 5, "0", "loops[0].guards.max_iter: 0 is not a valid "
                  "max_iter; valid: an integer >= 1 (the cap is always on)", id="max-iter-zero"),

@@ -184,13 +184,14 @@ class LessonsWriter:
 
     @hookimpl
     def pytest_loop_recall(self, spec: LoopSpec, run: LoopRun) -> list[str] | None:
-        from pytest_loops.artifacts.lessons_page import LessonsPage
+        from pytest_loops.artifacts.lessons_page import LessonsPage, own_lessons
 
         if run.paths.memory_page is None:
             return None
-        page = LessonsPage(run.paths.memory_page, loop_name=spec.name, goal=spec.goal)
+        page = LessonsPage(run.paths.memory_page, loop_name=spec.identity, goal=spec.goal)
         run.writers[self.name] = page
-        return page.read_lessons()
+        label = run.scrub(spec.identity) if run.scrub is not None else spec.identity
+        return own_lessons(page.read_lessons(), label, unlabelled=not spec.anonymous)
 
     @hookimpl
     def pytest_loop_reflect(self, spec: LoopSpec, run: LoopRun, record: IterationRecord,
@@ -200,7 +201,7 @@ class LessonsWriter:
         page = run.writers.get(self.name)
         if page is None:
             return None
-        line = compose_lesson(record.iter, record.verify_exit, state_changed, failed, loop_name=spec.name)
+        line = compose_lesson(record.iter, record.verify_exit, state_changed, failed, loop_name=spec.identity)
         if run.scrub is not None:
             line = run.scrub(line)
         try:

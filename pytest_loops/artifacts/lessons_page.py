@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 import sys
 import time
@@ -29,6 +30,28 @@ READ_LIMIT = 64 * 1024
 
 def _now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# a lesson line as format_lesson writes it: "- 2026-01-02T03:04:05Z NAME iter 3: exit ..."
+_LESSON_LINE = re.compile(r"- \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (?:(?P<label>.+?) )?iter \d+: ")
+
+
+def own_lessons(lines: list[str], label: str, *, unlabelled: bool) -> list[str]:
+    """The lessons of the loop called ``label`` (its identity): a lesson line another loop
+    wrote on a shared page is left out. A line without a loop's label (written before
+    lessons carried one) is kept only when ``unlabelled`` (a named loop); a bullet that
+    is not a lesson line at all (written by hand on the page) is kept."""
+    own = []
+    for line in lines:
+        match = _LESSON_LINE.match(line)
+        if match is None:
+            own.append(line)
+        elif match.group("label") is None:
+            if unlabelled:
+                own.append(line)
+        elif match.group("label") == label:
+            own.append(line)
+    return own
 
 
 def format_lesson(iteration: int, exit_code: int | None, state_moved: bool | str | None,

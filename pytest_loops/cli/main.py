@@ -18,7 +18,7 @@ import pluggy
 
 from pytest_loops.cli.watching import add_watch_parser, cmd_watch
 from pytest_loops.errors import LoopUsageError
-from pytest_loops.pytest_plugin.terminal import iteration_line
+from pytest_loops.pytest_plugin.terminal import adapter_lines, iteration_line
 from pytest_loops.runtime.outpaths import REPORT, TINE, check_artifact_paths, check_output_path
 from pytest_loops.settings import (
     BY_NAME,
@@ -211,6 +211,8 @@ class _LivePrinter:
     @hookimpl
     def pytest_loop_iteration_finished(self, spec: LoopSpec, record: Any) -> None:
         _say(iteration_line(spec, record), self.stream)
+        for line in adapter_lines(spec, record):
+            _say(line, self.stream)
 
 
 def _say(text: str, stream) -> None:
@@ -296,6 +298,8 @@ def spec_from_args(args: argparse.Namespace, environ: dict[str, str] | None = No
         branches=settings["branches"], max_parallel=settings["max_parallel"],
         cwd=str(cwd.resolve()), origin=record_origin(settings.origin),
         source=str(config_path) if config_path else "command line",
+        anonymous=not args.name and config_path is None,
+        context_adapter=settings.values.get("context_adapter"),
     )
     for key in _OUTPUT_PATHS:
         _check_output_path(settings.values.get(key), key, settings.origin.get(key, ""), cwd,
@@ -421,6 +425,33 @@ def artifact_options(args: argparse.Namespace, resume_base: list[str]):
                            private_artifacts=bool(private))
 
 
+_SESSION_KEYS = ("state_unmatched", "context_adapter", "context_adapter_failure", "context_adapter_timeout",
+                 "grants", "own_model", "context_mcp")
+
+
+def _with_session_ctx(spec: LoopSpec, session: Any) -> LoopSpec:
+    """Grants given to the runner replace the loop's line; its context adapter fills the
+    loop's when the loop (a discovered loop file, a resumed run) has none."""
+    from pytest_loops.settings import given_grants
+
+    changes: dict[str, Any] = {}
+    grants = given_grants(session)
+    if grants is not None:
+        changes["grants"] = grants
+    if not spec.context_adapter and session.values.get("context_adapter"):
+        changes["context_adapter"] = session.values["context_adapter"]
+    if not changes:
+        return spec
+    origin = {**spec.origin, **{key: session.origin.get(key, "command line") for key in changes}}
+    return spec.replace(origin=origin, **changes)
+
+
+def _state_origin(origin: str) -> str:
+    """The flag, variable or config key the state paths were given under."""
+    return {"command line": "--state", "environment": "PYTEST_LOOPS_STATE", "": "--state"}.get(
+        origin, f"{origin}: progress.state_paths")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from pytest_loops.artifacts.finishers import make_engine, writers
     from pytest_loops.core.pluginmanager import make_plugin_manager
@@ -445,11 +476,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         origin = spec.origin.get("revise", "")
         check_revise(spec.revise, spec.cwd, {"command line": "--revise", "environment": "PYTEST_LOOPS_REVISE"}.get(
             origin, f"{origin}: revise.cmd"))
+    from pytest_loops.runtime.preflight import check_state_paths
+
+    session = resolve([("environment", env_layer()),
+                       ("command line", {key: getattr(args, key, None) for key in _SESSION_KEYS})], defaults={})
+    unmatched = session.values.get("state_unmatched")
+    spec = _with_session_ctx(spec, session)
+    state_warning = check_state_paths(spec.state_paths, spec.cwd, unmatched or "warn",
+                                      _state_origin(spec.origin.get("state_paths", "")))
     options = artifact_options(args, ["--cwd", spec.cwd])
     writers(options)  # a bad signing key is bad input before anything runs
     out = sys.stdout
     for key in extra["unknown_keys"]:
         print(f"{PROG}: warning: {extra['config']}: unknown key {key!r} ignored", file=sys.stderr)
+    if state_warning:
+        print(f"{PROG}: warning: {state_warning}", file=sys.stderr)
     pm = make_plugin_manager(args.plugins)
     if not args.quiet:
         pm.register(_LivePrinter(out))
@@ -459,7 +500,11 @@ def cmd_run(args: argparse.Namespace) -> int:
              f"escalate_after={g.escalate_after}; state: {', '.join(spec.state_paths) or '(none: no-progress off)'}",
              out)
     runner = ProcessRunner(output_cap=extra["output_cap"])
-    engine = make_engine(runner=runner, plugin_manager=pm, artifacts=options,
+    from pytest_loops.core.ctxadapter import adapter_options
+
+    artifacts_dir = extra.get("artifacts", args.artifacts)
+    adapter = adapter_options(session.values, artifacts_dir or str(Path(spec.cwd) / ".pytest-loops"))
+    engine = make_engine(runner=runner, plugin_manager=pm, artifacts=options, adapter=adapter,
                          artifacts_dir=extra.get("artifacts", args.artifacts), localize=args.suspects is not False,
                          audit=args.audit or "error", audit_allow=tuple(args.audit_allow or ()),
                          hide_env=[args.sign_key_env or ""], **sandbox_settings(args))

@@ -113,6 +113,7 @@ class LoopContext:
     confine: Callable[[LoopContext, str], Confinement | None] | None = None
     # the first verify's pytest runs record what the tests read here (the judge's closure)
     closure_dir: Path | None = None
+    revise_env: dict[str, str] = field(default_factory=dict)  # more variables for the revise step (LOOP_MCP_CONFIG)
 
     def moved(self, value: str) -> str:
         """A path (or ``--rootdir=PATH``, ``-c PATH``...) under the loop's working

@@ -27,6 +27,7 @@ from typing import Any
 import pluggy
 
 from pytest_loops.core.context import LoopContext
+from pytest_loops.core.ctxadapter import AdapterAnswer
 from pytest_loops.core.revise import PROMPT_TAIL_CHARS, output_tail
 from pytest_loops.limits import create_fresh
 from pytest_loops.results import CheckResult, IterationRecord
@@ -41,7 +42,7 @@ MAX_CHECK_TESTS = 40
 MAX_LESSONS = 20
 MAX_DROPPED = 50  # lines of context_dropped per iteration; past it, one line counts the rest
 CORE_KEYS = ("schema", "loop", "goal", "iteration", "max_iter", "budget", "checks", "last_failure",
-             "suspects", "lessons", "look_at", "protect", "scope", "grants", "files", "sections")
+             "suspects", "lessons", "look_at", "protect", "scope", "grants", "files", "sections", "adapter")
 
 
 @dataclass
@@ -213,6 +214,15 @@ def _fit(payload: dict[str, Any], dropped: list[str]) -> bytes:
         data = _encode(payload)
         if len(data) <= CONTEXT_FILE_CAP:
             return data
+    if (payload.get("adapter") or {}).get("payload") is not None:
+        payload["adapter"]["payload"] = None
+        payload["adapter"]["error"] = (f"the answer was left out: the context file would be over its cap of "
+                                       f"{CONTEXT_FILE_CAP} bytes")
+        dropped.append(f"context adapter: answer dropped: the context file would be over its cap of "
+                       f"{CONTEXT_FILE_CAP} bytes")
+        data = _encode(payload)
+        if len(data) <= CONTEXT_FILE_CAP:
+            return data
     for entry in payload["checks"]:
         if entry["output_tail"]:
             entry["output_tail"], entry["output_cut"] = entry["output_tail"][-500:], True
@@ -237,13 +247,15 @@ def _write_fresh(path: Path, data: bytes) -> None:
 
 
 def write_context_file(pm: pluggy.PluginManager, spec: LoopSpec, context: LoopContext,
-                       record: IterationRecord) -> ContextFile:
+                       record: IterationRecord, adapter: AdapterAnswer | None = None) -> ContextFile:
     """Build the contract from ``record.checks``, add the plugins' granted sections, mask
     secrets, cap it and write ``context.context_file``; each section dropped goes to
     ``record.context_dropped`` (the run log). Output only: built from the harness's
     state each time, never read back. An OSError is the caller's (an artifact error)."""
     payload = build_payload(spec, context, record.checks)
     dropped = collect_sections(pm, spec, context, payload)
+    if adapter is not None:  # its own key: a plugin section can never stand in for it
+        payload["adapter"] = adapter.section()
     if context.scrub is not None:
         payload = _scrubbed(payload, context.scrub)
         dropped = [context.scrub(line) for line in dropped]

@@ -19,6 +19,7 @@ spawning.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 import time
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from pytest_loops.core import contextfile, fanout, guards, isolation
+from pytest_loops.core import contextfile, ctxadapter, fanout, guards, isolation
 from pytest_loops.core.context import (
     CommandRunner,
     Fingerprint,
@@ -38,6 +39,7 @@ from pytest_loops.core.context import (
     LoopRun,
     RunPaths,
     hold_run_log,
+    loop_env,
     resolve_paths,
     with_python_on_path,
 )
@@ -45,10 +47,11 @@ from pytest_loops.core.pluginmanager import make_plugin_manager
 from pytest_loops.core.revise import CANNOT_START_EXIT_CODES, build_prompt, write_failure_file
 from pytest_loops.core.state import LoopState, ResumePlan, Step, resume_plan, stop_leftovers
 from pytest_loops.deadline import DeadlineReached
+from pytest_loops.errors import LoopUsageError
 from pytest_loops.limits import write_fresh
 from pytest_loops.results import CheckResult, CommandResult, IterationRecord, LoopResult
 from pytest_loops.runtime.cleanroom import note_failed_tests
-from pytest_loops.spec import Check, LoopSpec, Pipeline
+from pytest_loops.spec import Check, CheckKind, LoopSpec, Pipeline
 from pytest_loops.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -119,7 +122,9 @@ class Engine:
                  hide_env: Sequence[str] = (),
                  sandbox: str | None = None,
                  sandbox_writable: Sequence[str] | None = None,
-                 sandbox_network: bool | None = None) -> None:
+                 sandbox_network: bool | None = None,
+                 grants: Sequence[str] | None = None,
+                 adapter: ctxadapter.AdapterOptions | None = None) -> None:
         if runner is None:
             from pytest_loops.runtime.process import ProcessRunner
 
@@ -155,6 +160,9 @@ class Engine:
             sandbox, sandbox_writable, sandbox_network, self.env)
         self.sandbox: Choice | None = isolation.choose_sandbox(sandbox) if clean_room else None
         self.write_index = write_index
+        # grants given here (the API, --grants) replace the loop's own line; None: the loop's
+        self.grants = None if grants is None else tuple(grants)
+        self.adapter = adapter or ctxadapter.AdapterOptions()
         self.localize = localize
         self.localizer = localizer
         # "PATH: [Errno N] message" for each artifact the last run could not write
@@ -213,6 +221,8 @@ class Engine:
         raises LoopUsageError naming the run that holds it.
         """
         fanout.check_fan_out(spec)  # bad input before anything runs or is written
+        if self.grants is not None and tuple(self.grants) != spec.grants:
+            spec = spec.replace(grants=self.grants, origin={**spec.origin, "grants": "the engine's grants"})
         wall0 = self.wall()
         self.artifact_errors = []
         paths = resolve_paths(spec, artifacts_dir=self.artifacts_dir, log_path=log_path,
@@ -289,7 +299,7 @@ class Engine:
             writable=self.sandbox_writable, network=self.sandbox_network)
         run.header.update({
             "sandbox": isolation.header(self.sandbox),
-            "loop": spec.name, "goal": spec.goal, "source": spec.source,
+            "loop": spec.name, "identity": spec.identity, "goal": spec.goal, "source": spec.source,
             "guards": g.to_dict(), "state_paths": list(spec.state_paths),
             "started_at": _iso(wall0), "cwd": str(workdir), "revise": spec.revise,
             "spec": spec.shown_dict(), "spec_digest": spec.digest(),
@@ -422,6 +432,7 @@ class Engine:
         if ctx.closure_dir is not None:
             self._observe_closure(loop, ctx)
         if not state.decide(*decided):
+            _verify_cannot_start(loop, record)
             state.to(Step.GUARDS)
             measured = loop.fingerprint is not None
             state.measure(record, self._measure(loop) if measured else None, measured)
@@ -572,7 +583,9 @@ class Engine:
         prompt = build_prompt(spec, ctx, failed)
         self._write(failure_file.with_name("prompt.md"),
                     lambda: write_fresh(ctx.prompt_file, prompt))
-        self._write(failure_file.parent, lambda: contextfile.write_context_file(self.pm, spec, ctx, record))
+        answer = self._ask_adapter(loop, ctx, record) if spec.context_adapter else None
+        self._write(failure_file.parent,
+                    lambda: contextfile.write_context_file(self.pm, spec, ctx, record, adapter=answer))
         r0 = self.clock()
         # a read-only file the checks changed is put back before the revise step starts
         record.protected_changes = [v.describe() for v in watch.before_revise()]
@@ -619,6 +632,48 @@ class Engine:
         record.revise_exit = outcome
         return None, ""
 
+    def _ask_adapter(self, loop: _Loop, ctx: LoopContext,
+                     record: IterationRecord) -> ctxadapter.AdapterAnswer:
+        """Run the loop's context adapter (:mod:`pytest_loops.core.ctxadapter`) before this
+        revise step: its answer, and what follows from it in ``ctx.revise_env`` (LOOP_MCP_CONFIG)
+        and the run log. A bad answer is one line there, or (``on_failure == "stop"``) bad input."""
+        spec, options = loop.spec, self.adapter
+        command = str(spec.context_adapter)
+        permissions, notes = ctxadapter.granted(spec.grants, options.own_model)
+        answer = ctxadapter.AdapterAnswer(command=command, notes=notes)
+        request = ctxadapter.build_request(spec, iteration=ctx.iteration, failure_file=ctx.failure_file,
+                                           permissions=permissions, own_model=options.own_model)
+        env = {**self.env, **loop_env(spec, ctx), "LOOP_FAILURE_FILE": str(ctx.failure_file)}
+        left = ctx.time_left()
+        timeout = options.timeout if left is None else max(0.01, min(options.timeout, left))
+        try:
+            answer.payload = ctxadapter.call(command, request, cwd=loop.workdir, env=env, timeout=timeout)
+        except ctxadapter.AdapterFailed as exc:
+            line = f"the context adapter {command!r} gave no usable answer: {exc}"
+            if self.scrub is not None:
+                line = self.scrub(line)
+            if options.on_failure == "stop":
+                raise LoopUsageError(line, location=spec.origin.get("context_adapter") or spec.source,
+                                     fix="fix the adapter, or let the loop go on without it "
+                                         "(context_adapter_failure=skip)") from None
+            answer.error = line
+        servers, more = ctxadapter.mcp_servers(answer.payload, permissions, options)
+        answer.notes += more
+        if servers:
+            path = ctx.iteration_dir / ctxadapter.MCP_CONFIG_NAME
+            text = json.dumps({"mcpServers": servers}, indent=2) + "\n"
+            if self._write(path, lambda: write_fresh(path, self.scrub(text) if self.scrub else text)):
+                answer.mcp_config = path
+                ctx.revise_env["LOOP_MCP_CONFIG"] = str(path)
+        answer.harness_install = ctxadapter.harness_install(answer.payload, permissions)
+        record.context_adapter = {
+            "command": command, "error": answer.error, "notes": list(answer.notes),
+            "mcp_config": str(answer.mcp_config) if answer.mcp_config else None,
+            "mcp_servers": sorted(servers), "harness_install": answer.harness_install,
+            "version": (answer.payload or {}).get("version"),
+        }
+        return answer
+
     def _audit(self, loop: _Loop, ctx: LoopContext, record: IterationRecord,
                failed: list[CheckResult]) -> tuple[Verdict | None, str]:
         """The diff audit over every in-scope file changed since the loop started."""
@@ -658,6 +713,34 @@ class Engine:
             if not result.succeeded:
                 break
         return results
+
+
+_CHECK_ORIGINS = {"command line": "--verify", "environment": "PYTEST_LOOPS_VERIFY"}
+
+
+def _verify_cannot_start(loop: _Loop, record: IterationRecord) -> None:
+    """A check command the shell could not start (126 not executable, 127 not found) in
+    the first iteration, before any revise step: bad input (LoopUsageError, exit 64), so
+    no revise step is paid for against a check that can never pass. Later (after a
+    revise step ran, or in a resumed run) it is an ordinary failed check."""
+    if record.iter != 1 or loop.state.records or loop.plan.revise is not None:
+        return
+    kinds = (CheckKind.COMMAND, CheckKind.FINDS_NOTHING)
+    seeded = set(loop.first_results or ())  # the caller ran those: not a command of ours
+    by_name = {c.name: c for c in loop.spec.checks if c.kind in kinds and not c.hidden and c.name not in seeded}
+    for result in record.checks:
+        check = by_name.get(result.name)
+        if check is None or result.passed or result.timed_out or result.exit_code not in CANNOT_START_EXIT_CODES:
+            continue
+        origin = loop.spec.origin.get("verify", "")
+        what = "not found" if result.exit_code == 127 else "found but not executable"
+        said = [ln.strip() for ln in result.output_tail.splitlines() if ln.strip()]
+        shown = f" ({said[-1][:160]})" if said else ""
+        raise LoopUsageError(
+            f"the check {check.command or check.name!r} cannot run: its shell exited {result.exit_code} "
+            f"({what}){shown} in the first iteration, before any revise step",
+            location=check.source or _CHECK_ORIGINS.get(origin, origin) or loop.spec.source,
+            fix="install the program, give its full path, make it executable, or fix the command")
 
 
 def _exit_of(outcome: Any) -> int | None:

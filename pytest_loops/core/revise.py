@@ -226,4 +226,5 @@ class BuiltinRevise:
             "LOOP_PROMPT_FILE": str(context.prompt_file),
             "LOOP_CONTEXT_FILE": str(context.context_file),
         }
+        env.update(context.revise_env)
         return context.run_command(spec.revise, label="revise", extra_env=env, revise=True)

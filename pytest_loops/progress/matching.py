@@ -214,6 +214,13 @@ class PatternMatcher:
         self._literal_links: set[str] = set()
         self._reexpand = False  # something seen last time must be looked at again
 
+    def matched_files(self) -> list[str]:
+        """The keys of the paths the patterns match now that exist (one listing, no hashing)."""
+        matches: dict[str, str] = {}
+        for pattern in self._patterns:
+            self._expand_pattern(pattern, matches)
+        return sorted(k for k, path in matches.items() if os.path.lexists(path))
+
     def _stop(self) -> None:
         """``should_stop`` answered true: stop (a subclass says how far it got)."""
         raise DeadlineReached(f"while matching the state patterns ({', '.join(self._patterns)})")

@@ -496,7 +496,7 @@ def run_session_loop(session: SessionState) -> LoopResult:
     values = session.settings
     check = Check(CheckKind.HOOK, CHECK_NAME, options={"session_fix": True})
     spec = session.spec_for(SESSION_LOOP_NAME, "make the failing tests pass: " + name_list(session.failed_nodeids),
-                            (check,), values)
+                            (check,), values, anonymous=True)
     from pytest_loops.localization.mapstore import MapStore
     from pytest_loops.pytest_plugin.terminal import live_write
 

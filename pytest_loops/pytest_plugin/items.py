@@ -81,6 +81,11 @@ def not_acted_on(loop_file: Any, found: dict[str, list[Any]]) -> None:
 def file_spec(spec: LoopSpec, settings: Any) -> LoopSpec:
     """A loop from a file with the session's settings filling its gaps."""
     spec = merge_file_spec(spec, settings)
+    from pytest_loops.settings import given_grants
+
+    grants = given_grants(settings)  # given to the session: they replace the file's line
+    if grants is not None:
+        spec = spec.replace(grants=grants, origin={**spec.origin, "grants": settings.origin.get("grants", "")})
     if not spec.state_paths:
         spec = spec.replace(state_paths=(".",))
     return spec

@@ -320,6 +320,10 @@ def pytest_configure(config: pytest.Config) -> None:
                 "environment": "PYTEST_LOOPS_REVISE"}.get(origin, f"{origin}: revise.cmd"))
         choice_value(config, "suspects", SUSPECTS_CHOICES)
         choice_value(config, "audit", AUDIT_CHOICES)
+        if settings.values.get("grants") is not None:  # bad grant names: a usage error before anything runs
+            from pytest_loops.settings import given_grants
+
+            given_grants(settings)
         if settings.values.get("sandbox") not in (None, "auto"):  # a tier asked for by name: here?
             from pytest_loops.core.isolation import choose_sandbox
 

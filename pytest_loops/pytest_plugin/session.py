@@ -31,6 +31,7 @@ from pytest_loops.pytest_plugin.session_hooks import (
 from pytest_loops.pytest_plugin.state import SESSION_LOOP_NAME, SessionState
 from pytest_loops.pytest_plugin.terminal import (
     SETTINGS_PROPERTY,
+    adapter_lines,
     failure_text,
     is_loop_report,
     iteration_line,
@@ -151,7 +152,8 @@ class LoopSession(SessionState):
         line = iteration_line(spec, record)
         if getattr(record, "suspects_note", None):  # localization's cost, or why it was skipped
             line += shown(f", {record.suspects_note}")
-        live_write(self.config, lambda reporter: reporter.write_line(line))
+        lines = [line, *adapter_lines(spec, record)]
+        live_write(self.config, lambda reporter: [reporter.write_line(one) for one in lines])
 
     # -- fix-loops around marked tests ---------------------------------------------------
 

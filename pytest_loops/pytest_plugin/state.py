@@ -26,7 +26,7 @@ from pytest_loops.pytest_plugin.options import (
     usage_exit,
 )
 from pytest_loops.pytest_plugin.terminal import live_write, settings_line
-from pytest_loops.settings import GUARD_KEYS, Resolved, spec_origin
+from pytest_loops.settings import GUARD_KEYS, Resolved, given_grants, spec_origin
 
 if TYPE_CHECKING:
     from pytest_loops.core.engine import Engine
@@ -148,6 +148,8 @@ class SessionState:
         return args
 
     def make_engine(self) -> Engine:
+        from pytest_loops.core.ctxadapter import adapter_options
+
         def exclude_trees(root, patterns, exclude=()):
             from pytest_loops.progress.fingerprint import StateFingerprint
 
@@ -163,12 +165,14 @@ class SessionState:
                            audit=choice_value(self.config, "audit", AUDIT_CHOICES),
                            audit_allow=tuple(option_value(self.config, "audit_allow") or ()),
                            hide_env=[option_value(self.config, "sign_key_env") or ""],
+                           adapter=adapter_options(self.settings.values, self.artifacts_dir),
                            **sandbox_values(self.settings))
 
     def resume_command(self, result: LoopResult) -> str:
         return self.reproduce_command() + " --loop-resume"
 
-    def spec_for(self, name: str, goal: str, checks: tuple[Check, ...], values: Resolved) -> LoopSpec:
+    def spec_for(self, name: str, goal: str, checks: tuple[Check, ...], values: Resolved,
+                 anonymous: bool = False) -> LoopSpec:
         from pytest_loops.spec import Guards, LoopSpec
 
         return LoopSpec(
@@ -178,6 +182,8 @@ class SessionState:
             memory_page=values["lessons_page"], cwd=str(self.rootdir), origin=spec_origin(values),
             no_progress_signal=values["no_progress_signal"], reflexion=bool(values["lessons"]),
             branches=values["branches"], max_parallel=values["max_parallel"], source=name,
+            anonymous=anonymous, context_adapter=values.values.get("context_adapter"),
+            grants=given_grants(values) or (),
         )
 
     def run_loop(self, spec: LoopSpec, **kwargs: Any) -> LoopResult:
@@ -193,6 +199,7 @@ class SessionState:
         except LoopUsageError as exc:
             usage_exit(self.config, str(exc))
         self.announce(spec)
+        self.check_state_paths(spec)
         revises = spec.revise or len(self.config.pluginmanager.hook.pytest_loop_revise.get_hookimpls()) > 1
         if not revises:  # a loop that changes nothing needs no lock
             return self._run(spec, **kwargs)
@@ -204,6 +211,21 @@ class SessionState:
             return self._run(spec, before_start=lock.acquire, **kwargs)
         finally:
             lock.release()
+
+    def check_state_paths(self, spec: LoopSpec) -> None:
+        """A state path that matches no file: a warning line, or (state_unmatched=error) a
+        usage error."""
+        from pytest_loops.runtime.preflight import check_state_paths
+
+        mode = self.settings.values.get("state_unmatched") or "warn"
+        origin = spec.origin.get("state_paths") or "command line"
+        where = {"command line": "--loop-state", "environment": "PYTEST_LOOPS_STATE"}.get(origin, origin)
+        try:
+            line = check_state_paths(spec.state_paths, spec.cwd, mode, where)
+        except LoopUsageError as exc:
+            usage_exit(self.config, str(exc))
+        if line and not self.is_worker:
+            live_write(self.config, lambda reporter: reporter.write_line(f"loop: warning: {line}", yellow=True))
 
     def announce(self, spec: LoopSpec) -> None:
         """The loop's own settings, one line as it starts. An xdist worker's loops are
@@ -224,6 +246,9 @@ class SessionState:
                 result = engine.run(spec, resume_from=self.resume_point(spec), **kwargs)
                 self.artifact_errors += engine.artifact_errors
                 return result
+            except LoopUsageError as exc:  # a check that cannot start, found in the first iteration
+                self.artifact_errors += engine.artifact_errors
+                usage_exit(self.config, str(exc))
             except SystemExit as exc:
                 # the guard turns SIGTERM into SystemExit(143), which pytest would
                 # report as an INTERNALERROR with a traceback and exit 3

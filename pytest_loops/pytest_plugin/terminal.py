@@ -72,6 +72,21 @@ def iteration_line(spec: LoopSpec, record: IterationRecord) -> str:
     return shown(f"[{spec.name}] iter {seen.get('iteration', record.iter)}  {checks}  | " + ", ".join(extras))
 
 
+def adapter_lines(spec: LoopSpec, record: IterationRecord) -> list[str]:
+    """What the context adapter's call before this iteration's revise step says a user should
+    see: a bad answer (one line), what was withheld, and a harness to install (suggested,
+    never run)."""
+    seen = getattr(record, "context_adapter", None) or {}
+    lines = []
+    if seen.get("error"):
+        lines.append(f"[{spec.name}] context adapter: {seen['error']}; the revise step ran without it")
+    lines += [f"[{spec.name}] context adapter: {note}" for note in seen.get("notes") or ()]
+    if seen.get("harness_install"):
+        lines.append(f"[{spec.name}] context adapter suggests (not run; run it yourself if you want it): "
+                     f"{seen['harness_install']}")
+    return [shown(line) for line in lines]
+
+
 def settings_line(spec: LoopSpec) -> str:
     """The settings one loop runs with (a marker or a loop file may set its own), one line."""
     g = spec.guards

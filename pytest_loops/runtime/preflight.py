@@ -14,7 +14,7 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from pytest_loops.errors import LoopUsageError
 
@@ -76,3 +76,36 @@ def check_revise(command: str | None, cwd: str | os.PathLike[str], where: str,
     if why is not None:
         raise LoopUsageError(f"the revise command {command!r} cannot start: {why}", location=where,
                              fix="install it, give its full path, or fix the command")
+
+
+def unmatched_state_paths(patterns: Sequence[str], cwd: str | os.PathLike[str]) -> list[str]:
+    """The state paths (globs) that match no file under ``cwd`` now: edits there would
+    not count as progress. An existing directory counts as matched (it may be empty)."""
+    from pytest_loops.progress.matching import PatternMatcher
+
+    missing = []
+    for pattern in patterns:
+        if not pattern.strip():
+            continue
+        if os.path.isdir(os.path.join(os.fspath(cwd), pattern)):
+            continue
+        try:
+            if not PatternMatcher(cwd, [pattern]).matched_files():
+                missing.append(pattern)
+        except (OSError, ValueError):
+            continue  # the fingerprint says what is wrong with it when the loop runs
+    return missing
+
+
+def check_state_paths(patterns: Sequence[str], cwd: str | os.PathLike[str], mode: str, where: str) -> str | None:
+    """One warning line for the state paths that match no file (None: all match);
+    ``mode == "error"`` (the state_unmatched setting) makes it a LoopUsageError."""
+    missing = unmatched_state_paths(patterns, cwd)
+    if not missing:
+        return None
+    shown = ", ".join(repr(p) for p in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+    message = (f"the state path{'s' if len(missing) > 1 else ''} {shown} match{'' if len(missing) > 1 else 'es'} "
+               f"no file under {os.fspath(cwd)}: changes there are not seen, so real edits count as no progress")
+    if mode == "error":
+        raise LoopUsageError(message, location=where, fix="fix the glob (it is relative to the working directory)")
+    return f"{where}: {message}"

@@ -172,6 +172,7 @@ class FileDraft:
             "escalate_after": pick("escalate_after", DEFAULT_ESCALATE_AFTER, "guards.escalate_after"),
         }
         revise = pick("revise", None)
+        context_adapter = pick("context_adapter", None)
         memory_page = pick("lessons_page", None, "memory_page")
         escalate_when_blocked = pick("escalate_when_blocked", False)
         scope = pick("scope", [])
@@ -215,7 +216,7 @@ class FileDraft:
                 memory_page=memory_page, cwd=self.cwd, stop_message=stop_message,
                 escalate_when_blocked=bool(escalate_when_blocked), look_at=tuple(look_at),
                 protect=tuple(protect), scope=tuple(scope), grants=tuple(grants), ignored=tuple(body.ignored),
-                no_progress_signal=no_progress_signal, **counts,
+                no_progress_signal=no_progress_signal, context_adapter=context_adapter, **counts,
                 origin=origin, source=self.where(body.header), watch=watch_conf,
             )
         except LoopUsageError as exc:  # values are validated above; this is a last line of defence

@@ -139,6 +139,7 @@ _SAME_FAILURE = _re(r"stop\s+when\s+the\s+same\s+failure\s+repeats\b(.*)$")
 _SIGNAL = _re(r"no\s+progress\s+signal\s*:(.*)$")
 _COUNT_TRIES = _re(r"\s*(?:for\s+)?(\S+)\s+(?:tries|try|iterations?)\s*$")
 _REVISE = _re(r"revise\s+with\b\s*:?(.*)$")
+_ADAPTER = _re(r"context\s+adapter\s*:(.*)$")
 _LISTS = _re(r"(protect|scope|watch)\s*:(.*)$")
 
 _PASS_COND = _re(r"it\s+passes(?:\s+and\s+(?:the\s+)?goal\s+is\s+met)?$")
@@ -635,6 +636,14 @@ class _Parser(FileDraft):
                 raise self.error("`revise with` has no command", line,
                                  fix='write `revise with "python fix.py"`')
             body.settings["revise"] = Setting(command, self.where(line))
+            return True
+        m = _ADAPTER.match(text)
+        if m:
+            command = self.quoted_or_bare(line, m.group(1), m.start(1))
+            if not command:
+                raise self.error("`context adapter:` has no command", line,
+                                 fix='write `context adapter: "python -m ctx.adapters.loopflow"`')
+            body.settings["context_adapter"] = Setting(command, self.where(line))
             return True
         m = _LISTS.match(text)
         if m:

@@ -331,6 +331,8 @@ class _Reader:
         checks = self.checks(body, keypath)
         revise = self.string(body, "revise", f"{keypath}.revise")
         note("revise")
+        context_adapter = self.string(body, "context_adapter", f"{keypath}.context_adapter")
+        note("context_adapter")
         page_key = self.spelling(body, "lessons_page")  # the new key wins
         memory = self.string(body, page_key, f"{keypath}.{page_key}")
         note(page_key, "memory_page")
@@ -369,7 +371,7 @@ class _Reader:
             escalate_when_blocked=blocked, look_at=tuple(lists["look_at"]),
             protect=tuple(lists["protect"]), scope=tuple(lists["scope"]), grants=tuple(grants), origin=origin,
             source=self.where(mark), branches=counts.get("branches", 1),
-            max_parallel=counts.get("max_parallel", 0),
+            max_parallel=counts.get("max_parallel", 0), context_adapter=context_adapter,
         )
 
     def guards(self, body: dict[Any, Any], keypath: str, origin: dict[str, str]) -> Guards:
