@@ -35,6 +35,7 @@ from pytest_loops.errors import LoopUsageError
 from pytest_loops.limits import short_repr
 
 ON_OFF = ("on", "off")
+REVISE_OUTPUTS = ("status", "stream", "quiet")
 MAX_BRANCHES = 32
 TAKES_VALUE = object()  # an alias flag that takes the setting's value (not a constant)
 
@@ -287,6 +288,18 @@ SETTINGS: tuple[Setting, ...] = (
     _guard_row("escalate_after", "hand a loop to a human after N failed iterations; 0 = off (default)",
                "int", DEFAULT_ESCALATE_AFTER, "an integer >= 0 (0 turns it off)", "N", "5",
                "escalate after 4 tries", config_key="guards.escalate_after_iter"),
+    _guard_row("max_cost", "stop a loop TIMEOUT once its revise steps have spent this many US dollars, as they "
+               "report it (agent presets, LOOP_USAGE_FILE); checked after every revise step; 0 = off (default)",
+               "number", 0.0, "an amount in US dollars >= 0 (0 turns it off)", "USD", "2.5", "max cost: $5"),
+    _guard_row("max_tokens", "stop a loop TIMEOUT once its revise steps have used this many tokens (input + "
+               "output), as they report it; checked after every revise step; 0 = off (default)", "int", 0,
+               "an integer >= 0 (0 turns it off)", "N", "200000", "max tokens: 200000"),
+    Setting("revise_output", "what the terminal shows while a revise step runs: 'status' (default: a line that "
+            "updates on a terminal, else a heartbeat line every 10 seconds, with the time, files changed, the "
+            "agent's last line and cost so far), 'stream' (the agent's output as it comes, masked) or 'quiet'",
+            "choice", "status", choices=REVISE_OUTPUTS, valid=", ".join(REVISE_OUTPUTS),
+            run_flag="--revise-output", option="--loop-revise-output", ini="loop_revise_output",
+            env="PYTEST_LOOPS_REVISE_OUTPUT", sample="stream"),
     Setting("no_progress_signal", "what no-progress watches: 'state' (default: the state paths), 'failure' "
             "(the same failure K times in a row, even when files changed) or 'both'", "choice", "state",
             choices=NO_PROGRESS_SIGNALS, valid=", ".join(NO_PROGRESS_SIGNALS),

@@ -170,7 +170,21 @@ def summarize(result: LoopResult) -> dict[str, Any]:
         "elapsed_s": round(result.elapsed_s, 6),
         "artifacts": dict(result.artifacts),
         "iterations": [r.to_dict() for r in result.iterations],
+        **usage_summary(result.iterations),
     }
+
+
+def usage_summary(iterations: Iterable[Any]) -> dict[str, Any]:
+    """``{"usage": {cost_usd, input_tokens, output_tokens, tokens}}``: what the loop's revise
+    steps reported spending, summed; {} when none reported anything."""
+    from pytest_loops.core.usage import of_record, total
+
+    spent = total(of_record(r) for r in iterations)
+    if spent.cost_usd is None and spent.tokens is None:
+        return {}
+    data = {k: v for k, v in spent.to_dict().items() if k != "session_id"}
+    data["tokens"] = spent.tokens
+    return {"usage": data}
 
 
 class LessonsWriter:

@@ -41,6 +41,7 @@ PROG = "pytest-loops"
 DEFAULT_CONFIG = Path("harness") / "loop-runner.config.yaml"
 
 hookimpl = pluggy.HookimplMarker("pytest")
+USAGE_VARIABLE = "LOOP_USAGE_FILE"
 
 
 class _Spelled(argparse.Action):
@@ -206,6 +207,9 @@ class _LivePrinter:
     @hookimpl
     def pytest_loop_iteration_finished(self, spec: LoopSpec, record: Any) -> None:
         _say(iteration_line(spec, record), self.stream)
+        if getattr(record, "usage_warning", None):
+            _say(f"{PROG}: warning: {USAGE_VARIABLE} {record.usage_warning}; the figures of iteration "
+                 f"{record.iter} are not counted", sys.stderr)
 
 
 def _say(text: str, stream) -> None:

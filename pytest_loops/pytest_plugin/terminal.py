@@ -67,9 +67,28 @@ def iteration_line(spec: LoopSpec, record: IterationRecord) -> str:
         extras.append(f"escalate {seen['escalate_after']}")
     if record.revise_exit is not None:
         extras.append(f"revise exit {record.revise_exit}")
+    if "cost_usd" in seen:
+        extras.append(f"cost {_of_cap(seen['cost_usd'], _money)}")
+    if "tokens" in seen:
+        extras.append(f"tokens {_of_cap(seen['tokens'], lambda n: f'{int(n):,}')}")
     if record.guard:
         extras.append(f"stop: {record.guard}")
     return shown(f"[{spec.name}] iter {seen.get('iteration', record.iter)}  {checks}  | " + ", ".join(extras))
+
+
+def _money(value: float) -> str:
+    return f"${value:.4f}" if value < 1 else f"${value:,.2f}"
+
+
+def _of_cap(value: Any, shown: Any) -> str:
+    """``$1.50`` or, beside a cap (the run log's ``"1.5/5"``), ``$1.50 of $5.00``."""
+    try:
+        if isinstance(value, str) and "/" in value:
+            spent, cap = value.split("/", 1)
+            return f"{shown(float(spent))} of {shown(float(cap))}"
+        return str(shown(float(value)))
+    except (TypeError, ValueError):
+        return str(value)
 
 
 def settings_line(spec: LoopSpec) -> str:
