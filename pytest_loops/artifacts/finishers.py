@@ -315,13 +315,14 @@ def make_engine(*, plugins: Iterable[object | str] = (), artifacts: ArtifactOpti
     """An :class:`~pytest_loops.core.engine.Engine` with the built-in writers and
     localization: ``kwargs`` go to the engine; ``plugin_manager`` (default: a new
     one with ``plugins``) gets the writers for ``artifacts`` registered."""
+    from pytest_loops.agents import register_agents
     from pytest_loops.core.engine import Engine
     from pytest_loops.core.pluginmanager import make_plugin_manager
     from pytest_loops.localization.localize import Localizer
 
     pm = kwargs.pop("plugin_manager", None) or make_plugin_manager(plugins, entry_points=False)
     kwargs.setdefault("localizer", Localizer())
-    return Engine(plugin_manager=register_writers(pm, artifacts), **kwargs)
+    return Engine(plugin_manager=register_writers(register_agents(pm), artifacts), **kwargs)
 
 
 

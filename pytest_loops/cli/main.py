@@ -434,11 +434,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.tine is not False:
         check_output_path(_tine_path(args), "--tine", kind=TINE)
     if not args.plugins:  # a plugin's pytest_loop_revise may stand in for the command
+        from pytest_loops.agents import program_to_check
         from pytest_loops.runtime.preflight import check_revise
 
         origin = spec.origin.get("revise", "")
-        check_revise(spec.revise, spec.cwd, {"command line": "--revise", "environment": "PYTEST_LOOPS_REVISE"}.get(
-            origin, f"{origin}: revise.cmd"))
+        where = {"command line": "--revise", "environment": "PYTEST_LOOPS_REVISE"}.get(origin, f"{origin}: revise.cmd")
+        check_revise(program_to_check(spec.revise), spec.cwd, where)
     options = artifact_options(args, ["--cwd", spec.cwd])
     writers(options)  # a bad signing key is bad input before anything runs
     out = sys.stdout

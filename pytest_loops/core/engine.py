@@ -45,8 +45,7 @@ from pytest_loops.core.context import (
 from pytest_loops.core.pluginmanager import make_plugin_manager
 from pytest_loops.core.revise import CANNOT_START_EXIT_CODES, build_prompt, write_failure_file
 from pytest_loops.core.state import LoopState, ResumePlan, Step, resume_plan, stop_leftovers
-from pytest_loops.core.usage import Usage, money, of_record, read_usage
-from pytest_loops.core.usage import total as usage_total
+from pytest_loops.core.usage import record_usage, spent_guard, spent_seen
 from pytest_loops.deadline import DeadlineReached
 from pytest_loops.limits import write_fresh
 from pytest_loops.results import CheckResult, CommandResult, IterationRecord, LoopResult
@@ -482,13 +481,7 @@ class Engine:
         state = loop.state
         record.guards_seen = guards.seen(loop.spec, record, state.iteration, self.clock() - loop.t0,
                                                loop.fingerprint is not None)
-        spent = usage_total(of_record(r) for r in [*state.records, record])
-        g = loop.spec.guards
-        if spent.cost_usd is not None or g.max_cost:  # the loop's spend so far, beside its cap
-            record.guards_seen["cost_usd"] = (f"{spent.cost_usd or 0:.6g}/{g.max_cost:g}" if g.max_cost
-                                              else round(spent.cost_usd or 0, 6))
-        if spent.tokens is not None or g.max_tokens:
-            record.guards_seen["tokens"] = f"{spent.tokens or 0}/{g.max_tokens}" if g.max_tokens else spent.tokens
+        record.guards_seen.update(spent_seen(loop.spec.guards, [*state.records, record]))
         record.duration_s = self.clock() - it0
         record.elapsed_s = self.clock() - loop.t0
         state.records.append(record)
@@ -548,40 +541,8 @@ class Engine:
         """The revise step, then the money and token guards on what the loop has spent."""
         verdict, why = self._revise_step(loop, ctx, record, failed)
         if verdict is None and record.revise_duration_s is not None:
-            verdict, why = self._spent(loop, record)
+            verdict, why = spent_guard(loop.spec.guards, [*loop.state.records, record], record)
         return verdict, why
-
-    def _usage(self, ctx: LoopContext, record: IterationRecord) -> None:
-        """What this revise step reported spending (its candidates' files too) into the record."""
-        if ctx.usage_dir is None:
-            return
-        found: list[Usage] = []
-        for path in sorted(ctx.usage_dir.glob(f"*iter-{record.iter:03d}.json")):
-            usage, warning = read_usage(path)
-            if warning:
-                record.usage_warning = warning
-            if usage is not None:
-                found.append(usage)
-        spent = usage_total(found)
-        record.cost_usd, record.input_tokens, record.output_tokens = (
-            spent.cost_usd, spent.input_tokens, spent.output_tokens)
-        record.session_id = spent.session_id
-
-    def _spent(self, loop: _Loop, record: IterationRecord) -> tuple[Verdict | None, str]:
-        """max_cost and max_tokens, checked after every revise step (a resumed run's spend counts)."""
-        g = loop.spec.guards
-        if not g.max_cost and not g.max_tokens:
-            return None, ""
-        spent = usage_total(of_record(r) for r in [*loop.state.records, record])
-        if g.max_cost and spent.cost_usd is not None and spent.cost_usd >= g.max_cost:
-            record.guard = "max_cost"
-            return Verdict.TIMEOUT, (f"max_cost of {money(g.max_cost)} reached: the revise steps have spent "
-                                     f"{money(spent.cost_usd)} after iteration {record.iter}")
-        if g.max_tokens and spent.tokens is not None and spent.tokens >= g.max_tokens:
-            record.guard = "max_tokens"
-            return Verdict.TIMEOUT, (f"max_tokens of {g.max_tokens:,} reached: the revise steps have used "
-                                     f"{spent.tokens:,} tokens after iteration {record.iter}")
-        return None, ""
 
     def _revise_step(self, loop: _Loop, ctx: LoopContext, record: IterationRecord,
                      failed: list[CheckResult]) -> tuple[Verdict | None, str]:
@@ -611,7 +572,7 @@ class Engine:
         self.pm.hook.pytest_loop_revise_started(spec=spec, run=loop.run, record=record)
         outcome = fanout.revise_outcome(self.pm, spec, ctx, record, watch, self._run_check)
         record.revise_duration_s = self.clock() - r0
-        self._usage(ctx, record)
+        record_usage(ctx.usage_dir, record)
         self.pm.hook.pytest_loop_revise_finished(spec=spec, run=loop.run, record=record,
                                                  exit_code=_exit_of(outcome))
         passed = watch.after_revise()

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_loops.verdict import Verdict
+
 USAGE_VARIABLE = "LOOP_USAGE_FILE"
 MAX_USAGE_BYTES = 64 << 10  # a usage file is a few lines: past this it is not one
 SHAPE = '{"cost_usd": 0.01, "input_tokens": 100, "output_tokens": 20, "session_id": "..."}'
@@ -160,3 +162,51 @@ def describe(usage: Usage) -> str:
 
 def money(value: float) -> str:
     return f"${value:.4f}" if value < 1 else f"${value:,.2f}"
+
+
+# -- what the engine does with it ------------------------------------------------------------
+
+
+def record_usage(usage_dir: Path | None, record: Any) -> None:
+    """What one iteration's revise step (and its fan-out candidates) reported, into ``record``."""
+    if usage_dir is None:
+        return
+    found: list[Usage] = []
+    for path in sorted(usage_dir.glob(f"*iter-{record.iter:03d}.json")):
+        usage, warning = read_usage(path)
+        if warning:
+            record.usage_warning = warning
+        if usage is not None:
+            found.append(usage)
+    spent = total(found)
+    record.cost_usd, record.input_tokens, record.output_tokens = spent.cost_usd, spent.input_tokens, spent.output_tokens
+    record.session_id = spent.session_id
+
+
+def spent_seen(guards: Any, records: Iterable[Any]) -> dict[str, Any]:
+    """The run log's ``guards_seen`` entries: the loop's spend so far (``spent/cap`` with a cap)."""
+    spent = total(of_record(r) for r in records)
+    seen: dict[str, Any] = {}
+    if spent.cost_usd is not None or guards.max_cost:
+        seen["cost_usd"] = (f"{spent.cost_usd or 0:.6g}/{guards.max_cost:g}" if guards.max_cost
+                            else round(spent.cost_usd or 0, 6))
+    if spent.tokens is not None or guards.max_tokens:
+        seen["tokens"] = f"{spent.tokens or 0}/{guards.max_tokens}" if guards.max_tokens else spent.tokens
+    return seen
+
+
+def spent_guard(guards: Any, records: Iterable[Any], record: Any) -> tuple[Any, str]:
+    """max_cost and max_tokens over everything the loop's revise steps reported (a resumed
+    run's iterations too): (TIMEOUT, its reason) once one is reached, else (None, "")."""
+    if not guards.max_cost and not guards.max_tokens:
+        return None, ""
+    spent = total(of_record(r) for r in records)
+    if guards.max_cost and spent.cost_usd is not None and spent.cost_usd >= guards.max_cost:
+        record.guard = "max_cost"
+        return Verdict.TIMEOUT, (f"max_cost of {money(guards.max_cost)} reached: the revise steps have spent "
+                                 f"{money(spent.cost_usd)} after iteration {record.iter}")
+    if guards.max_tokens and spent.tokens is not None and spent.tokens >= guards.max_tokens:
+        record.guard = "max_tokens"
+        return Verdict.TIMEOUT, (f"max_tokens of {guards.max_tokens:,} reached: the revise steps have used "
+                                 f"{spent.tokens:,} tokens after iteration {record.iter}")
+    return None, ""

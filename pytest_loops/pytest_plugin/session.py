@@ -175,9 +175,10 @@ class LoopSession(SessionState):
             try:
                 layer = marker_layer(marker, item.nodeid)
                 if layer.get("revise"):
+                    from pytest_loops.agents import program_to_check
                     from pytest_loops.runtime.preflight import check_revise
 
-                    check_revise(layer["revise"], self.rootdir,
+                    check_revise(program_to_check(layer["revise"]), self.rootdir,
                                  f"{item.nodeid}: @pytest.mark.loop(revise=...)")
             except LoopUsageError as exc:
                 self._usage_at_collection(str(exc), items)
