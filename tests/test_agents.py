@@ -201,3 +201,41 @@ def test_the_commands_continue_a_session_with_a_quoted_id():
     assert " resume abc " in CodexCLI().command("abc")
     assert Aider().command("x").endswith("--restore-chat-history") and "--restore" not in Aider().command(None)
     assert "--resume" not in GeminiCLI().command(None)
+
+
+# -- the figures everywhere a run is read ---------------------------------------------------------------
+
+
+def test_cost_reaches_show_the_tine_the_report_and_the_mcp_answers(cli, tmp_path, project):
+    from opentine import Run
+
+    from pytest_loops.artifacts.tineread import load_tine_summary
+    from pytest_loops.cli.runsdir import RunsDir
+
+    proc, log, _ = run_agent(cli, tmp_path, project, "claude", "--max-iter", "4")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    shown = cli("show", str(tmp_path / "run.json"))
+    assert "spent: $1.00, 380 tokens (300 in, 80 out)" in shown.stdout, shown.stdout
+    assert "cost/tokens" in shown.stdout and "$0.5000 190t" in shown.stdout
+    # the .tine: the figures in each iteration step (inside the digest) and opentine's cost fields
+    tine = tmp_path / "run.tine"
+    summary = load_tine_summary(tine)
+    assert summary["usage"] == {"cost_usd": 1.0, "input_tokens": 300, "output_tokens": 80, "tokens": 380}
+    assert [it.get("cost_usd") for it in summary["iterations"]] == [0.5, 0.5, None]
+    assert summary["iterations"][0]["session_id"] == "claude-session-1"
+    steps = [s for s in Run.load(tine).steps if (s.tool_info or {}).get("name") == "iteration"]
+    assert [s.cost for s in steps] == [0.5, 0.5, 0.0]
+    assert cli("show", str(tine)).stdout.count("spent: $1.00") == 1
+    # the HTML report
+    report = tmp_path / "report.html"
+    made = cli("report", str(tmp_path), "-o", str(report))
+    assert made.returncode == 0, made.stderr
+    html = report.read_text()
+    assert "<th>Spent</th>" in html and "$1.00, 380 tokens" in html and "<th>spent</th>" in html
+    # the MCP answers (the same functions the server's tools call)
+    runs = RunsDir(tmp_path)
+    assert runs.show_run("run.json")["usage"]["cost_usd"] == 1.0
+    listed = runs.list_runs()["runs"][0]
+    assert listed["usage"]["tokens"] == 380
+    trajectory = runs.show_trajectory("run.json")["trajectory"]
+    assert trajectory[0]["cost_usd"] == 0.5 and trajectory[0]["session_id"] == "claude-session-1"

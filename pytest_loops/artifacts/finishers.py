@@ -24,6 +24,7 @@ import pluggy
 
 from pytest_loops.artifacts.provenance import MIN_HMAC_KEY_BYTES
 from pytest_loops.core.context import LoopRun
+from pytest_loops.core.usage import usage_summary
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.results import CheckResult, IterationRecord, LoopResult
 from pytest_loops.spec import LoopSpec
@@ -170,21 +171,8 @@ def summarize(result: LoopResult) -> dict[str, Any]:
         "elapsed_s": round(result.elapsed_s, 6),
         "artifacts": dict(result.artifacts),
         "iterations": [r.to_dict() for r in result.iterations],
-        **usage_summary(result.iterations),
+        **usage_summary(result.iterations),  # the loop's spend: {} when nothing was reported
     }
-
-
-def usage_summary(iterations: Iterable[Any]) -> dict[str, Any]:
-    """``{"usage": {cost_usd, input_tokens, output_tokens, tokens}}``: what the loop's revise
-    steps reported spending, summed; {} when none reported anything."""
-    from pytest_loops.core.usage import of_record, total
-
-    spent = total(of_record(r) for r in iterations)
-    if spent.cost_usd is None and spent.tokens is None:
-        return {}
-    data = {k: v for k, v in spent.to_dict().items() if k != "session_id"}
-    data["tokens"] = spent.tokens
-    return {"usage": data}
 
 
 class LessonsWriter:

@@ -164,6 +164,18 @@ def money(value: float) -> str:
     return f"${value:.4f}" if value < 1 else f"${value:,.2f}"
 
 
+def usage_summary(iterations: Iterable[Any]) -> dict[str, Any]:
+    """``{"usage": {cost_usd, input_tokens, output_tokens, tokens}}``: what a loop's revise
+    steps reported spending, summed (the run log's summary, the ``.tine``'s done step);
+    {} when none reported anything."""
+    spent = total(of_record(r) for r in iterations)
+    if spent.cost_usd is None and spent.tokens is None:
+        return {}
+    data: dict[str, Any] = {k: v for k, v in spent.to_dict().items() if k != "session_id"}
+    data["tokens"] = spent.tokens
+    return {"usage": data}
+
+
 # -- what the engine does with it ------------------------------------------------------------
 
 
