@@ -260,14 +260,14 @@ class Setting:
 
 def _guard_row(name: str, help_text: str, kind: str, default: Any, valid: str, metavar: str,
                sample: str, loop_line: str, config_key: str | None = None,
-               aliases: tuple[str, ...] = ()) -> Setting:
+               aliases: tuple[str, ...] = (), reproduce: str = "always") -> Setting:
     flag = name.replace("_", "-")
     return Setting(
         name=name, help=help_text, kind=kind, default=default, valid=valid, metavar=metavar,
         run_flag=f"--{flag}", option=f"--loop-{flag}", ini=f"loop_{name}",
         env=f"PYTEST_LOOPS_{name.upper()}", marker=name, yaml_key=f"guards.{name}", yaml_aliases=aliases,
         config_key=config_key or f"guards.{name}", loop_line=loop_line, sample=sample,
-        reproduce="always", origin_key=f"guards.{name}", guard=True)
+        reproduce=reproduce, origin_key=f"guards.{name}", guard=True)
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -290,10 +290,11 @@ SETTINGS: tuple[Setting, ...] = (
                "escalate after 4 tries", config_key="guards.escalate_after_iter"),
     _guard_row("max_cost", "stop a loop TIMEOUT once its revise steps have spent this many US dollars, as they "
                "report it (agent presets, LOOP_USAGE_FILE); checked after every revise step; 0 = off (default)",
-               "number", 0.0, "an amount in US dollars >= 0 (0 turns it off)", "USD", "2.5", "max cost: $5"),
+               "number", 0.0, "an amount in US dollars >= 0 (0 turns it off)", "USD", "2.5", "max cost: $5",
+               reproduce="changed"),
     _guard_row("max_tokens", "stop a loop TIMEOUT once its revise steps have used this many tokens (input + "
                "output), as they report it; checked after every revise step; 0 = off (default)", "int", 0,
-               "an integer >= 0 (0 turns it off)", "N", "200000", "max tokens: 200000"),
+               "an integer >= 0 (0 turns it off)", "N", "200000", "max tokens: 200000", reproduce="changed"),
     Setting("revise_output", "what the terminal shows while a revise step runs: 'status' (default: a line that "
             "updates on a terminal, else a heartbeat line every 10 seconds, with the time, files changed, the "
             "agent's last line and cost so far), 'stream' (the agent's output as it comes, masked) or 'quiet'",

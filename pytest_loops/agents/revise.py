@@ -48,6 +48,13 @@ class AgentRevise:
                     context.artifact_error(str(context.usage_file), exc)
         return result
 
+    @hookimpl
+    def pytest_loop_revise_line(self, spec: LoopSpec, line: str) -> str | None:
+        agent = find_agent(spec.revise)
+        if agent is None:
+            return None
+        return agent.progress(line) or ""
+
 
 def previous_session(context: LoopContext) -> str | None:
     """The session the previous iteration's agent reported: continued, except by a fan-out

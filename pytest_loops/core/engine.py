@@ -570,7 +570,8 @@ class Engine:
         # the iteration so far (verify, guards): a run killed during the revise step
         # resumes by running it again, not by verifying this iteration twice
         self.pm.hook.pytest_loop_revise_started(spec=spec, run=loop.run, record=record)
-        outcome = fanout.revise_outcome(self.pm, spec, ctx, record, watch, self._run_check)
+        with self._watching(loop, ctx, record):
+            outcome = fanout.revise_outcome(self.pm, spec, ctx, record, watch, self._run_check)
         record.revise_duration_s = self.clock() - r0
         record_usage(ctx.usage_dir, record)
         self.pm.hook.pytest_loop_revise_finished(spec=spec, run=loop.run, record=record,
@@ -610,6 +611,21 @@ class Engine:
                             "a CommandResult or None")
         record.revise_exit = outcome
         return None, ""
+
+    def _watching(self, loop: _Loop, ctx: LoopContext, record: IterationRecord) -> Any:
+        """The live view of the revise step (:mod:`pytest_loops.core.live`), when anything shows it."""
+        hook = self.pm.hook
+        if not hook.pytest_loop_revise_progress.get_hookimpls():
+            return contextlib.nullcontext()
+        from pytest_loops.core.live import ReviseWatcher
+
+        spec, run = loop.spec, loop.run
+        return ReviseWatcher(
+            lambda progress: hook.pytest_loop_revise_progress(spec=spec, run=run, record=record, progress=progress),
+            iteration=record.iter, iteration_dir=ctx.iteration_dir, workdir=loop.workdir,
+            exclude=[loop.paths.artifacts_dir, loop.paths.run_dir], usage_dir=ctx.usage_dir,
+            prior=loop.state.records, scrub=self.scrub,
+            describe=lambda line: hook.pytest_loop_revise_line(spec=spec, line=line))
 
     def _audit(self, loop: _Loop, ctx: LoopContext, record: IterationRecord,
                failed: list[CheckResult]) -> tuple[Verdict | None, str]:

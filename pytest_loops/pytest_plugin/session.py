@@ -14,6 +14,7 @@ import pytest
 
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.pytest_plugin.options import (
+    choice_value,
     is_usage_exit,
     marker_layer,
     option_value,
@@ -31,6 +32,7 @@ from pytest_loops.pytest_plugin.session_hooks import (
 from pytest_loops.pytest_plugin.state import SESSION_LOOP_NAME, SessionState
 from pytest_loops.pytest_plugin.terminal import (
     SETTINGS_PROPERTY,
+    ReviseView,
     failure_text,
     is_loop_report,
     iteration_line,
@@ -38,8 +40,9 @@ from pytest_loops.pytest_plugin.terminal import (
     loop_properties,
     shown,
     summary_rows,
+    verify_line,
 )
-from pytest_loops.settings import GUARD_KEYS
+from pytest_loops.settings import GUARD_KEYS, REVISE_OUTPUTS
 from pytest_loops.verdict import EXIT_INTERNAL, EXIT_USAGE, Verdict
 
 if TYPE_CHECKING:
@@ -149,6 +152,27 @@ class LoopSession(SessionState):
         if getattr(record, "suspects_note", None):  # localization's cost, or why it was skipped
             line += shown(f", {record.suspects_note}")
         live_write(self.config, lambda reporter: reporter.write_line(line))
+
+    @pytest.hookimpl
+    def pytest_loop_revise_started(self, spec: LoopSpec, record: Any) -> None:
+        """The checks' result, before the revise step runs (it may take minutes)."""
+        if self.is_worker:
+            return
+        line = verify_line(spec, record)
+        live_write(self.config, lambda reporter: reporter.write_line(line))
+
+    @pytest.hookimpl
+    def pytest_loop_revise_progress(self, spec: LoopSpec, progress: Any) -> None:
+        if self.is_worker:
+            return
+        if self.revise_view is None:
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            tty = reporter is not None and getattr(getattr(reporter, "_tw", None), "hasmarkup", False)
+            self.revise_view = ReviseView(
+                choice_value(self.config, "revise_output", REVISE_OUTPUTS),
+                lambda text: live_write(self.config, lambda r: r.write_line(text)),
+                (lambda text: _rewrite(self.config, text)) if tty else None)
+        self.revise_view.show(spec, progress)
 
     # -- fix-loops around marked tests ---------------------------------------------------
 
@@ -484,3 +508,16 @@ class LoopSession(SessionState):
                 continue
         path = Path(target)
         return write_html_report(runs, path if path.is_absolute() else Path(self.config.invocation_params.dir) / path)
+
+
+def _rewrite(config: pytest.Config, text: str) -> None:
+    """The revise step's status line, rewritten in place on a terminal ("": cleared)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    if capman is None:
+        reporter.rewrite(text, erase=True)
+        return
+    with capman.global_and_fixture_disabled():
+        reporter.rewrite(text, erase=True)

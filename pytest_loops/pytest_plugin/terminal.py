@@ -91,6 +91,50 @@ def _of_cap(value: Any, shown: Any) -> str:
         return str(value)
 
 
+def verify_line(spec: LoopSpec, record: IterationRecord) -> str:
+    """The iteration's checks, printed when they are done and before the revise step starts."""
+    checks = "  ".join(f"{'PASS' if c.passed else 'FAIL'} {c.name} ({c.duration_s:.2f}s)" for c in record.checks)
+    return shown(f"[{spec.name}] checks of iteration {record.iter}: {checks}  | revising...")
+
+
+class ReviseView:
+    """What a terminal shows of a running revise step, by ``revise_output``: ``status`` (a line
+    rewritten in place on a terminal, else a heartbeat line at least every
+    :data:`pytest_loops.core.live.HEARTBEAT_SECONDS`), ``stream`` (the output's lines as they
+    come) or ``quiet``. ``line(text)`` prints a line; ``rewrite(text)`` rewrites the current
+    one (a terminal; None: none)."""
+
+    def __init__(self, mode: str, line: Any, rewrite: Any = None) -> None:
+        self.mode = mode
+        self.line = line
+        self.rewrite = rewrite
+        self.beats: dict[tuple[str, int], float] = {}  # (loop, iteration) -> elapsed at the last line
+
+    def show(self, spec: LoopSpec, progress: Any) -> None:
+        if self.mode == "quiet":
+            return
+        if self.mode == "stream":
+            for text in progress.new_lines:
+                self.line(shown(f"[{spec.name}] revise| {text}"))
+            return
+        from pytest_loops.core import live
+
+        key = (spec.name, progress.iteration)
+        if self.rewrite is not None:
+            if progress.final:
+                self.beats.pop(key, None)
+                self.rewrite("")
+            elif progress.elapsed_s - self.beats.get(key, -1.0) >= 1.0:
+                self.beats[key] = progress.elapsed_s
+                self.rewrite(shown(progress.status(spec.name)))
+            return
+        if progress.final:
+            self.beats.pop(key, None)
+        elif progress.elapsed_s - self.beats.get(key, 0.0) >= live.HEARTBEAT_SECONDS:
+            self.beats[key] = progress.elapsed_s
+            self.line(shown(progress.status(spec.name)))
+
+
 def settings_line(spec: LoopSpec) -> str:
     """The settings one loop runs with (a marker or a loop file may set its own), one line."""
     g = spec.guards
