@@ -166,3 +166,42 @@ def test_a_bad_max_cost_flag_is_64(cli, work):
     proc, _ = run(cli, work, "--verify", "true", "--max-cost", "lots")
     assert proc.returncode == 64
     assert "--max-cost" in proc.stderr and "'lots' is not a valid max_cost" in proc.stderr
+
+
+# -- end to end: pytest ------------------------------------------------------------------------
+
+
+SPEND = ("import json, os\n"
+         "json.dump({'cost_usd': 0.4, 'input_tokens': 100, 'output_tokens': 10}, open(os.environ['LOOP_USAGE_FILE'], 'w'))\n")
+
+
+@pytest.mark.parametrize("how", ["option", "marker"])
+def test_pytest_loops_stop_on_max_cost_with_the_budget_verdict(pytester, how):
+    pytester.makepyfile(spend=SPEND)
+    marker = "@pytest.mark.loop(revise='python spend.py', max_iter=6" + (", max_cost=0.75)" if how == "marker" else ")")
+    pytester.makepyfile(test_calc=f"import pytest\n\n\n{marker}\ndef test_add():\n    assert 1 == 2\n")
+    args = ["--loop", "--loop-exitcode=verdict", "-p", "no:cacheprovider"]
+    if how == "option":
+        args.append("--loop-max-cost=0.75")
+    result = pytester.runpytest_subprocess(*args)
+    out = result.stdout.str()
+    assert result.ret == 3, out
+    assert "max_cost of $0.7500 reached: the revise steps have spent $0.8000 after iteration 2" in out
+    logs = sorted((pytester.path / ".pytest-loops" / "runs").glob("*.json"))
+    log = load_runlog(logs[-1])
+    assert log["usage"] == {"cost_usd": 0.8, "input_tokens": 200, "output_tokens": 20, "tokens": 220}
+
+
+def test_a_loop_file_runs_a_preset_with_a_cost_cap(cli, tmp_path):
+    from agent_fakes import install, path_with
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "fix.loop").write_text('loop "fix":\n  goal: make fixed exist\n  done when "test -f fixed" passes\n'
+                                   "  revise with claude\n  max cost: $0.75\n")
+    install(tmp_path / "bin", "claude")
+    proc = cli("run", "fix", cwd=work,
+               env={"PATH": path_with(tmp_path / "bin"), "FAKE_AGENT_LOG": str(tmp_path / "calls.jsonl"),
+                    "FAKE_FIX_AT": "9"})
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "max_cost of $0.7500 reached" in proc.stdout
