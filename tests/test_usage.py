@@ -172,7 +172,8 @@ def test_a_bad_max_cost_flag_is_64(cli, work):
 
 
 SPEND = ("import json, os\n"
-         "json.dump({'cost_usd': 0.4, 'input_tokens': 100, 'output_tokens': 10}, open(os.environ['LOOP_USAGE_FILE'], 'w'))\n")
+         "spent = {'cost_usd': 0.4, 'input_tokens': 100, 'output_tokens': 10}\n"
+         "json.dump(spent, open(os.environ['LOOP_USAGE_FILE'], 'w'))\n")
 
 
 @pytest.mark.parametrize("how", ["option", "marker"])
