@@ -43,13 +43,18 @@ def validate_guard_values(**values: Any) -> list[tuple[str, str]]:
                            "valid: a number of seconds >= 0 (0 turns the budget off)")
                 )
             continue
+        if name == "max_cost":
+            if not _is_number(value) or value < 0:
+                problems.append((name, f"{value!r} is not a valid max_cost; "
+                                       "valid: an amount in US dollars >= 0 (0 turns it off)"))
+            continue
         is_int = isinstance(value, int) and not isinstance(value, bool)
         if name == "max_iter":
             if not is_int or value < 1:
                 problems.append(
                     (name, f"{value!r} is not a valid max_iter; valid: an integer >= 1 (the cap is always on)")
                 )
-        elif name in ("no_progress_k", "escalate_after"):
+        elif name in ("no_progress_k", "escalate_after", "max_tokens"):
             if not is_int or value < 0:
                 problems.append(
                     (name, f"{value!r} is not a valid {name}; valid: an integer >= 0 (0 turns it off)")

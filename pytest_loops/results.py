@@ -108,6 +108,12 @@ class IterationRecord:
     guard: str | None = None  # the guard that ended the loop in this iteration
     guards_seen: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0  # loop time when this iteration ended
+    # what the revise step reported spending (LOOP_USAGE_FILE or its agent preset); None: not reported
+    cost_usd: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    session_id: str | None = None  # the agent's session, continued by the next iteration
+    usage_warning: str | None = None  # the usage file was not the documented shape (one line)
     # fan-out: per revise candidate, what it did and why it was chosen or not (empty: one revise)
     branches: list[dict[str, Any]] = field(default_factory=list)
     # the context adapter's call before this revise step: command, error, notes, mcp_config,
@@ -144,6 +150,9 @@ class IterationRecord:
             "guards_seen": copy.deepcopy(self.guards_seen) if _nested(self.guards_seen)
             else dict(self.guards_seen),
             "elapsed_s": self.elapsed_s,
+            "cost_usd": self.cost_usd, "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens, "session_id": self.session_id,
+            "usage_warning": self.usage_warning,
         }
 
     @classmethod

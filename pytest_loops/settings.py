@@ -35,6 +35,7 @@ from pytest_loops.errors import LoopUsageError
 from pytest_loops.limits import short_repr
 
 ON_OFF = ("on", "off")
+REVISE_OUTPUTS = ("status", "stream", "quiet")
 MAX_BRANCHES = 32
 TAKES_VALUE = object()  # an alias flag that takes the setting's value (not a constant)
 
@@ -285,14 +286,14 @@ class Setting:
 
 def _guard_row(name: str, help_text: str, kind: str, default: Any, valid: str, metavar: str,
                sample: str, loop_line: str, config_key: str | None = None,
-               aliases: tuple[str, ...] = ()) -> Setting:
+               aliases: tuple[str, ...] = (), reproduce: str = "always") -> Setting:
     flag = name.replace("_", "-")
     return Setting(
         name=name, help=help_text, kind=kind, default=default, valid=valid, metavar=metavar,
         run_flag=f"--{flag}", option=f"--loop-{flag}", ini=f"loop_{name}",
         env=f"PYTEST_LOOPS_{name.upper()}", marker=name, yaml_key=f"guards.{name}", yaml_aliases=aliases,
         config_key=config_key or f"guards.{name}", loop_line=loop_line, sample=sample,
-        reproduce="always", origin_key=f"guards.{name}", guard=True)
+        reproduce=reproduce, origin_key=f"guards.{name}", guard=True)
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -343,6 +344,19 @@ SETTINGS: tuple[Setting, ...] = (
             "history) in the MCP client config file named by LOOP_MCP_CONFIG; 'off' (default) does not",
             "switch", False, choices=ON_OFF, valid="on or off", run_flag="--context-mcp",
             option="--loop-context-mcp", ini="loop_context_mcp", env="PYTEST_LOOPS_CONTEXT_MCP", sample="on"),
+    _guard_row("max_cost", "stop a loop TIMEOUT once its revise steps have spent this many US dollars, as they "
+               "report it (agent presets, LOOP_USAGE_FILE); checked after every revise step; 0 = off (default)",
+               "number", 0.0, "an amount in US dollars >= 0 (0 turns it off)", "USD", "2.5", "max cost: $5",
+               reproduce="changed"),
+    _guard_row("max_tokens", "stop a loop TIMEOUT once its revise steps have used this many tokens (input + "
+               "output), as they report it; checked after every revise step; 0 = off (default)", "int", 0,
+               "an integer >= 0 (0 turns it off)", "N", "200000", "max tokens: 200000", reproduce="changed"),
+    Setting("revise_output", "what the terminal shows while a revise step runs: 'status' (default: a line that "
+            "updates on a terminal, else a heartbeat line every 10 seconds, with the time, files changed, the "
+            "agent's last line and cost so far), 'stream' (the agent's output as it comes, masked) or 'quiet'",
+            "choice", "status", choices=REVISE_OUTPUTS, valid=", ".join(REVISE_OUTPUTS),
+            run_flag="--revise-output", option="--loop-revise-output", ini="loop_revise_output",
+            env="PYTEST_LOOPS_REVISE_OUTPUT", sample="stream"),
     Setting("no_progress_signal", "what no-progress watches: 'state' (default: the state paths), 'failure' "
             "(the same failure K times in a row, even when files changed) or 'both'", "choice", "state",
             choices=NO_PROGRESS_SIGNALS, valid=", ".join(NO_PROGRESS_SIGNALS),

@@ -116,6 +116,8 @@ class Guards:
     budget_seconds: float = DEFAULT_BUDGET_SECONDS
     no_progress_k: int = DEFAULT_NO_PROGRESS_K
     escalate_after: int = DEFAULT_ESCALATE_AFTER
+    max_cost: float = 0.0  # US dollars the revise steps may spend in one loop; 0: no cap
+    max_tokens: int = 0  # tokens (in + out) the revise steps may use in one loop; 0: no cap
 
     def __post_init__(self) -> None:
         problems = validate_guard_values(
@@ -123,14 +125,21 @@ class Guards:
             budget_seconds=self.budget_seconds,
             no_progress_k=self.no_progress_k,
             escalate_after=self.escalate_after,
+            max_cost=self.max_cost,
+            max_tokens=self.max_tokens,
         )
         if problems:
             name, message = problems[0]
             raise LoopUsageError(message, location=name)
         object.__setattr__(self, "budget_seconds", float(self.budget_seconds))
+        object.__setattr__(self, "max_cost", float(self.max_cost))
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        for key in ("max_cost", "max_tokens"):  # only when set: other loops keep their digests
+            if not data[key]:
+                del data[key]
+        return data
 
 
 @dataclass(frozen=True)

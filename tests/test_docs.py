@@ -143,6 +143,8 @@ README_BLOCKS: list[tuple[str, dict[str, list[str]]]] = [
     ('--state "src/**/*.py"', {"setup": ["buggy-project"], "expect": ["SUCCESS (exit 0)"]}),
     ('claude -p "$(cat "$LOOP_PROMPT_FILE")"', {"setup": ["buggy-project", "agent-stand-in"],
                                                  "expect": ["SUCCESS (exit 0)"]}),
+    ("--revise claude --max-cost 5", {"setup": ["buggy-project", "agent-stand-in"],
+                                      "expect": ["SUCCESS (exit 0)"]}),
     ("@pytest.mark.loop(", {"setup": ["marked-project"], "file": ["tests/test_checkout.py"]}),
     ("pytest --loop --loop-revise", {"expect": ["repaired"]}),
     ('loop "fix calc":', {"setup": ["buggy-project"], "file": ["fix.loop"]}),

@@ -623,7 +623,8 @@ def test_parse_guard_on_any_value(name, raw):
             assert value is None
             return
         assert validate_guard_values(**{name: value}) == []
-        assert isinstance(value, float if name == "budget_seconds" else int) and not isinstance(value, bool)
+        expected = float if name in ("budget_seconds", "max_cost") else int
+        assert isinstance(value, expected) and not isinstance(value, bool)
 
 
 @settings(max_examples=100, **FUZZ)

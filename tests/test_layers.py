@@ -1,8 +1,8 @@
 """The package's layering, as a test: a module imports only from its own layer or the
 layers below it (imports inside functions count), so no two layers can form a circle.
 
-Lowest first: the base modules at the top of the package, then progress, runtime,
-core, localization, artifacts, sources, pytest_plugin, cli. ``__init__``/``__main__``
+Lowest first: the base modules at the top of the package, then progress, sandbox, runtime,
+core, agents, localization, artifacts, sources, pytest_plugin, cli. ``__init__``/``__main__``
 are entry points and may import anything; ``testing`` is the pytest fixture kit and
 sits with the pytest plugin. docs/contributing.md explains the layers.
 """
@@ -16,7 +16,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_loops"
 BASE = {"errors", "verdict", "defaults", "spec", "results", "settings", "limits", "redact", "deadline"}
-LAYERS = ["base", "progress", "sandbox", "runtime", "core", "localization", "artifacts", "sources",
+LAYERS = ["base", "progress", "sandbox", "runtime", "core", "agents", "localization", "artifacts", "sources",
           "pytest_plugin", "cli"]
 ENTRY = {"pytest_loops", "pytest_loops.__main__"}
 # imports that still point upward, to be removed (the test fails when one is gone, so

@@ -24,6 +24,7 @@ import pluggy
 
 from pytest_loops.artifacts.provenance import MIN_HMAC_KEY_BYTES
 from pytest_loops.core.context import LoopRun
+from pytest_loops.core.usage import usage_summary
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.results import CheckResult, IterationRecord, LoopResult
 from pytest_loops.spec import LoopSpec
@@ -174,6 +175,7 @@ def summarize(result: LoopResult) -> dict[str, Any]:
         "elapsed_s": round(result.elapsed_s, 6),
         "artifacts": dict(result.artifacts),
         "iterations": [r.to_dict() for r in result.iterations],
+        **usage_summary(result.iterations),  # the loop's spend: {} when nothing was reported
     }
 
 
@@ -309,13 +311,14 @@ def make_engine(*, plugins: Iterable[object | str] = (), artifacts: ArtifactOpti
     """An :class:`~pytest_loops.core.engine.Engine` with the built-in writers and
     localization: ``kwargs`` go to the engine; ``plugin_manager`` (default: a new
     one with ``plugins``) gets the writers for ``artifacts`` registered."""
+    from pytest_loops.agents import register_agents
     from pytest_loops.core.engine import Engine
     from pytest_loops.core.pluginmanager import make_plugin_manager
     from pytest_loops.localization.localize import Localizer
 
     pm = kwargs.pop("plugin_manager", None) or make_plugin_manager(plugins, entry_points=False)
     kwargs.setdefault("localizer", Localizer())
-    return Engine(plugin_manager=register_writers(pm, artifacts), **kwargs)
+    return Engine(plugin_manager=register_writers(register_agents(pm), artifacts), **kwargs)
 
 
 

@@ -42,6 +42,7 @@ SCHEMA = "pytest-loops.tine/2"
 SCHEMA_V1 = "pytest-loops.tine/1"  # a step per check, guard decision and revise
 MIN_HMAC_KEY_BYTES = 16
 ITERATION_TOOL = "iteration"
+USAGE_KEYS = ("cost_usd", "input_tokens", "output_tokens", "session_id")
 CHECK_TOOL = "check"  # the first shape's steps
 REVISE_TOOL = "revise"
 BRANCH_TOOL = "branch"  # fan-out: one fork of an iteration's step per revise candidate
@@ -430,6 +431,10 @@ def _iteration_step(record: IterationRecord, spec: LoopSpec,
         }
         revise.update(compact_output(record.revise_output_file, folder))
         _drop_empty(revise, "tail")
+        for key in USAGE_KEYS:  # what the step reported spending (LOOP_USAGE_FILE, an agent preset)
+            value = getattr(record, key, None)
+            if value is not None:
+                revise[key] = value
         outputs["revise"] = revise
     _drop_empty(outputs, "passed", "verify_duration_s", "state_hash", "unchanged_streak", "guard",
                 "guards_seen")
@@ -509,6 +514,23 @@ def guard_text(record: IterationRecord) -> str:
     return f"{decision}; {passed}/{total} checks pass; {state}{revised}"
 
 
+def _spend(outputs: Mapping[str, Any]) -> dict[str, Any]:
+    """opentine's own cost and usage fields of an iteration step (``tine cost`` sums them),
+    from its revise step's figures."""
+    revise = outputs.get("revise") if isinstance(outputs.get("revise"), dict) else None
+    if not revise:
+        return {}
+    where: dict[str, Any] = {}
+    cost = revise.get("cost_usd")
+    if isinstance(cost, (int, float)) and not isinstance(cost, bool) and math.isfinite(cost) and cost >= 0:
+        where["cost"] = float(cost)
+    usage = {k: revise[k] for k in ("input_tokens", "output_tokens")
+             if isinstance(revise.get(k), int) and not isinstance(revise.get(k), bool) and revise[k] >= 0}
+    if usage:
+        where["usage"] = usage
+    return where
+
+
 def _done_step(result: LoopResult) -> Payload:
     outputs = {
         "verdict": result.verdict.value,
@@ -519,6 +541,9 @@ def _done_step(result: LoopResult) -> Payload:
         "ended_at": result.ended_at,
         "elapsed_s": nonneg_seconds(result.elapsed_s),
     }
+    from pytest_loops.core.usage import usage_summary
+
+    outputs.update(usage_summary(result.iterations))  # the loop's spend, inside the integrity digest
     text = f"verdict {result.verdict.value} after {result.iterations_run} iterations: {result.reason}"
     return ("done", {"text": text}, outputs, 0.0, None)
 
@@ -554,7 +579,7 @@ def _save(payloads: list[Payload], metadata: dict[str, Any], succeeded: bool, ta
             step = _add_step(run, kind, inputs, outputs, duration, tool_info, parent_id=fork_from,
                              ref=f"branch-{arguments.get('iteration')}-{arguments.get('branch')}")
         else:
-            step = _add_step(run, kind, inputs, outputs, duration, tool_info)
+            step = _add_step(run, kind, inputs, outputs, duration, tool_info, **_spend(outputs))
             if name == ITERATION_TOOL and step is not None:
                 fork_from = step.id
         # the step holds its own copy: the payload shares it, so only one is kept

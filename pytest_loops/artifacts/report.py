@@ -123,17 +123,21 @@ class _Page:
         if not runs:
             return '<section id="overview"><p>No loop runs were found.</p></section>'
         rows = []
+        spent = [_spent(_iterations(run)) for run in runs]
+        with_spent = any(spent)  # a column only when a revise step reported spending
         for i, run in enumerate(runs, 1):
             verdict = _verdict(run)
+            cost = f'<td class="num spent">{self.text(spent[i - 1] or "-")}</td>' if with_spent else ""
             rows.append(
                 f'<tr class="run" data-verdict="{self.text(verdict)}">'
                 f'<td class="name"><a href="#loop-{i}">{self.text(_name(run))}</a></td>'
                 f"<td>{self.badge(verdict)}{self.trust(run)}</td>"
                 f'<td class="num">{len(_iterations(run))}</td>'
-                f'<td class="num">{_duration(run.get("elapsed_s"))}</td>'
+                f'<td class="num">{_duration(run.get("elapsed_s"))}</td>{cost}'
                 f'<td class="reason">{self.text(run.get("reason") or "")}</td></tr>')
+        spent_head = "<th>Spent</th>" if with_spent else ""
         return ('<section id="overview"><h2>Verdicts</h2><table class="overview">'
-                "<thead><tr><th>Loop</th><th>Verdict</th><th>Iterations</th><th>Time</th>"
+                f"<thead><tr><th>Loop</th><th>Verdict</th><th>Iterations</th><th>Time</th>{spent_head}"
                 "<th>Reason</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></section>")
 
     def trust(self, run: Mapping[str, Any]) -> str:
@@ -273,6 +277,7 @@ class _Page:
         if not iterations:
             return ""
         rows = []
+        with_spent = any(_spent([it]) for it in iterations)
         for it in iterations:
             checks = _checks(it)
             marks = " ".join(("✓" if c.get("passed") else "✗") for c in checks)
@@ -282,11 +287,13 @@ class _Page:
                 "<tr>" + "".join(f"<td>{self.text(v)}</td>" for v in (
                     it.get("iter", "?"), marks, _dash(it.get("verify_exit")),
                     _duration(it.get("duration_s")), state, _dash(it.get("unchanged_streak")),
-                    _dash(it.get("revise_exit")), it.get("guard") or "-")) + "</tr>")
+                    _dash(it.get("revise_exit")), *([_spent([it]) or "-"] if with_spent else []),
+                    it.get("guard") or "-")) + "</tr>")
         opened = " open" if len(iterations) <= 10 else ""
+        spent_head = "<th>spent</th>" if with_spent else ""
         return (f"<details class=\"iterations\"{opened}><summary>Iterations</summary>"
                 "<table><thead><tr><th>iter</th><th>checks</th><th>exit</th><th>duration</th>"
-                "<th>state</th><th>streak</th><th>revise</th><th>guard</th></tr></thead><tbody>"
+                f"<th>state</th><th>streak</th><th>revise</th>{spent_head}<th>guard</th></tr></thead><tbody>"
                 + "".join(rows) + "</tbody></table></details>")
 
     def branches(self, iterations: list[Mapping[str, Any]]) -> str:
@@ -464,3 +471,9 @@ li.branch.discarded{color:#59636e;text-decoration:line-through}
 li.branch small{text-decoration:none;display:inline-block}
 """
 
+
+def _spent(iterations: list[Mapping[str, Any]]) -> str:
+    """What these iterations' revise steps reported spending (``$1.50, 2,400 tokens``), "" if nothing."""
+    from pytest_loops.core.usage import describe, of_record, total
+
+    return describe(total(of_record(it) for it in iterations))

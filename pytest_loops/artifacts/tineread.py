@@ -247,6 +247,7 @@ def _summary_from_steps(steps: list[Any], metadata: Mapping[str, Any], *,
         "exit_code": done.get("exit_code"),
         "reason": done.get("reason", ""),
         "iterations_run": done.get("iterations_run", len(records)),
+        **({"usage": done["usage"]} if isinstance(done.get("usage"), Mapping) else {}),
         "guards": spec.get("guards") or {},
         "state_paths": spec.get("state_paths") or [],
         "started_at": done.get("started_at") or start.get("started_at"),
@@ -321,6 +322,8 @@ def _iteration_from_step(arguments: Mapping[str, Any], outputs: Mapping[str, Any
         record.update(revise_exit=revise.get("exit_code"), revise_duration_s=revise.get("duration_s"),
                       revise_output_file=output_path(revise, run_dir, number, layout),
                       revise_tail=revise.get("tail", ""))
+        record.update({k: revise[k] for k in ("cost_usd", "input_tokens", "output_tokens", "session_id")
+                       if k in revise})
     return record
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,7 +19,7 @@ import pluggy
 
 from pytest_loops.cli.watching import add_watch_parser, cmd_watch
 from pytest_loops.errors import LoopUsageError
-from pytest_loops.pytest_plugin.terminal import adapter_lines, iteration_line
+from pytest_loops.pytest_plugin.terminal import ReviseView, adapter_lines, iteration_line, verify_line
 from pytest_loops.runtime.outpaths import REPORT, TINE, check_artifact_paths, check_output_path
 from pytest_loops.settings import (
     BY_NAME,
@@ -41,6 +42,7 @@ PROG = "pytest-loops"
 DEFAULT_CONFIG = Path("harness") / "loop-runner.config.yaml"
 
 hookimpl = pluggy.HookimplMarker("pytest")
+USAGE_VARIABLE = "LOOP_USAGE_FILE"
 
 
 class _Spelled(argparse.Action):
@@ -205,14 +207,47 @@ def build_parser() -> argparse.ArgumentParser:
 # -- live output ----------------------------------------------------------------------
 
 class _LivePrinter:
-    def __init__(self, stream) -> None:
+    def __init__(self, stream, revise_output: str = "status") -> None:
         self.stream = stream
+        tty = _is_tty(stream)
+        self.view = ReviseView(revise_output, lambda text: _say(text, stream),
+                               (lambda text: _rewrite(text, stream)) if tty else None)
+
+    @hookimpl
+    def pytest_loop_revise_started(self, spec: LoopSpec, record: Any) -> None:
+        _say(verify_line(spec, record), self.stream)  # the checks' result, before the revise step runs
+
+    @hookimpl
+    def pytest_loop_revise_progress(self, spec: LoopSpec, progress: Any) -> None:
+        self.view.show(spec, progress)
 
     @hookimpl
     def pytest_loop_iteration_finished(self, spec: LoopSpec, record: Any) -> None:
         _say(iteration_line(spec, record), self.stream)
         for line in adapter_lines(spec, record):
             _say(line, self.stream)
+        if getattr(record, "usage_warning", None):
+            _say(f"{PROG}: warning: {USAGE_VARIABLE} {record.usage_warning}; the figures of iteration "
+                 f"{record.iter} are not counted", sys.stderr)
+
+
+def _is_tty(stream) -> bool:
+    try:
+        return bool(stream.isatty()) and os.environ.get("TERM") != "dumb"
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _rewrite(text: str, stream) -> None:
+    """The status line, rewritten in place (``""``: cleared)."""
+    from pytest_loops.redact import redact, strip_control
+
+    width = shutil.get_terminal_size((100, 20)).columns - 1
+    try:
+        stream.write("\r\x1b[K" + strip_control(redact(text))[:max(10, width)])
+        stream.flush()
+    except (OSError, ValueError):
+        _to_devnull(stream)
 
 
 def _say(text: str, stream) -> None:
@@ -249,6 +284,14 @@ def verdict_lines(result: Any) -> list[str]:
 # -- run ----------------------------------------------------------------------------
 
 SANDBOX_KEYS = ("sandbox", "sandbox_writable", "sandbox_network")
+
+
+def revise_output(args: argparse.Namespace, environ: dict[str, str] | None = None) -> str:
+    """What the terminal shows while a revise step runs: defaults < environment < flag."""
+    chosen = resolve([("environment", {k: v for k, v in env_layer(environ).items() if k == "revise_output"}),
+                      ("command line", {"revise_output": getattr(args, "revise_output", None)})],
+                     defaults={"revise_output": BY_NAME["revise_output"].default})
+    return str(chosen["revise_output"])
 
 
 def sandbox_settings(args: argparse.Namespace, environ: dict[str, str] | None = None) -> dict[str, Any]:
@@ -471,11 +514,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.tine is not False:
         check_output_path(_tine_path(args), "--tine", kind=TINE)
     if not args.plugins:  # a plugin's pytest_loop_revise may stand in for the command
+        from pytest_loops.agents import program_to_check
         from pytest_loops.runtime.preflight import check_revise
 
         origin = spec.origin.get("revise", "")
-        check_revise(spec.revise, spec.cwd, {"command line": "--revise", "environment": "PYTEST_LOOPS_REVISE"}.get(
-            origin, f"{origin}: revise.cmd"))
+        where = {"command line": "--revise", "environment": "PYTEST_LOOPS_REVISE"}.get(origin, f"{origin}: revise.cmd")
+        check_revise(program_to_check(spec.revise), spec.cwd, where)
     from pytest_loops.runtime.preflight import check_state_paths
 
     session = resolve([("environment", env_layer()),
@@ -493,7 +537,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"{PROG}: warning: {state_warning}", file=sys.stderr)
     pm = make_plugin_manager(args.plugins)
     if not args.quiet:
-        pm.register(_LivePrinter(out))
+        pm.register(_LivePrinter(out, revise_output(args)))
         g = spec.guards
         _say(f"[{spec.name}] {len(spec.checks)} check(s); max_iter={g.max_iter} "
              f"budget={g.budget_seconds:g}s no_progress_k={g.no_progress_k} "

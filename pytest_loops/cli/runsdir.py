@@ -138,6 +138,7 @@ class RunsDir:
                 item.update({k: run.get(k) for k in ("loop", "verdict", "exit_code", "started_at")})
                 item["iterations"] = len(run.get("iterations") or [])
                 item["verified"] = bool(run.get("verified"))
+                item.update(_usage_of(run))
             runs.append(item)
         runs.sort(key=lambda r: (str(r.get("started_at") or ""), r["id"]), reverse=True)
         return fit({"runs_dir": str(self.root), "count": len(runs), "runs": runs[:limit],
@@ -151,6 +152,7 @@ class RunsDir:
         keys = ("loop", "goal", "verdict", "exit_code", "reason", "iterations_run", "started_at", "ended_at",
                 "elapsed_s", "spec_digest", "verified", "unverified_why", "lessons", "source_path")
         summary = {k: run.get(k) for k in keys if k in run}
+        summary.update(_usage_of(run))
         summary["artifacts"] = {k: os.path.basename(str(v)) for k, v in (run.get("artifacts") or {}).items()
                                 if isinstance(v, str)}
         summary["branches"] = [{"iteration": it.get("iter", index), "candidates": [branch_summary(b)
@@ -180,6 +182,8 @@ class RunsDir:
                 "guard": it.get("guard"),
                 "duration_s": it.get("duration_s"),
                 "branches": [branch_summary(b) for b in branches_of(it)],
+                **{k: it[k] for k in ("cost_usd", "input_tokens", "output_tokens", "session_id")
+                   if it.get(k) is not None},
             })
         return fit({"run": run.get("source_path"), "loop": run.get("loop"), "verdict": run.get("verdict"),
                     "iterations": len(iterations), "start": start, "trajectory": rows,
@@ -304,3 +308,10 @@ def _halve_longest_list(data: Any) -> bool:
         return False
     del best[1][len(best[1]) // 2:]
     return True
+
+
+def _usage_of(run: dict[str, Any]) -> dict[str, Any]:
+    """``{"usage": {...}}``: what the run's revise steps reported spending, {} if nothing."""
+    from pytest_loops.core.usage import usage_summary
+
+    return usage_summary(run.get("iterations") or [])

@@ -13,6 +13,7 @@ from typing import Any
 
 from pytest_loops.artifacts.runlog import assess, check_shape, load_runlog, trust_note
 from pytest_loops.artifacts.tineread import load_tine_summary, looks_like_tine, verify_tine
+from pytest_loops.core.usage import Usage, money, of_record, total
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.limits import open_regular
 from pytest_loops.redact import strip_control
@@ -98,12 +99,18 @@ def format_run(run: Mapping[str, Any]) -> str:
     header = ["iter", *(f"c{i}" for i in range(1, len(names) + 1)),
               "exit", "duration", "state", "streak", "revise", "guard"]
     rows = [header] + [_row(it, names) for it in iterations]
+    if any(_spent(it) != "-" for it in iterations):  # a column only when a revise step reported spending
+        rows = [[*row[:-1], _spent(it) if it is not None else "cost/tokens", row[-1]]
+                for row, it in zip(rows, [None, *iterations], strict=True)]
     lines.extend(_table(rows))
     if not iterations:
         lines.append("(no iteration finished)")
     lines.extend(format_branches(iterations))
     lines.append("")
     lines.append(_verdict_line(run))
+    spent = _spent_total(iterations)
+    if spent:
+        lines.append(f"spent: {spent}")
     lines.extend(_last_failures(iterations))
     lessons = [str(x) for x in run.get("lessons") or []]
     if lessons:
@@ -156,6 +163,24 @@ def format_branches(iterations: Sequence[Mapping[str, Any]], indent: str = "") -
         lines.append(f"{indent}  iteration {cell(it.get('iter', index + 1))}:")
         lines.extend(f"{indent}    {branch_line(b)}" for b in candidates)
     return lines
+def _spent(iteration: Mapping[str, Any]) -> str:
+    """One iteration's reported cost and tokens: ``$0.5000 190t``, or ``-``."""
+    return describe_spent(of_record(iteration), short=True) or "-"
+
+
+def _spent_total(iterations: Sequence[Mapping[str, Any]]) -> str:
+    """The loop's spend, summed over its iterations."""
+    return describe_spent(total(of_record(it) for it in iterations))
+
+
+def describe_spent(usage: Usage, short: bool = False) -> str:
+    parts = []
+    if usage.cost_usd is not None:
+        parts.append(money(usage.cost_usd))
+    if usage.tokens is not None:
+        parts.append(f"{usage.tokens:,}t" if short else f"{usage.tokens:,} tokens "
+                     f"({usage.input_tokens or 0:,} in, {usage.output_tokens or 0:,} out)")
+    return " ".join(parts) if short else ", ".join(parts)
 
 
 def iterations_of(run: Mapping[str, Any]) -> list[Mapping[str, Any]]:

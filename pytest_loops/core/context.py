@@ -114,6 +114,8 @@ class LoopContext:
     # the first verify's pytest runs record what the tests read here (the judge's closure)
     closure_dir: Path | None = None
     revise_env: dict[str, str] = field(default_factory=dict)  # more variables for the revise step (LOOP_MCP_CONFIG)
+    # where revise steps report what they spent (LOOP_USAGE_FILE), outside the tree; None: nowhere
+    usage_dir: Path | None = None
 
     def moved(self, value: str) -> str:
         """A path (or ``--rootdir=PATH``, ``-c PATH``...) under the loop's working
@@ -145,6 +147,13 @@ class LoopContext:
     def context_file(self) -> Path:
         """``iteration_dir/context.json``: the revise step's JSON contract (``LOOP_CONTEXT_FILE``)."""
         return self.iteration_dir / "context.json"
+
+    @property
+    def usage_file(self) -> Path | None:
+        """This revise step's ``LOOP_USAGE_FILE`` (a fan-out candidate has its own), or None."""
+        if self.usage_dir is None:
+            return None
+        return self.usage_dir / f"{self.label_prefix}iter-{self.iteration:03d}.json"
 
     def time_left(self) -> float | None:
         if self.deadline is None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -46,6 +47,7 @@ from pytest_loops.core.context import (
 from pytest_loops.core.pluginmanager import make_plugin_manager
 from pytest_loops.core.revise import CANNOT_START_EXIT_CODES, build_prompt, write_failure_file
 from pytest_loops.core.state import LoopState, ResumePlan, Step, resume_plan, stop_leftovers
+from pytest_loops.core.usage import record_usage, spent_guard, spent_seen
 from pytest_loops.deadline import DeadlineReached
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.limits import write_fresh
@@ -89,6 +91,7 @@ class _Loop:
     failed_tests_seen: dict[str, set[str]] = field(default_factory=dict)
     ctx: LoopContext | None = None
     isolation: isolation.Isolation | None = None
+    usage_dir: Path | None = None  # LOOP_USAGE_FILE's directory: outside the tree, writable by the revise step
 
 
 class Engine:
@@ -294,9 +297,10 @@ class Engine:
                           extra_ancestors=[tempfile.gettempdir()], should_stop=stop)
         from pytest_loops import __version__
 
+        usage_dir = Path(tempfile.mkdtemp(prefix="pytest-loops-usage-"))
         confined = None if self.sandbox is None else isolation.Isolation(
             self.sandbox, watch, own=[paths.log, paths.run_dir, paths.memory_page, paths.artifacts_dir],
-            writable=self.sandbox_writable, network=self.sandbox_network)
+            writable=(*self.sandbox_writable, str(usage_dir)), network=self.sandbox_network)
         run.header.update({
             "sandbox": isolation.header(self.sandbox),
             "loop": spec.name, "identity": spec.identity, "goal": spec.goal, "source": spec.source,
@@ -325,7 +329,8 @@ class Engine:
         return _Loop(spec=spec, paths=paths, run=run, state=state, plan=plan, t0=t0, deadline=deadline,
                      stop=stop, workdir=workdir, watch=watch, fingerprint=fingerprint,
                      first_results=first_results if not prior else None, pending=plan.revise,
-                     lessons=list(lessons_read), failed_tests_seen=failed_tests_seen, isolation=confined)
+                     lessons=list(lessons_read), failed_tests_seen=failed_tests_seen, isolation=confined,
+                     usage_dir=usage_dir)
 
     def _drive(self, loop: _Loop, wall0: float,
                before_start: Callable[[Callable[[], bool] | None], None] | None) -> LoopResult:
@@ -352,6 +357,8 @@ class Engine:
             loop.watch.close()  # and the guard's journal and private store
             if loop.isolation is not None:
                 loop.isolation.close()
+            if loop.usage_dir is not None:
+                shutil.rmtree(loop.usage_dir, ignore_errors=True)
         assert state.verdict is not None
         result = LoopResult(
             spec=spec, verdict=state.verdict, reason=state.reason, iterations=state.records,
@@ -414,7 +421,7 @@ class Engine:
             runner=self.runner, clock=self.clock, deadline=loop.deadline, base_env=dict(self.env),
             lessons=loop.lessons, scrub=self.scrub, previous=state.records[-1] if state.records else None,
             artifact_error=self._artifact_failed, localizer=self.localizer,
-            failed_tests_seen=loop.failed_tests_seen, confine=loop.isolation)
+            failed_tests_seen=loop.failed_tests_seen, confine=loop.isolation, usage_dir=loop.usage_dir)
         if state.iteration == 1 and not resumed and loop.first_results is None and self.clean_room \
                 and not loop.watch.started:
             ctx.closure_dir = loop.paths.run_dir / "closure"  # what the tests read, observed
@@ -510,6 +517,7 @@ class Engine:
         state = loop.state
         record.guards_seen = guards.seen(loop.spec, record, state.iteration, self.clock() - loop.t0,
                                                loop.fingerprint is not None)
+        record.guards_seen.update(spent_seen(loop.spec.guards, [*state.records, record]))
         record.duration_s = self.clock() - it0
         record.elapsed_s = self.clock() - loop.t0
         state.records.append(record)
@@ -566,6 +574,14 @@ class Engine:
 
     def _revise(self, loop: _Loop, ctx: LoopContext, record: IterationRecord,
                 failed: list[CheckResult]) -> tuple[Verdict | None, str]:
+        """The revise step, then the money and token guards on what the loop has spent."""
+        verdict, why = self._revise_step(loop, ctx, record, failed)
+        if verdict is None and record.revise_duration_s is not None:
+            verdict, why = spent_guard(loop.spec.guards, [*loop.state.records, record], record)
+        return verdict, why
+
+    def _revise_step(self, loop: _Loop, ctx: LoopContext, record: IterationRecord,
+                     failed: list[CheckResult]) -> tuple[Verdict | None, str]:
         spec, watch = loop.spec, loop.watch
         if ctx.deadline is not None and self.clock() >= ctx.deadline:
             record.guard = "budget"
@@ -592,8 +608,10 @@ class Engine:
         # the iteration so far (verify, guards): a run killed during the revise step
         # resumes by running it again, not by verifying this iteration twice
         self.pm.hook.pytest_loop_revise_started(spec=spec, run=loop.run, record=record)
-        outcome = fanout.revise_outcome(self.pm, spec, ctx, record, watch, self._run_check)
+        with self._watching(loop, ctx, record):
+            outcome = fanout.revise_outcome(self.pm, spec, ctx, record, watch, self._run_check)
         record.revise_duration_s = self.clock() - r0
+        record_usage(ctx.usage_dir, record)
         self.pm.hook.pytest_loop_revise_finished(spec=spec, run=loop.run, record=record,
                                                  exit_code=_exit_of(outcome))
         passed = watch.after_revise()
@@ -673,6 +691,21 @@ class Engine:
             "version": (answer.payload or {}).get("version"),
         }
         return answer
+
+    def _watching(self, loop: _Loop, ctx: LoopContext, record: IterationRecord) -> Any:
+        """The live view of the revise step (:mod:`pytest_loops.core.live`), when anything shows it."""
+        hook = self.pm.hook
+        if not hook.pytest_loop_revise_progress.get_hookimpls():
+            return contextlib.nullcontext()
+        from pytest_loops.core.live import ReviseWatcher
+
+        spec, run = loop.spec, loop.run
+        return ReviseWatcher(
+            lambda progress: hook.pytest_loop_revise_progress(spec=spec, run=run, record=record, progress=progress),
+            iteration=record.iter, iteration_dir=ctx.iteration_dir, workdir=loop.workdir,
+            exclude=[loop.paths.artifacts_dir, loop.paths.run_dir], usage_dir=ctx.usage_dir,
+            prior=loop.state.records, scrub=self.scrub,
+            describe=lambda line: hook.pytest_loop_revise_line(spec=spec, line=line))
 
     def _audit(self, loop: _Loop, ctx: LoopContext, record: IterationRecord,
                failed: list[CheckResult]) -> tuple[Verdict | None, str]:

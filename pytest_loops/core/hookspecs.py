@@ -116,6 +116,31 @@ def pytest_loop_revise_started(spec, run, record):
 
 
 @hookspec
+def pytest_loop_revise_progress(spec, run, record, progress):
+    """Called a few times a second while the revise step runs, and once more when it ends.
+
+    ``progress`` is a :class:`pytest_loops.core.live.ReviseProgress`: elapsed time,
+    files changed so far, the output's last line and the new lines since the last
+    call (masked), the loop's cost and tokens so far, ``final`` on the last call.
+    Called from a thread of its own: an implementation only shows it (the terminal
+    reporters: a line that updates, a heartbeat, or the stream). Without any
+    implementation no thread is started.
+
+    .. versionadded:: 0.5
+    """
+
+
+@hookspec(firstresult=True)
+def pytest_loop_revise_line(spec, line):
+    """How one line of the revise step's output is shown live: a short text, ``""`` for
+    nothing, or None for the line as it is. The agent presets turn their CLI's JSON
+    events into a line a human reads.
+
+    .. versionadded:: 0.5
+    """
+
+
+@hookspec
 def pytest_loop_revise_finished(spec, run, record, exit_code):
     """Called just after the revise step with its exit code (None: none).
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
+from pytest_loops.core.usage import USAGE_VARIABLE
 from pytest_loops.limits import create_fresh
 from pytest_loops.redact import strip_control
 from pytest_loops.results import CheckResult, CommandResult
@@ -227,4 +228,6 @@ class BuiltinRevise:
             "LOOP_CONTEXT_FILE": str(context.context_file),
         }
         env.update(context.revise_env)
+        if context.usage_file is not None:
+            env[USAGE_VARIABLE] = str(context.usage_file)
         return context.run_command(spec.revise, label="revise", extra_env=env, revise=True)

@@ -93,11 +93,12 @@ def file_spec(spec: LoopSpec, settings: Any) -> LoopSpec:
 
 def revise_cannot_start(loop_file: Any, rootdir: Path, path: Path) -> str | None:
     """The usage error of the first loop of this file whose own revise step cannot start."""
+    from pytest_loops.agents import program_to_check
     from pytest_loops.runtime.preflight import check_revise
 
     for spec in loop_file.all_loops():
         try:
-            check_revise(spec.revise, spec.cwd or rootdir, f"{path}: loop {spec.name!r}: revise with")
+            check_revise(program_to_check(spec.revise), spec.cwd or rootdir, f"{path}: loop {spec.name!r}: revise with")
         except LoopUsageError as exc:
             return str(exc)
     return None

@@ -312,10 +312,11 @@ def pytest_configure(config: pytest.Config) -> None:
             hide_secrets([option_value(config, "sign_key_env")])  # out of what /proc shows of this process
         check_outputs(config, settings)
         if settings["revise"]:
+            from pytest_loops.agents import program_to_check
             from pytest_loops.runtime.preflight import check_revise
 
             origin = settings.origin.get("revise", "")
-            check_revise(settings["revise"], config.rootpath, {
+            check_revise(program_to_check(settings["revise"]), config.rootpath, {
                 "command line": "--loop-revise", "ini": "ini loop_revise",
                 "environment": "PYTEST_LOOPS_REVISE"}.get(origin, f"{origin}: revise.cmd"))
         choice_value(config, "suspects", SUSPECTS_CHOICES)

@@ -14,6 +14,7 @@ import pytest
 
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.pytest_plugin.options import (
+    choice_value,
     is_usage_exit,
     marker_layer,
     option_value,
@@ -31,6 +32,7 @@ from pytest_loops.pytest_plugin.session_hooks import (
 from pytest_loops.pytest_plugin.state import SESSION_LOOP_NAME, SessionState
 from pytest_loops.pytest_plugin.terminal import (
     SETTINGS_PROPERTY,
+    ReviseView,
     adapter_lines,
     failure_text,
     is_loop_report,
@@ -39,8 +41,9 @@ from pytest_loops.pytest_plugin.terminal import (
     loop_properties,
     shown,
     summary_rows,
+    verify_line,
 )
-from pytest_loops.settings import GUARD_KEYS
+from pytest_loops.settings import GUARD_KEYS, REVISE_OUTPUTS
 from pytest_loops.verdict import EXIT_INTERNAL, EXIT_USAGE, Verdict
 
 if TYPE_CHECKING:
@@ -155,6 +158,27 @@ class LoopSession(SessionState):
         lines = [line, *adapter_lines(spec, record)]
         live_write(self.config, lambda reporter: [reporter.write_line(one) for one in lines])
 
+    @pytest.hookimpl
+    def pytest_loop_revise_started(self, spec: LoopSpec, record: Any) -> None:
+        """The checks' result, before the revise step runs (it may take minutes)."""
+        if self.is_worker:
+            return
+        line = verify_line(spec, record)
+        live_write(self.config, lambda reporter: reporter.write_line(line))
+
+    @pytest.hookimpl
+    def pytest_loop_revise_progress(self, spec: LoopSpec, progress: Any) -> None:
+        if self.is_worker:
+            return
+        if self.revise_view is None:
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            tty = reporter is not None and getattr(getattr(reporter, "_tw", None), "hasmarkup", False)
+            self.revise_view = ReviseView(
+                choice_value(self.config, "revise_output", REVISE_OUTPUTS),
+                lambda text: live_write(self.config, lambda r: r.write_line(text)),
+                (lambda text: _rewrite(self.config, text)) if tty else None)
+        self.revise_view.show(spec, progress)
+
     # -- fix-loops around marked tests ---------------------------------------------------
 
     @pytest.hookimpl
@@ -182,9 +206,10 @@ class LoopSession(SessionState):
             try:
                 layer = marker_layer(marker, item.nodeid)
                 if layer.get("revise"):
+                    from pytest_loops.agents import program_to_check
                     from pytest_loops.runtime.preflight import check_revise
 
-                    check_revise(layer["revise"], self.rootdir,
+                    check_revise(program_to_check(layer["revise"]), self.rootdir,
                                  f"{item.nodeid}: @pytest.mark.loop(revise=...)")
             except LoopUsageError as exc:
                 self._usage_at_collection(str(exc), items)
@@ -558,3 +583,16 @@ class LoopSession(SessionState):
                 continue
         path = Path(target)
         return write_html_report(runs, path if path.is_absolute() else Path(self.config.invocation_params.dir) / path)
+
+
+def _rewrite(config: pytest.Config, text: str) -> None:
+    """The revise step's status line, rewritten in place on a terminal ("": cleared)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    if capman is None:
+        reporter.rewrite(text, erase=True)
+        return
+    with capman.global_and_fixture_disabled():
+        reporter.rewrite(text, erase=True)

@@ -67,6 +67,10 @@ def iteration_line(spec: LoopSpec, record: IterationRecord) -> str:
         extras.append(f"escalate {seen['escalate_after']}")
     if record.revise_exit is not None:
         extras.append(f"revise exit {record.revise_exit}")
+    if "cost_usd" in seen:
+        extras.append(f"cost {_of_cap(seen['cost_usd'], _money)}")
+    if "tokens" in seen:
+        extras.append(f"tokens {_of_cap(seen['tokens'], lambda n: f'{int(n):,}')}")
     if record.guard:
         extras.append(f"stop: {record.guard}")
     return shown(f"[{spec.name}] iter {seen.get('iteration', record.iter)}  {checks}  | " + ", ".join(extras))
@@ -85,6 +89,63 @@ def adapter_lines(spec: LoopSpec, record: IterationRecord) -> list[str]:
         lines.append(f"[{spec.name}] context adapter suggests (not run; run it yourself if you want it): "
                      f"{seen['harness_install']}")
     return [shown(line) for line in lines]
+def _money(value: float) -> str:
+    return f"${value:.4f}" if value < 1 else f"${value:,.2f}"
+
+
+def _of_cap(value: Any, shown: Any) -> str:
+    """``$1.50`` or, beside a cap (the run log's ``"1.5/5"``), ``$1.50 of $5.00``."""
+    try:
+        if isinstance(value, str) and "/" in value:
+            spent, cap = value.split("/", 1)
+            return f"{shown(float(spent))} of {shown(float(cap))}"
+        return str(shown(float(value)))
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def verify_line(spec: LoopSpec, record: IterationRecord) -> str:
+    """The iteration's checks, printed when they are done and before the revise step starts."""
+    checks = "  ".join(f"{'PASS' if c.passed else 'FAIL'} {c.name} ({c.duration_s:.2f}s)" for c in record.checks)
+    return shown(f"[{spec.name}] checks of iteration {record.iter}: {checks}  | revising...")
+
+
+class ReviseView:
+    """What a terminal shows of a running revise step, by ``revise_output``: ``status`` (a line
+    rewritten in place on a terminal, else a heartbeat line at least every
+    :data:`pytest_loops.core.live.HEARTBEAT_SECONDS`), ``stream`` (the output's lines as they
+    come) or ``quiet``. ``line(text)`` prints a line; ``rewrite(text)`` rewrites the current
+    one (a terminal; None: none)."""
+
+    def __init__(self, mode: str, line: Any, rewrite: Any = None) -> None:
+        self.mode = mode
+        self.line = line
+        self.rewrite = rewrite
+        self.beats: dict[tuple[str, int], float] = {}  # (loop, iteration) -> elapsed at the last line
+
+    def show(self, spec: LoopSpec, progress: Any) -> None:
+        if self.mode == "quiet":
+            return
+        if self.mode == "stream":
+            for text in progress.new_lines:
+                self.line(shown(f"[{spec.name}] revise| {text}"))
+            return
+        from pytest_loops.core import live
+
+        key = (spec.name, progress.iteration)
+        if self.rewrite is not None:
+            if progress.final:
+                self.beats.pop(key, None)
+                self.rewrite("")
+            elif progress.elapsed_s - self.beats.get(key, -1.0) >= 1.0:
+                self.beats[key] = progress.elapsed_s
+                self.rewrite(shown(progress.status(spec.name)))
+            return
+        if progress.final:
+            self.beats.pop(key, None)
+        elif progress.elapsed_s - self.beats.get(key, 0.0) >= live.HEARTBEAT_SECONDS:
+            self.beats[key] = progress.elapsed_s
+            self.line(shown(progress.status(spec.name)))
 
 
 def settings_line(spec: LoopSpec) -> str:

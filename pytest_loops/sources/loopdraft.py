@@ -170,6 +170,8 @@ class FileDraft:
             "budget_seconds": pick("budget_seconds", DEFAULT_BUDGET_SECONDS, "guards.budget_seconds"),
             "no_progress_k": pick("no_progress_k", DEFAULT_NO_PROGRESS_K, "guards.no_progress_k"),
             "escalate_after": pick("escalate_after", DEFAULT_ESCALATE_AFTER, "guards.escalate_after"),
+            "max_cost": pick("max_cost", 0.0, "guards.max_cost"),
+            "max_tokens": pick("max_tokens", 0, "guards.max_tokens"),
         }
         revise = pick("revise", None)
         context_adapter = pick("context_adapter", None)

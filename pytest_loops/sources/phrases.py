@@ -157,8 +157,12 @@ def grant_names(text: str) -> list[str]:
 
 
 _WATCH_LINE = re.compile(r"\s*(watch\s*:\s*poll\b|silence\s*:)(.*)$", re.I)  # a watch's poll and silence
-_SETTING_LINE = re.compile(r"\s*(grants|grant\s+ctx|ctx\s+grants|branches|max\s+parallel)\s*:(.*)$", re.I)
-_EXAMPLES = {"branches": "branches: 3", "max_parallel": "max parallel: 4"}
+_SETTING_LINE = re.compile(r"\s*(grants|grant\s+ctx|ctx\s+grants|branches|max\s+parallel|max\s+cost|max\s+tokens)"
+                           r"\s*:(.*)$", re.I)
+_EXAMPLES = {"branches": "branches: 3", "max_parallel": "max parallel: 4", "max_cost": "max cost: $5",
+             "max_tokens": "max tokens: 200000"}
+_MONEY = re.compile(r"\s*\$?\s*(\d+(?:\.\d+)?|\.\d+)\s*(?:usd|dollars?)?\s*$", re.I)
+_TOKENS = re.compile(r"\s*(\d+)\s*([km]?)\s*(?:tokens?)?\s*$", re.I)
 
 
 def setting_line(text: str) -> list[tuple[str, Any]] | None:
@@ -182,12 +186,29 @@ def setting_line(text: str) -> list[tuple[str, Any]] | None:
         except Problem as exc:
             raise Problem(exc.message, start + exc.offset, exc.fix) from None
     key = word.replace(" ", "_")
+    if key in ("max_cost", "max_tokens"):
+        return [(key, _budget_value(key, raw, start))]
     (low, high), example = BY_NAME[key].bounds, _EXAMPLES[key]
     value = raw.strip()
     if not value.isdigit() or not low <= int(value) <= high:
         raise Problem(f"{value!r} is not a valid {key}: an integer from {low} to {high}", start,
                       f"write `{example}`")
     return [(key, int(value))]
+
+
+def _budget_value(key: str, raw: str, start: int) -> float | int:
+    """``max cost: $5`` (US dollars) or ``max tokens: 200k``; 0 turns the guard off."""
+    if key == "max_cost":
+        m = _MONEY.match(raw)
+        if m:
+            return float(m.group(1))
+        raise Problem(f"{raw.strip()!r} is not a valid max_cost: an amount in US dollars", start,
+                      "write `max cost: $5` (or `max cost: 0` for no cap)")
+    m = _TOKENS.match(raw)
+    if m:
+        return int(m.group(1)) * {"": 1, "k": 1000, "m": 1000000}[m.group(2).lower()]
+    raise Problem(f"{raw.strip()!r} is not a valid max_tokens: a whole number of tokens", start,
+                  "write `max tokens: 200000` (or `200k`; `0` for no cap)")
 
 
 # -- predicates (`done when ...`) -------------------------------------------------

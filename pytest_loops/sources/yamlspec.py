@@ -376,7 +376,8 @@ class _Reader:
 
     def guards(self, body: dict[Any, Any], keypath: str, origin: dict[str, str]) -> Guards:
         values: dict[str, Any] = {"max_iter": DEFAULT_MAX_ITER, "budget_seconds": DEFAULT_BUDGET_SECONDS,
-                                  "no_progress_k": DEFAULT_NO_PROGRESS_K, "escalate_after": DEFAULT_ESCALATE_AFTER}
+                                  "no_progress_k": DEFAULT_NO_PROGRESS_K, "escalate_after": DEFAULT_ESCALATE_AFTER,
+                                  "max_cost": 0.0, "max_tokens": 0}
         for key in values:
             origin[f"guards.{key}"] = "default"
         raw = body.get("guards")
@@ -409,7 +410,7 @@ class _Reader:
                     raise self.fail(kpath, exc.message, kmark, exc.fix) from None
             elif isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise self.fail(kpath, f"expected a number, got {_type_name(value)}", kmark)
-            elif name != "budget_seconds" and isinstance(value, float):
+            elif name not in ("budget_seconds", "max_cost") and isinstance(value, float):
                 if not (math.isfinite(value) and value == int(value)):
                     raise self.fail(kpath, f"expected an integer, got {short_repr(value)}", kmark)
                 value = int(value)
