@@ -211,7 +211,11 @@ def localize(context: LoopContext, failed: list[CheckResult]) -> Path | None:
     try:  # the same run maps each test to the code blocks it ran: affected reruns use it
         from pytest_loops.localization.impact import ImpactMap
 
-        ImpactMap.from_spectra(spectra, context.workdir).save(context.run_dir / IMPACT_MAP)
+        # the last iteration's map (a hint only: it chooses what a narrowed rerun runs
+        # beside the failing tests, never what SUCCESS needs) lends its digests
+        previous = ImpactMap.load(context.run_dir / IMPACT_MAP)
+        ImpactMap.from_spectra(spectra, context.workdir, previous=previous,
+                              covered_only=True).save(context.run_dir / IMPACT_MAP)
     except (OSError, ValueError):
         pass
     return _publish(context, spectra)
