@@ -148,7 +148,8 @@ def run(sdists: list[Path]) -> list[dict]:
                 target = root / bug.file
                 pristine = target.read_text(encoding="utf-8")
                 if pristine.count(bug.old) != 1:
-                    rows.append({"library": lib, "function": bug.function, "error": "the line to change is not there once"})
+                    rows.append({"library": lib, "function": bug.function,
+                                 "error": "the line to change is not there once"})
                     continue
                 planted = pristine.replace(bug.old, bug.new)
                 target.write_text(planted, encoding="utf-8")

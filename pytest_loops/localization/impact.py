@@ -38,8 +38,10 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import functools
 import json
 import os
+import re
 import time
 from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -155,11 +157,18 @@ def _deps(files: Mapping[str, Iterable[int]], blocks: _BlockCache) -> dict[str, 
 # ---------------------------------------------------------------- the tree
 
 
+@functools.lru_cache(maxsize=32)
+def _globs(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One compiled regex for ``patterns`` (fnmatch's, case-sensitive); None for none."""
+    return re.compile("|".join(fnmatch.translate(p) for p in patterns)) if patterns else None
+
+
 def _tracked(name: str, rel: str, exclude: Sequence[str]) -> bool:
-    if any(fnmatch.fnmatchcase(name, pat) for pat in _NEVER_TRACKED):
+    never = _globs(_NEVER_TRACKED)
+    if never is not None and never.match(name):
         return False
-    return not any(fnmatch.fnmatchcase(rel, pat) or fnmatch.fnmatchcase(name, pat)
-                   for pat in exclude)
+    excluded = _globs(tuple(exclude))
+    return excluded is None or not (excluded.match(rel) or excluded.match(name))
 
 
 # What stands in for the stat of a snapshot entry that is not a file's content.
@@ -177,8 +186,9 @@ def _snapshot(root: str, exclude: Sequence[str],
     A file whose stat is unchanged and was old enough when last hashed keeps its
     digest (git's racy-clean rule); everything else is read. With ``hash_only``
     (the files a run covered), any other file is not read: its entry stands for
-    its stat (:data:`STAT_ONLY` and the signature), so any later change to it,
-    even of its times alone, counts as a change (the map then runs every test).
+    its size, mtime and inode (:data:`STAT_ONLY`), so a later change of any of
+    them counts as a change (the map then runs every test); so it does for an
+    entry of ``previous`` that stands for a stat.
     """
     files: dict[str, list[Any]] = {}
     # a file written this recently may change again within its timestamp's granularity
