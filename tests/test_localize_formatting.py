@@ -6,6 +6,7 @@ map reads only the files the run covered."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,35 @@ def test_a_change_to_a_file_the_map_did_not_read_means_every_test(tmp_path: Path
     (tmp_path / "data" / "d1.txt").write_text("changed\n")
     selection = impact.affected(tmp_path, ["t"])
     assert selection.run_all and "data/d1.txt" in selection.reason
+
+
+def test_changed_lines_come_from_the_map_of_the_last_green_run(measured: tuple[Path, Spectra],
+                                                               tmp_path: Path) -> None:
+    from pytest_loops.localization.localize import changed_lines
+
+    root, spectra = measured
+    copy = tmp_path / "box"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+    impact = ImpactMap.from_spectra(spectra, copy)
+    sub = "test_box.py::TestSub::test_sub"
+    assert changed_lines(impact, copy, [sub]) == {}
+    (copy / "box.py").write_text(BOX.replace("return v + 1", "return v + 2"))
+    assert changed_lines(impact, copy, [sub]) == {"box.py": [16, 17]}  # helper(), which the failing test ran
+    assert changed_lines(impact, copy, ["test_box.py::test_get"]) == {}  # it never ran helper()
+    (copy / "box.py").write_text("X = 1\n" + BOX)  # module-level change: the map cannot say
+    assert changed_lines(impact, copy, [sub]) == {}
+
+
+def test_changed_lines_reach_the_ranking(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from pytest_loops.localization.localize import CHANGED_FILE, _read_changed, write_changed
+
+    context = SimpleNamespace(iteration_dir=tmp_path)
+    assert _read_changed(context) is None  # type: ignore[arg-type]
+    write_changed(context, {})  # type: ignore[arg-type]
+    assert not (tmp_path / CHANGED_FILE).exists()
+    write_changed(context, {"m.py": [2, 3]})  # type: ignore[arg-type]
+    assert _read_changed(context) == {"m.py": {2, 3}}  # type: ignore[arg-type]
+    (tmp_path / CHANGED_FILE).write_text("[not a map")
+    assert _read_changed(context) is None  # type: ignore[arg-type]
