@@ -8,9 +8,11 @@ under per-test coverage, as the session fix-loop's first iteration does
 (``sample_peers``, ``collect_spectra``). The suspect lines are ranked
 (``rank_suspects``, the prompt's top 10) and grouped by function as the prompt
 names them (``group_suspects``). Printed per bug: where the function holding
-the bug ranks among the suspect functions, without and with the lines changed
-since the last green run (the pristine tree here), and how many of the top 10
-lines sit in ``__repr__``/``__str__``-like formatting code. Target: the buggy
+the bug ranks among the suspect functions: before (the lines a failing test
+runs while its failure message is made counted as its own, as they were until
+the recorder told them apart; the same run's two records merged), now, and with
+the lines changed since the last green run (the pristine tree here) known; and
+how many of the top 10 lines sit in ``__repr__``/``__str__``-like formatting code. Target: the buggy
 function in the top 3 for at least 8 of the 10 bugs.
 
 Download the sdists by hand (never from tests), e.g.::
@@ -25,6 +27,7 @@ Always exits 0.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import json
 import os
@@ -107,7 +110,7 @@ def _plain_run(root: Path, env: dict[str, str]) -> tuple[list[str], list[str], f
     began = time.perf_counter()
     try:
         out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider",
-                              "-p", "no:randomly", "-p", "no:xdist"], cwd=root, env=env,
+                              "-p", "no:randomly", "-p", "no:xdist", "--tb=no"], cwd=root, env=env,
                              capture_output=True, text=True, check=False, timeout=PLAIN_TIMEOUT_S).stdout
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode("utf-8", "replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
@@ -172,8 +175,11 @@ def _one(lib: str, root: Path, env: dict[str, str], bug: Bug, changed: dict[str,
     began = time.perf_counter()
     spectra = collect_spectra(root, [*failing, *peers], env=env, timeout=600)
     row["spectra_s"] = round(time.perf_counter() - began, 2)
-    for label, known in (("", None), ("_changed", changed)):
-        ranked = rank_suspects(spectra, top=TOP, changed=known)
+    # before: the lines run to format a failure counted as the test's own (what the
+    # recorder saw until it told them apart): the same run, its two records merged
+    merged = dataclasses.replace(spectra, lines={t: spectra.ran(t) for t in spectra.lines}, after={})
+    for label, source, known in (("_before", merged, None), ("", spectra, None), ("_changed", spectra, changed)):
+        ranked = rank_suspects(source, top=TOP, changed=known)
         scopes = [g.scope for g in group_suspects(ranked)]
         row[f"rank{label}"] = _rank_of(bug.function, scopes)
         row[f"top{label}"] = scopes[:TARGET_RANK]
@@ -186,24 +192,29 @@ def _show(rank: int | None) -> str:
 
 
 def report(rows: list[dict]) -> None:
-    print(f"{'library':<15} {'buggy function':<24} {'kind':<18} {'fail/tests':>10} {'rank':>5} "
-          f"{'+changed':>8} {'fmt':>4}  top 3 suspect functions")
+    print(f"{'library':<15} {'buggy function':<24} {'kind':<18} {'fail/tests':>10} {'before':>6} {'fmt':>4} "
+          f"{'rank':>5} {'fmt':>4} {'+changed':>8}  top 3 suspect functions")
     for row in rows:
         if "error" in row:
             print(f"{row['library']:<15} {row['function']:<24} {row.get('kind', ''):<18} {row['error']}")
             continue
         print(f"{row['library']:<15} {row['function']:<24} {row['kind']:<18} "
-              f"{row['failing']:>4}/{row['tests']:<5} {_show(row['rank']):>5} {_show(row['rank_changed']):>8} "
-              f"{row['formatting']:>4}  {', '.join(row['top'])}")
+              f"{row['failing']:>4}/{row['tests']:<5} {_show(row['rank_before']):>6} {row['formatting_before']:>4} "
+              f"{_show(row['rank']):>5} {row['formatting']:>4} {_show(row['rank_changed']):>8}  "
+              f"{', '.join(row['top'])}")
     measured = [r for r in rows if "error" not in r]
-    hits = sum(1 for r in measured if r["rank"] is not None and r["rank"] <= TARGET_RANK)
-    hits_changed = sum(1 for r in measured if r["rank_changed"] is not None and r["rank_changed"] <= TARGET_RANK)
+    def hits_of(key: str) -> int:
+        return sum(1 for r in measured if r[key] is not None and r[key] <= TARGET_RANK)
+
+    hits, hits_changed, hits_before = hits_of("rank"), hits_of("rank_changed"), hits_of("rank_before")
     libs = len({r["library"] for r in measured})
     need = 8 if len(measured) >= 10 else max(1, round(0.8 * len(measured)))
     verdict = "met" if hits >= need and len(measured) >= 10 and libs >= 3 else "not met"
-    print(f"\nbuggy function in the top {TARGET_RANK}: {hits}/{len(measured)} "
-          f"(with the changed lines known: {hits_changed}/{len(measured)}), {libs} libraries; "
+    print(f"\nbuggy function in the top {TARGET_RANK}: {hits}/{len(measured)} (before: {hits_before}; "
+          f"with the changed lines known: {hits_changed}), {libs} libraries; "
           f"target >= 8 of 10 in >= 3 libraries: {verdict}")
+    print("before: lines run to format a failure counted as suspects; fmt: top-10 lines in "
+          "__repr__/__str__/__format__")
 
 
 def main(argv: list[str] | None = None) -> int:
