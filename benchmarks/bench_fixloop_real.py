@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
                                                             bad=BAD, good=GOOD), encoding="utf-8")
         env = user_env()
         env.pop("PYTEST_ADDOPTS", None)
+        # the revise script counts its calls outside the tree: the sandbox must let it
+        env["PYTEST_LOOPS_SANDBOX_WRITABLE"] = scratch
         for workers in [int(w) for w in args.workers.split(",") if w.strip()]:
             rows = [one_round(root, env, workers, counter) for _ in range(max(1, args.rounds))]
             label = f"-n {workers}" if workers else "no -n"
