@@ -26,7 +26,13 @@ suite's tests take: ``--ms`` sets the CPU work each test does, calibrated on thi
 machine (default: 10 ms, a light unit test, and 0). ``--ms 0`` gives trivial
 tests, the worst case for any subset run: there the start-up cost dominates.
 
-Usage: python benchmarks/bench_affected.py [--repeats 5] [--ms 10 --ms 0] [--keep DIR]
+4. ``--tree N`` (default 10,000; 0 skips it): the suspects step's impact map on a tree of
+   N small files of which the failing tests ran a few, per failing iteration: before
+   (every tracked file read and hashed, as it was) and after (only the covered files
+   read, the others by their stat, the last iteration's digests reused), beside the
+   floor of one stat walk of the tree. Goal: at most 20 ms per failing iteration.
+
+Usage: python benchmarks/bench_affected.py [--repeats 5] [--ms 10 --ms 0] [--tree 10000] [--keep DIR]
 Always exits 0; prints the figures and whether each goal is met.
 """
 
@@ -236,12 +242,68 @@ def scenario(ms: float, repeats: int, keep: Path | None) -> dict[str, float]:
     return {"ratio": ratio, "overhead": overhead}
 
 
+TREE_TARGET_MS = 20.0
+
+
+def tree_scenario(size: int, repeats: int) -> dict[str, float]:
+    """The suspects step's map at ``size`` files: full read (before) vs covered-only (after)."""
+    from pytest_loops.localization.impact import ImpactMap
+    from pytest_loops.localization.spectra import Spectra
+
+    with tempfile.TemporaryDirectory(prefix="bench-affected-tree-") as scratch:
+        root = Path(scratch)
+        generate(root, calibrate(0.0))
+        per_dir = 500
+        for i in range(size):
+            folder = root / "assets" / f"d{i // per_dir:03d}"
+            if i % per_dir == 0:
+                folder.mkdir(parents=True)
+            (folder / f"f{i:05d}.txt").write_text(f"{i}\n" * 40)
+        old = time.time_ns() - 3_600 * 10**9  # written an hour ago: not racy
+        for path in root.rglob("*"):
+            os.utime(path, ns=(old, old))
+        spectra = Spectra(root=str(root), outcomes={"tests/test_m00.py::test_0": "failed"},
+                          lines={"tests/test_m00.py::test_0": {"m00.py": frozenset({2, 3}),
+                                                               "tests/test_m00.py": frozenset({4})}})
+
+        def walk() -> None:
+            for dirpath, _, filenames in os.walk(root):
+                for name in filenames:
+                    os.stat(os.path.join(dirpath, name))
+
+        def before() -> None:
+            ImpactMap.from_spectra(spectra, root)
+
+        previous = ImpactMap.from_spectra(spectra, root, covered_only=True)
+
+        def after() -> None:
+            ImpactMap.from_spectra(spectra, root, previous=previous, covered_only=True)
+
+        samples: dict[str, list[float]] = {"floor": [], "before": [], "after": []}
+        for _ in range(max(3, repeats)):
+            for name, fn in (("floor", walk), ("before", before), ("after", after)):
+                began = time.perf_counter()
+                fn()
+                samples[name].append(time.perf_counter() - began)
+    ms = {name: 1000 * statistics.median(values) for name, values in samples.items()}
+    met = "met" if ms["after"] <= TREE_TARGET_MS else "not met"
+    print(f"\nsuspects step's impact map at {size:,} files (median of {max(3, repeats)}):")
+    print(f"  stat walk of the tree (floor)          {ms['floor']:8.1f} ms")
+    print(f"  before: every file read and hashed     {ms['before']:8.1f} ms")
+    print(f"  after: covered files read, last reused {ms['after']:8.1f} ms   "
+          f"(goal <= {TREE_TARGET_MS:g} ms: {met})")
+    return ms
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--ms", type=float, action="append",
                         help="CPU milliseconds of work per test (repeatable; default: 10 and 0)")
     parser.add_argument("--keep", type=Path, help="generate the projects here and keep them")
+    parser.add_argument("--tree", type=int, default=10_000,
+                        help="files in the big-tree scenario of the suspects step (0: skip it)")
+    parser.add_argument("--tree-only", action="store_true", help="run only the big-tree scenario")
     parser.add_argument("--no-bytecode-cache", action="store_true",
                         help="keep the environment's PYTHONDONTWRITEBYTECODE (every pytest process then "
                              "recompiles the modules it rewrites, plugins included)")
@@ -253,8 +315,10 @@ def main(argv: list[str] | None = None) -> int:
         _PYCACHE = Path(pycache.name)
     print(f"bytecode cache: {'off (environment as is)' if pycache is None else 'on, in a temporary prefix'}"
           f"; PYTHONDONTWRITEBYTECODE in the environment: {os.environ.get('PYTHONDONTWRITEBYTECODE', 'unset')}")
-    for ms in args.ms or [10.0, 0.0]:
+    for ms in [] if args.tree_only else args.ms or [10.0, 0.0]:
         scenario(ms, max(1, args.repeats), args.keep)
+    if args.tree:
+        tree_scenario(args.tree, args.repeats)
     if pycache is not None:
         pycache.cleanup()
     return 0

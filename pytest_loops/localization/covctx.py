@@ -20,6 +20,14 @@ traceback) is made, and after the last test. Project code that runs only there
 (a conftest's ``pytest_configure``, a ``__repr__`` shown in a traceback) is not
 measured; pytest-xdist is turned off, since its workers would not be measured.
 
+A failing assertion formats its message before it raises: pytest's rewritten
+``assert`` calls its helpers (``_saferepr``, ``_call_reprcompare``, ...), a
+unittest ``assert*`` method calls ``safe_repr`` or ``_formatMessage``, and the
+project's ``__repr__``/``__str__``/``__eq__`` run for that. From the first such
+call until the test's call phase (or its subtest) reports, lines go to the
+test's *after-failure* context (:data:`AFTER`): still measured (the impact map
+counts them), but not evidence of where the bug is.
+
 At the end the plugin writes ``out`` (atomically): per context, the lines it ran
 in each file under ``root``; each test's outcome; the files that define tests.
 :func:`pytest_loops.localization.spectra.read_spectra` reads it. If coverage cannot
@@ -47,6 +55,7 @@ hookimpl = pluggy.HookimplMarker("pytest")
 
 ENV = "PYTEST_LOOPS_COVCTX"
 SHARED = ""
+AFTER = "\x00after"  # a test's context + this: lines run while its failure was being formatted
 FORMAT = "pytest-loops.spectra/1"
 
 # pytest-xdist runs tests in worker processes this plugin does not measure.
@@ -100,6 +109,8 @@ class _Recorder:
         self.collected: int | None = None
         self.config: object = None  # the pytest config of the measured session
         self.paused = False
+        self.in_call = False  # a test's call phase runs (its failure formatting is watched)
+        self.restore: list[tuple[object, str, object]] = []  # what _watch_formatting replaced
         self.cov.start()
         self.start_s = time.perf_counter() - began  # what measuring cost before the first test
 
@@ -119,6 +130,16 @@ class _Recorder:
             self.cov.switch_context(context)
             self.context = context
         return previous
+
+    def formatting(self) -> None:
+        """A failure message is being made: the rest of this call phase is after the failure."""
+        if self.in_call and not self.paused and not self.context.endswith(AFTER) and self.context != SHARED:
+            self.switch(self.context + AFTER)
+
+    def failure_reported(self) -> None:
+        """A call phase (or one subtest of it) reported: back to the test's own context."""
+        if self.context.endswith(AFTER):
+            self.switch(self.context[:-len(AFTER)])
 
     def record(self, report: pytest.TestReport) -> None:
         nodeid = report.nodeid
@@ -144,16 +165,21 @@ class _Recorder:
         self.pause()
         data = self.cov.get_data()
         contexts: dict[str, dict[str, list[int]]] = {}
+        after: dict[str, dict[str, list[int]]] = {}
         for filename in sorted(data.measured_files()):
             rel = self.relative(filename)
             if rel is None:
                 continue
             for lineno, names in data.contexts_by_lineno(filename).items():
                 for name in names:
-                    contexts.setdefault(name, {}).setdefault(rel, []).append(lineno)
-        for files in contexts.values():
-            for lines in files.values():
-                lines.sort()
+                    if name.endswith(AFTER):
+                        after.setdefault(name[:-len(AFTER)], {}).setdefault(rel, []).append(lineno)
+                    else:
+                        contexts.setdefault(name, {}).setdefault(rel, []).append(lineno)
+        for table in (contexts, after):
+            for files in table.values():
+                for lines in files.values():
+                    lines.sort()
         _write(self.out, {
             "format": FORMAT,
             "root": self.root,
@@ -164,7 +190,50 @@ class _Recorder:
             "collected": self.collected,
             "start_s": round(self.start_s, 4),
             "contexts": contexts,
+            "after": after,
         })
+
+
+def _formatting_wrapper(fn: Any) -> Any:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        recorder = _recorder
+        if recorder is not None:
+            recorder.formatting()
+        return fn(*args, **kwargs)
+
+    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
+    return wrapper
+
+
+# Called only to make a failing assertion's message: pytest's assertion rewriting helpers
+# (looked up on their module at each call) and unittest's message makers.
+_PYTEST_HELPERS = ("_saferepr", "_format_assertmsg", "_format_boolop", "_call_reprcompare",
+                   "_format_explanation", "_should_repr_global_name")
+_UNITTEST_HELPERS = ("safe_repr", "_common_shorten_repr")
+
+
+def _watch_formatting(recorder: _Recorder) -> None:
+    import sys
+
+    targets: list[tuple[object, str]] = []
+    rewrite = sys.modules.get("_pytest.assertion.rewrite")
+    if rewrite is not None:
+        targets += [(rewrite, name) for name in _PYTEST_HELPERS]
+    import unittest.case
+
+    targets += [(unittest.case, name) for name in _UNITTEST_HELPERS]
+    targets.append((unittest.case.TestCase, "_formatMessage"))
+    for owner, name in targets:
+        original = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+        if callable(original):
+            recorder.restore.append((owner, name, original))
+            setattr(owner, name, _formatting_wrapper(original))
+
+
+def _unwatch_formatting(recorder: _Recorder) -> None:
+    while recorder.restore:
+        owner, name, original = recorder.restore.pop()
+        setattr(owner, name, original)
 
 
 def _start() -> _Recorder | None:
@@ -216,6 +285,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, value in _XDIST_OFF.items():
         if hasattr(config.option, name):
             setattr(config.option, name, value)
+    _watch_formatting(recorder)
     # Plugins configure themselves now (some import large libraries); measuring
     # that would make every run slower for nothing, so measuring pauses until
     # the session starts. Project code that runs only here is then unmeasured,
@@ -261,6 +331,18 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 @hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    recorder = _active(item.config)
+    if recorder is None:
+        return (yield)
+    recorder.in_call = True
+    try:
+        return (yield)
+    finally:
+        recorder.in_call = False
+
+
+@hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     # Rendering a failure (tracebacks, source, reprs) is pytest's own heavy code
     # and does not decide the outcome: not measured.
@@ -272,6 +354,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report = yield
     finally:
         recorder.resume()
+        if call.when == "call":  # the next subtest, or the teardown, is the test's own code again
+            recorder.failure_reported()
     recorder.record(report)
     return report
 
@@ -313,4 +397,5 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if recorder is None:
         return
     _recorder = None
+    _unwatch_formatting(recorder)
     recorder.finish()

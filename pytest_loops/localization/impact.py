@@ -38,10 +38,12 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import functools
 import json
 import os
+import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -155,27 +157,43 @@ def _deps(files: Mapping[str, Iterable[int]], blocks: _BlockCache) -> dict[str, 
 # ---------------------------------------------------------------- the tree
 
 
+@functools.lru_cache(maxsize=32)
+def _globs(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One compiled regex for ``patterns`` (fnmatch's, case-sensitive); None for none."""
+    return re.compile("|".join(fnmatch.translate(p) for p in patterns)) if patterns else None
+
+
 def _tracked(name: str, rel: str, exclude: Sequence[str]) -> bool:
-    if any(fnmatch.fnmatchcase(name, pat) for pat in _NEVER_TRACKED):
+    never = _globs(_NEVER_TRACKED)
+    if never is not None and never.match(name):
         return False
-    return not any(fnmatch.fnmatchcase(rel, pat) or fnmatch.fnmatchcase(name, pat)
-                   for pat in exclude)
+    excluded = _globs(tuple(exclude))
+    return excluded is None or not (excluded.match(rel) or excluded.match(name))
 
 
 # What stands in for the stat of a snapshot entry that is not a file's content.
 _NO_STAT = [-1, 0, 0, 0, 0]
+# The digest of a file a map did not read (no test ran it): its stat signature after this.
+STAT_ONLY = "stat:"
 
 
 def _snapshot(root: str, exclude: Sequence[str],
               previous: Mapping[str, list[Any]] | None = None,
-              previous_at: int = 0) -> dict[str, list[Any]]:
+              previous_at: int = 0, hash_only: Container[str] | None = None) -> dict[str, list[Any]]:
     """``{file: [digest, *stat signature]}`` of every tracked file.
 
     The digest and the stat signature are :mod:`~pytest_loops.progress.treehash`'s.
     A file whose stat is unchanged and was old enough when last hashed keeps its
-    digest (git's racy-clean rule); everything else is read.
+    digest (git's racy-clean rule); everything else is read. With ``hash_only``
+    (the files a run covered), any other file is not read: its entry stands for
+    its size, mtime and inode (:data:`STAT_ONLY`), so a later change of any of
+    them counts as a change (the map then runs every test); so it does for an
+    entry of ``previous`` that stands for a stat.
     """
     files: dict[str, list[Any]] = {}
+    # a file written this recently may change again within its timestamp's granularity
+    # unseen by its stat: it is read even when not covered (git's racy-clean rule)
+    fresh_from = time.time_ns() - treehash.RACY_WINDOW_NS
     for dirpath, dirnames, filenames in os.walk(root):
         base = os.path.relpath(dirpath, root)
         base = "" if base == "." else base.replace(os.sep, "/") + "/"
@@ -203,11 +221,21 @@ def _snapshot(root: str, exclude: Sequence[str],
                 continue
             sig = list(treehash.stat_signature(st))
             old = previous.get(rel) if previous else None
-            if old is not None and old[1:] == sig and st.st_mtime_ns < previous_at - treehash.RACY_WINDOW_NS:
+            if old is not None and str(old[0]).startswith(STAT_ONLY):  # never read: compared by its stat
+                files[rel] = [_stat_marker(st), *sig]
+            elif old is not None and old[1:] == sig and st.st_mtime_ns < previous_at - treehash.RACY_WINDOW_NS:
                 files[rel] = [old[0], *sig]
+            elif hash_only is not None and rel not in hash_only and st.st_mtime_ns < fresh_from:
+                files[rel] = [_stat_marker(st), *sig]
             else:
                 files[rel] = [_digest(full), *sig]
     return files
+
+
+def _stat_marker(st: os.stat_result) -> str:
+    # size, mtime and inode: not ctime, which the harness's own chmod of guarded files
+    # moves (a hint map only: a rewrite that restores mtime and size goes unseen)
+    return f"{STAT_ONLY}{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
 
 
 def snapshot(root: str | os.PathLike[str], exclude: Sequence[str] = ()) -> tuple[dict[str, list[Any]], int]:
@@ -284,23 +312,33 @@ class ImpactMap:
     @classmethod
     def from_spectra(cls, spectra: Spectra, workdir: str | os.PathLike[str] | None = None, *,
                      exclude: Sequence[str] = (),
-                     before: tuple[dict[str, list[Any]], int] | None = None) -> ImpactMap:
+                     before: tuple[dict[str, list[Any]], int] | None = None,
+                     previous: ImpactMap | None = None, covered_only: bool = False) -> ImpactMap:
         """A fresh map (a new baseline) from a run of every test under coverage.
 
         ``exclude``: globs (relative to the root, or file names) of files that
         are not inputs of the tests, e.g. files the tests themselves write.
         ``before``: the :func:`snapshot` taken just before that run (and when),
-        so files the run itself wrote are not part of the baseline; default: now.
+        so files the run itself wrote are not part of the baseline; default: now,
+        reusing the digests of ``previous`` (an earlier map of the same root) where
+        the stat says nothing changed. ``covered_only``: read only the files the run
+        covered and record the others by their size, mtime and inode, so a failing
+        iteration reads O(changed or covered) files; for a map that is a hint (which
+        tests a narrowed rerun adds), never one a verdict rests on.
         """
         root = os.path.realpath(os.fspath(workdir)) if workdir is not None else spectra.root
+        blocks = _BlockCache(root)
+        measured = sorted({f for t in spectra.outcomes for f in spectra.ran(t)}
+                          | {f for per_test in spectra.lines.values() for f in per_test}
+                          | set(spectra.shared))
         if before is not None:
             files, snapshot_at = before
         else:
             snapshot_at = time.time_ns()
-            files = _snapshot(root, exclude)
-        blocks = _BlockCache(root)
-        measured = sorted({f for per_test in spectra.lines.values() for f in per_test}
-                          | set(spectra.shared))
+            reuse = previous if previous is not None and previous.root == root else None
+            files = _snapshot(root, exclude, reuse.files if reuse else None,
+                              reuse.snapshot_at if reuse else 0,
+                              hash_only=set(measured) if covered_only else None)
         skeletons: dict[str, str] = {}
         functions: dict[str, dict[str, str]] = {}
         for path in measured:
@@ -308,7 +346,7 @@ class ImpactMap:
             if scanned is not None and path in files:
                 skeletons[path] = scanned.skeleton
                 functions[path] = dict(scanned.functions)
-        tests = {t: _TestRecord(o, _deps(spectra.lines.get(t, {}), blocks))
+        tests = {t: _TestRecord(o, _deps(spectra.ran(t), blocks))
                  for t, o in spectra.outcomes.items()}
         return cls(root=root, tests=tests, shared=_deps(spectra.shared, blocks),
                    skeletons=skeletons, functions=functions, files=files,
@@ -324,13 +362,13 @@ class ImpactMap:
         blocks = _BlockCache(root)
         tests = dict(self.tests)
         for nodeid, outcome in spectra.outcomes.items():
-            tests[nodeid] = _TestRecord(outcome, _deps(spectra.lines.get(nodeid, {}), blocks))
+            tests[nodeid] = _TestRecord(outcome, _deps(spectra.ran(nodeid), blocks))
         shared = dict(self.shared)
         for block, fp in _deps(spectra.shared, blocks).items():
             shared.setdefault(block, fp)  # a changed shared block keeps forcing full runs
         skeletons, functions = dict(self.skeletons), dict(self.functions)
         current = _snapshot(root, self.exclude, self.files, self.snapshot_at)
-        measured = {f for t in spectra.outcomes for f in spectra.lines.get(t, {})}
+        measured = {f for t in spectra.outcomes for f in spectra.ran(t)}
         for path in sorted(measured - set(skeletons)):
             scanned = blocks.get(path) if path.endswith(".py") else None
             # only a file unchanged since the baseline can join it

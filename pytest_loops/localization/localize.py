@@ -28,6 +28,9 @@ TIMEOUT_S = 300.0
 # the one line on what localization cost or why it was skipped: read, never re-run.
 SPECTRA_FILE = "spectra.json"
 NOTE_FILE = "suspects-note.txt"
+# {file: [line, ...]}: lines changed since the last green run, when a caller knows them
+# (the session fix-loop, from its stored impact map); they rank first
+CHANGED_FILE = "changed-lines.json"
 PEERS = 50  # passing peers sampled into a spectrum (enough for Ochiai, cheap in one process)
 COVERAGE_FACTOR = 2.0  # a test under per-test coverage takes about this much longer
 COVERAGE_START_S = 0.15  # importing and starting coverage in the child
@@ -211,7 +214,11 @@ def localize(context: LoopContext, failed: list[CheckResult]) -> Path | None:
     try:  # the same run maps each test to the code blocks it ran: affected reruns use it
         from pytest_loops.localization.impact import ImpactMap
 
-        ImpactMap.from_spectra(spectra, context.workdir).save(context.run_dir / IMPACT_MAP)
+        # the last iteration's map (a hint only: it chooses what a narrowed rerun runs
+        # beside the failing tests, never what SUCCESS needs) lends its digests
+        previous = ImpactMap.load(context.run_dir / IMPACT_MAP)
+        ImpactMap.from_spectra(spectra, context.workdir, previous=previous,
+                              covered_only=True).save(context.run_dir / IMPACT_MAP)
     except (OSError, ValueError):
         pass
     return _publish(context, spectra)
@@ -222,7 +229,7 @@ def _publish(context: LoopContext, spectra: Any) -> Path:
     ``suspects.json``."""
     from pytest_loops.localization.suspects import format_suspects, rank_suspects
 
-    suspects = rank_suspects(spectra, top=TOP)
+    suspects = rank_suspects(spectra, top=TOP, changed=_read_changed(context))
     context.suspects = format_suspects(suspects, limit=TOP)
     payload = json.dumps([s.to_dict() for s in suspects], indent=2)
     target = context.iteration_dir / "suspects.json"
@@ -278,6 +285,44 @@ def _find_def(tree: Any, names: list[str]) -> Any:
             return None
         body = node.body
     return node if not isinstance(node, ast.ClassDef) else None
+
+
+def changed_lines(impact: Any, workdir: str | Path, failing: Sequence[str]) -> dict[str, list[int]]:
+    """The lines of the functions that changed since ``impact`` (a map of the last green
+    run) was made and that the ``failing`` tests ran then (``{file: [line, ...]}``);
+    {} when the map cannot say."""
+    import ast
+
+    changed: dict[str, list[int]] = {}
+    trees: dict[str, Any] = {}
+    for block, _ in impact.changed_suspects(workdir, failing):
+        path, name = block.rsplit("::", 1)
+        if path not in trees:
+            try:
+                trees[path] = ast.parse((Path(workdir) / path).read_text(encoding="utf-8"))
+            except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+                trees[path] = None
+        node = _find_def(trees[path], name.split("#", 1)[0].split(".")) if trees[path] is not None else None
+        if node is not None:
+            changed.setdefault(path, []).extend(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    return changed
+
+
+def write_changed(context: LoopContext, changed: Mapping[str, Sequence[int]]) -> None:
+    """Hand :func:`changed_lines` to this iteration's ranking (nothing when there are none)."""
+    if changed:
+        try:
+            (context.iteration_dir / CHANGED_FILE).write_text(json.dumps(changed), encoding="utf-8")
+        except OSError:
+            pass
+
+
+def _read_changed(context: LoopContext) -> dict[str, set[int]] | None:
+    try:
+        raw = json.loads((context.iteration_dir / CHANGED_FILE).read_text(encoding="utf-8"))
+        return {str(f): {int(n) for n in lines} for f, lines in raw.items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
 
 
 def _read_note(context: LoopContext) -> str:

@@ -65,8 +65,10 @@ class Spectra:
 
     ``lines[nodeid][file]`` are the lines the test ran (setup, call, teardown);
     ``shared[file]`` the lines run outside any one test (imports, collection,
-    fixtures wider than a function). Files are ``/``-separated and relative to
-    ``root``. ``outcomes`` maps node ids to passed, failed, error, skipped, xfailed
+    fixtures wider than a function); ``after[nodeid][file]`` the lines a failing
+    test ran while its failure message was being made (``__repr__``, ``__eq__`` for a
+    diff: not evidence of the bug; :meth:`ran` includes them). Files are
+    ``/``-separated and relative to ``root``. ``outcomes`` maps node ids to passed, failed, error, skipped, xfailed
     or xpassed; ``test_files`` are the files that define collected tests.
     """
 
@@ -79,6 +81,7 @@ class Spectra:
     exit_code: int | None = None
     output: str = ""
     collected: int | None = None
+    after: Mapping[str, Mapping[str, frozenset[int]]] = field(default_factory=dict)
 
     @property
     def failed(self) -> list[str]:
@@ -90,7 +93,15 @@ class Spectra:
         return [t for t, o in self.outcomes.items() if o in PASSING]
 
     def files_of(self, nodeid: str) -> frozenset[str]:
-        return frozenset(self.lines.get(nodeid, {}))
+        return frozenset(self.ran(nodeid))
+
+    def ran(self, nodeid: str) -> Mapping[str, frozenset[int]]:
+        """Every line the test ran, its failure's formatting included (what a change can reach)."""
+        own = self.lines.get(nodeid, {})
+        extra = self.after.get(nodeid)
+        if not extra:
+            return own
+        return {f: own.get(f, frozenset()) | extra.get(f, frozenset()) for f in {*own, *extra}}
 
 
 def _omit_patterns(root: str) -> list[str]:
@@ -242,6 +253,8 @@ def read_spectra(data_file: str | os.PathLike[str], *, exit_code: int | None = N
             exit_code=exit_code if exit_code is not None else raw.get("exitstatus"),
             output=output,
             collected=raw.get("collected"),
+            after={test: {f: frozenset(ls) for f, ls in files.items()}
+                   for test, files in (raw.get("after") or {}).items()},
         )
     except (KeyError, TypeError, AttributeError) as exc:
         raise SpectraError(f"{path}: malformed coverage data ({exc!r})") from None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 import tokenize
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,12 +63,14 @@ def ochiai(failed_here: int, passed_here: int, total_failed: int) -> float:
     return failed_here / math.sqrt(total_failed * (failed_here + passed_here))
 
 
-def rank_suspects(spectra: Spectra, *, top: int | None = None,
-                  exclude_tests: bool = True) -> list[Suspect]:
+def rank_suspects(spectra: Spectra, *, top: int | None = None, exclude_tests: bool = True,
+                  changed: Mapping[str, Collection[int]] | None = None) -> list[Suspect]:
     """Lines run by failing tests, by Ochiai score, highest first.
 
-    Ties go to the line fewer passing tests ran, then by file and line, so the
-    order is deterministic. Empty when no test failed.
+    ``changed`` (``{file: lines}``, when known: the lines changed since the last
+    green run) go first, by score among themselves. Ties go to the line fewer
+    passing tests ran, then by file and line, so the order is deterministic.
+    Empty when no test failed.
     """
     failing, passing = spectra.failed, spectra.passed
     if not failing:
@@ -87,7 +89,8 @@ def rank_suspects(spectra: Spectra, *, top: int | None = None,
         ((ochiai(f, pass_count.get(key, 0), len(failing)), pass_count.get(key, 0), key)
          for key, f in fail_count.items()),
         # rounded: equal scores computed along different paths must tie
-        key=lambda item: (-round(item[0], 12), item[1], item[2]),
+        key=lambda item: (item[2][1] not in (changed or {}).get(item[2][0], ()),
+                          -round(item[0], 12), item[1], item[2]),
     )
     if top is not None:
         ranked = ranked[:max(0, top)]

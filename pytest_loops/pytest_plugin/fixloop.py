@@ -339,6 +339,7 @@ class SessionFixCheck:
             return
         spectra = context.iteration_dir / SPECTRA_FILE
         ids = [*self.failing, *peers]
+        self._changed(context)
         cmd, _ = self._run(self.failing, context, "suspects", spectra=spectra, peers=peers)
         if context.budget_hit:
             self._note(context, "suspects skipped: the budget ran out during their run")
@@ -399,7 +400,17 @@ class SessionFixCheck:
         if cap is not None and estimate > cap:
             return [], None, (f"suspects skipped: under coverage the rerun would take about {estimate:.2f}s "
                               f"more, over the cap of {self._cap_text(cap)}")
+        self._changed(context)
         return peers, context.iteration_dir / SPECTRA_FILE, ""
+
+    def _changed(self, context: LoopContext) -> None:
+        """The lines changed since the last green run, for the ranking of this iteration's
+        spectra: from the stored impact map, when it can name them."""
+        if self.stored is None or self.rootdir is None:
+            return
+        from pytest_loops.localization.localize import changed_lines, write_changed
+
+        write_changed(context, changed_lines(self.stored, self.rootdir, self.failing))
 
     def _after_rerun(self, context: LoopContext, spectra: Path, peers: list[str]) -> None:
         """The cost note of the spectra the rerun collected."""
