@@ -160,7 +160,8 @@ class RunLogWriterPlugin:
 
 
 def summarize(result: LoopResult) -> dict[str, Any]:
-    """The run-log summary keys (the loop-runner keys and ours)."""
+    """The run-log summary keys (the loop-runner keys and ours). ``iterations`` is the
+    loop's records as they are (the writer reads them one at a time: flat memory)."""
     return {
         "verdict": result.verdict.value,
         "exit_code": result.exit_code,
@@ -169,7 +170,7 @@ def summarize(result: LoopResult) -> dict[str, Any]:
         "ended_at": result.ended_at,
         "elapsed_s": round(result.elapsed_s, 6),
         "artifacts": dict(result.artifacts),
-        "iterations": [r.to_dict() for r in result.iterations],
+        "iterations": result.iterations,
     }
 
 
