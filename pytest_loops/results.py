@@ -34,6 +34,7 @@ class CommandResult:
     output_bytes: int = 0
     timed_out: bool = False
     start_error: str | None = None
+    output_sha256: str | None = None  # hex digest of output_file's bytes, taken as they were written
 
     @property
     def started(self) -> bool:

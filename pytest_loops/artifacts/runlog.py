@@ -127,6 +127,19 @@ class RunLogWriter:
             return text
         return text[:-1] + (", " if obj else "") + f'"mac": "{value}"}}'
 
+    def _signed_event(self, event: dict[str, Any], text: str) -> str:
+        """``text`` (``event`` as dumped, unscrubbed) signed from ``event`` in memory: an
+        event whose keys are all strings and whose values JSON holds as they are reads
+        back from its text as itself, so its canonical form needs no parse of the text."""
+        self._load_key()
+        if self._chain is None or not event or "mac" in event or not text.endswith("}") \
+                or not _string_keys(event):
+            return self._signed_line(text)
+        value = self._chain.next(event)  # None: a value JSON cannot hold as it is
+        if value is None:
+            return self._signed_line(text)
+        return text[:-1] + f', "mac": "{value}"}}'
+
     def _failed(self, exc: OSError) -> None:
         if self.on_error is None:
             raise exc
@@ -137,7 +150,8 @@ class RunLogWriter:
         keeps it across a kill -9); ``sync`` flushes it to the disk as well."""
         if self.broken:
             return
-        line = self._signed_line(self._text(_dump(event)))
+        text = _dump(event)
+        line = self._signed_event(event, text) if self.scrub is None else self._signed_line(self._text(text))
         try:
             if self._events is None or self._events.closed:
                 self._events = open(self.path, "ab", buffering=0)  # noqa: SIM115 - closed in close()
@@ -249,6 +263,9 @@ def _pretty(value: Any, level: int) -> str:
         "\n", "\n" + "  " * level)
 
 
+_STREAMED = ("iterations", "lessons")  # the summary's lists that grow with the run: one item at a time
+
+
 class _SummaryPieces:
     """The summary's text (``json.dumps(summary, indent=2)`` to the byte, scrubbed piece
     by piece) and its canonical form (the MAC's body: every piece as parsed back from
@@ -280,7 +297,7 @@ class _SummaryPieces:
         yield "{"
         for number, (key, value) in enumerate(summary.items()):
             yield ("\n  " if not number else ",\n  ") + json.dumps(key, ensure_ascii=False) + ": "
-            if key == "iterations" and not isinstance(value, (dict, str)) and value is not None:
+            if key in _STREAMED and isinstance(value, Iterable) and not isinstance(value, (dict, str, bytes)):
                 yield from self._records(key, value)
                 continue
             piece = self.scrub(_pretty(value, 1))
@@ -331,6 +348,24 @@ class _SummaryPieces:
             size = whole.tell()
             whole.seek(0)
             return mac_of_stream(key, domain, "", whole, size)
+
+
+def _string_keys(obj: Any) -> bool:
+    """Whether every dict in ``obj`` has string keys only (JSON turns others into
+    strings, and sorts them otherwise: then a MAC of ``obj`` is not the MAC of its text
+    parsed back)."""
+    todo = [obj]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if type(key) is not str:
+                    return False
+                if isinstance(value, (dict, list, tuple)):
+                    todo.append(value)
+        elif isinstance(item, (list, tuple)):
+            todo.extend(v for v in item if isinstance(v, (dict, list, tuple)))
+    return True
 
 
 def _plain_json(obj: Any) -> bool:

@@ -236,12 +236,16 @@ class _ConfinedRunner:
 
 def scrub_output(result: CommandResult, scrub: Callable[[str], str]) -> CommandResult:
     """Mask secrets in a command's output file and tail, in place."""
+    changed = False
     if result.output_file:
         from pytest_loops.redact import scrub_file
 
-        scrub_file(result.output_file, scrub)
+        changed = scrub_file(result.output_file, scrub)
     tail = scrub(result.tail)
-    return result if tail == result.tail else dataclasses.replace(result, tail=tail)
+    if tail == result.tail and not (changed and result.output_sha256):
+        return result
+    # a rewritten file's digest is taken again from the file, when it is asked for
+    return dataclasses.replace(result, tail=tail, output_sha256=None if changed else result.output_sha256)
 
 
 @dataclass(frozen=True)

@@ -356,7 +356,10 @@ class ProcessRunner:
                               keep_last=4 * self.tail_chars + 4 if self.tail_chars else 0)
             # registered at once, so terminate_all() from a signal handler sees it
             running = _Running(proc, tag, cgroup)
-            started_at = read_stat(proc.pid)
+            # the watchdog needs the start time only to tell the group's leader from a
+            # process that took its pid; a command in a cgroup is killed through the
+            # cgroup, and the group only once its leader is gone: no /proc read then
+            started_at = read_stat(proc.pid) if cgroup is None else None
             dog.send("C", tag, proc.pid, started_at.start if started_at else 0,
                      cgroup.path if cgroup is not None else "-", cgroup.version if cgroup is not None else 0)
             running.children_before = children_before
@@ -402,6 +405,7 @@ class ProcessRunner:
             output_file=path if keep_output else None,
             output_bytes=size,
             timed_out=timed_out,
+            output_sha256=capture.sha256() if keep_output else None,
         )
 
     def terminate_all(self) -> None:
