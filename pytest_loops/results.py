@@ -230,6 +230,17 @@ class IterationSpill(Sequence[IterationRecord]):
         spilled = len(self._offsets)
         return self._recent[index - spilled] if index >= spilled else self._load(index)
 
+    def dicts(self) -> Iterator[dict[str, Any]]:
+        """Each record as ``to_dict()`` gives it (a JSON round trip: tuples are lists),
+        read from the file as it is, without making the records."""
+        if self._file is not None and self._offsets:
+            self._file.flush()
+            self._file.seek(0)
+            for _ in range(len(self._offsets)):
+                yield json.loads(self._file.readline().decode("utf-8", "surrogatepass"))
+        for record in list(self._recent):
+            yield record.to_dict()
+
     def __iter__(self) -> Iterator[IterationRecord]:
         if self._file is not None and self._offsets:
             self._file.flush()

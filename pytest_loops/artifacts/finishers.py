@@ -208,7 +208,9 @@ class LessonsWriter:
 
     @hookimpl
     def pytest_loop_finished(self, run: LoopRun) -> None:
-        run.writers.pop(self.name, None)
+        page = run.writers.pop(self.name, None)
+        if page is not None:
+            page.close()
 
 
 class TineWriter:

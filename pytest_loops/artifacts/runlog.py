@@ -298,7 +298,8 @@ class _SummaryPieces:
         for number, (key, value) in enumerate(summary.items()):
             yield ("\n  " if not number else ",\n  ") + json.dumps(key, ensure_ascii=False) + ": "
             if key in _STREAMED and isinstance(value, Iterable) and not isinstance(value, (dict, str, bytes)):
-                yield from self._records(key, value)
+                dicts = getattr(value, "dicts", None)  # a spill hands its records' dicts as stored
+                yield from self._records(key, dicts() if callable(dicts) else value)
                 continue
             piece = self.scrub(_pretty(value, 1))
             self._keep(key, [piece])
