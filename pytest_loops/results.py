@@ -239,7 +239,7 @@ class IterationSpill(Sequence[IterationRecord]):
             for _ in range(len(self._offsets)):
                 yield json.loads(self._file.readline().decode("utf-8", "surrogatepass"))
         for record in list(self._recent):
-            yield record.to_dict()
+            yield json.loads(json.dumps(record.to_dict(), ensure_ascii=False, default=str))
 
     def __iter__(self) -> Iterator[IterationRecord]:
         if self._file is not None and self._offsets:
