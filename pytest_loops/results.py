@@ -161,12 +161,17 @@ class IterationRecord:
             raise TypeError(f"guards_seen is {type(kwargs['guards_seen']).__name__}, not an object")
         check_fields = {f.name for f in dataclasses.fields(CheckResult)}
         for key in ("checks", "clean_room"):
-            kwargs[key] = [
-                CheckResult(**{k: (tuple(v) if k == "failing_tests" and isinstance(v, list) else v)
-                               for k, v in c.items() if k in check_fields})
-                for c in data.get(key) or [] if isinstance(c, dict)
-            ]
+            kwargs[key] = [CheckResult(**_check_fields(c, check_fields))
+                           for c in data.get(key) or [] if isinstance(c, dict)]
         return cls(**kwargs)
+
+
+def _check_fields(data: dict[str, Any], known: set[str]) -> dict[str, Any]:
+    """A stored check's known fields; its failing tests a tuple again (JSON made it a list)."""
+    fields: dict[str, Any] = {k: v for k, v in data.items() if k in known}
+    if isinstance(fields.get("failing_tests"), list):
+        fields["failing_tests"] = tuple(fields["failing_tests"])
+    return fields
 
 
 class IterationSpill(Sequence[IterationRecord]):
