@@ -246,7 +246,7 @@ class RunLogWriter:
                           ("\n}\n" if summary else "\n"))
                 out.flush()
                 os.fsync(out.fileno())
-            os.replace(tmp, self.path)
+            publish(self.path, tmp)
         except OSError as exc:
             Path(tmp).unlink(missing_ok=True)
             self._failed(exc)
@@ -255,6 +255,12 @@ class RunLogWriter:
             Path(tmp).unlink(missing_ok=True)
             raise
         return True
+
+
+def publish(path: Path, written: str) -> None:
+    """Put the complete file ``written`` (in the same directory) in place of ``path``:
+    readers see the old file or the new one, never a part."""
+    os.replace(written, path)
 
 
 def _pretty(value: Any, level: int) -> str:
