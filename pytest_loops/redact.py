@@ -218,9 +218,9 @@ def name_slug(name: str, *, max_chars: int = 60, env: Mapping[str, str] | None =
     return f"{readable}-{digest}"
 
 
-def scrub_file(path: str | os.PathLike[str], scrub: Callable[[str], str]) -> None:
+def scrub_file(path: str | os.PathLike[str], scrub: Callable[[str], str]) -> bool:
     """Mask a file in place (undecodable bytes kept as they are); a file that cannot
-    be read or written is left alone."""
+    be read or written is left alone. True when the file was rewritten (or may have been)."""
     from pathlib import Path
 
     target = Path(path)
@@ -229,8 +229,10 @@ def scrub_file(path: str | os.PathLike[str], scrub: Callable[[str], str]) -> Non
         clean = scrub(text)
         if clean != text:
             target.write_text(clean, encoding="utf-8", errors="surrogateescape")
+            return True
     except OSError:
-        pass
+        return True
+    return False
 
 
 def scrub_tree(root: str | os.PathLike[str], scrub: Callable[[str], str], *,

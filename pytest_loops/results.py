@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
+import tempfile
+from array import array
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any, overload
 
 from pytest_loops.spec import LoopSpec
 from pytest_loops.verdict import Verdict
@@ -29,6 +34,7 @@ class CommandResult:
     output_bytes: int = 0
     timed_out: bool = False
     start_error: str | None = None
+    output_sha256: str | None = None  # hex digest of output_file's bytes, taken as they were written
 
     @property
     def started(self) -> bool:
@@ -171,11 +177,125 @@ class IterationRecord:
             raise TypeError(f"guards_seen is {type(kwargs['guards_seen']).__name__}, not an object")
         check_fields = {f.name for f in dataclasses.fields(CheckResult)}
         for key in ("checks", "clean_room"):
-            kwargs[key] = [
-                CheckResult(**{k: v for k, v in c.items() if k in check_fields})
-                for c in data.get(key) or [] if isinstance(c, dict)
-            ]
+            kwargs[key] = [CheckResult(**_check_fields(c, check_fields))
+                           for c in data.get(key) or [] if isinstance(c, dict)]
         return cls(**kwargs)
+
+
+def _check_fields(data: dict[str, Any], known: set[str]) -> dict[str, Any]:
+    """A stored check's known fields; its failing tests a tuple again (JSON made it a list)."""
+    fields: dict[str, Any] = {k: v for k, v in data.items() if k in known}
+    if isinstance(fields.get("failing_tests"), list):
+        fields["failing_tests"] = tuple(fields["failing_tests"])
+    return fields
+
+
+class IterationSpill(Sequence[IterationRecord]):
+    """A loop's finished iterations in flat memory: the last ``keep`` as they are, the
+    ones before as JSON lines in an unlinked temporary file, read back when asked for.
+
+    A loop can run for days (a watch loop) or thousands of iterations; its records
+    are written to the run log as they finish, so nothing needs them all in memory.
+    A record goes to the file only when ``keep`` newer ones follow it, so one that
+    is changed while its iteration's writers run is kept as changed. Equal to a list
+    of the same records; ``list(spill)`` reads them all.
+    """
+
+    def __init__(self, records: Iterable[IterationRecord] = (), keep: int = 8) -> None:
+        self._keep = max(1, keep)
+        self._recent: deque[IterationRecord] = deque()
+        self._offsets = array("q")  # where each spilled record's line starts
+        self._file: IO[bytes] | None = None
+        self._end = 0
+        for record in records:
+            self.append(record)
+
+    def append(self, record: IterationRecord) -> None:
+        self._recent.append(record)
+        if len(self._recent) > self._keep:
+            self._spill(self._recent.popleft())
+
+    def _spill(self, record: IterationRecord) -> None:
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(prefix="pytest-loops-iterations-")  # noqa: SIM115 - closed in close()
+        line = (json.dumps(record.to_dict(), ensure_ascii=False, default=str) + "\n").encode("utf-8", "surrogatepass")
+        self._file.seek(self._end)
+        self._file.write(line)
+        self._offsets.append(self._end)
+        self._end += len(line)
+
+    def _load(self, index: int) -> IterationRecord:
+        assert self._file is not None
+        self._file.flush()
+        self._file.seek(self._offsets[index])
+        data = json.loads(self._file.readline().decode("utf-8", "surrogatepass"))
+        return IterationRecord.from_dict(data)
+
+    def __len__(self) -> int:
+        return len(self._offsets) + len(self._recent)
+
+    @overload
+    def __getitem__(self, index: int) -> IterationRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[IterationRecord]: ...
+
+    def __getitem__(self, index: int | slice) -> IterationRecord | list[IterationRecord]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        size = len(self)
+        if index < 0:
+            index += size
+        if not 0 <= index < size:
+            raise IndexError("iteration index out of range")
+        spilled = len(self._offsets)
+        return self._recent[index - spilled] if index >= spilled else self._load(index)
+
+    def dicts(self) -> Iterator[dict[str, Any]]:
+        """Each record as ``to_dict()`` gives it (a JSON round trip: tuples are lists),
+        read from the file as it is, without making the records."""
+        if self._file is not None and self._offsets:
+            self._file.flush()
+            self._file.seek(0)
+            for _ in range(len(self._offsets)):
+                yield json.loads(self._file.readline().decode("utf-8", "surrogatepass"))
+        for record in list(self._recent):
+            yield json.loads(json.dumps(record.to_dict(), ensure_ascii=False, default=str))
+
+    def __iter__(self) -> Iterator[IterationRecord]:
+        if self._file is not None and self._offsets:
+            self._file.flush()
+            self._file.seek(0)
+            for _ in range(len(self._offsets)):
+                line = self._file.readline()
+                yield IterationRecord.from_dict(json.loads(line.decode("utf-8", "surrogatepass")))
+        yield from list(self._recent)
+
+    def __reversed__(self) -> Iterator[IterationRecord]:
+        for i in range(len(self) - 1, -1, -1):
+            yield self[i]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (IterationSpill, list, tuple)):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"IterationSpill({len(self)} iterations)"
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+    def __del__(self) -> None:
+        file = getattr(self, "_file", None)
+        if file is not None:
+            try:
+                file.close()
+            except Exception:  # noqa: BLE001 - nothing to report to at collection time
+                pass
 
 
 @dataclass
@@ -185,7 +305,7 @@ class LoopResult:
     spec: LoopSpec
     verdict: Verdict
     reason: str
-    iterations: list[IterationRecord]
+    iterations: Sequence[IterationRecord]  # a list, or the loop's IterationSpill
     started_at: str
     ended_at: str
     elapsed_s: float

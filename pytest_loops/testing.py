@@ -65,7 +65,7 @@ class HarnessResult:
         return self.result.exit_code
 
     @property
-    def iterations(self) -> list[IterationRecord]:
+    def iterations(self) -> Sequence[IterationRecord]:
         return self.result.iterations
 
     @property

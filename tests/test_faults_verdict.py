@@ -127,7 +127,7 @@ WRITE_POINTS = {
     "lessons": ("os.open", ["*/lessons/*.md"]),
     "index": ("open", ["*/index.jsonl"]),
     "handoff": ("attr", (handoff, "atomic_write_text", "*.handoff.md")),
-    "summary": ("attr", (runlog, "atomic_write_text", "*/runs/*.json")),
+    "summary": ("attr", (runlog, "publish", "*/runs/*.json")),  # written piece by piece, then renamed
     "tine": ("attr", (provenance, "_save", None)),
 }
 

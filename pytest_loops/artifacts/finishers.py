@@ -165,7 +165,8 @@ class RunLogWriterPlugin:
 
 
 def summarize(result: LoopResult) -> dict[str, Any]:
-    """The run-log summary keys (the loop-runner keys and ours)."""
+    """The run-log summary keys (the loop-runner keys and ours). ``iterations`` is the
+    loop's records as they are (the writer reads them one at a time: flat memory)."""
     return {
         "verdict": result.verdict.value,
         "exit_code": result.exit_code,
@@ -174,7 +175,7 @@ def summarize(result: LoopResult) -> dict[str, Any]:
         "ended_at": result.ended_at,
         "elapsed_s": round(result.elapsed_s, 6),
         "artifacts": dict(result.artifacts),
-        "iterations": [r.to_dict() for r in result.iterations],
+        "iterations": result.iterations,
         **usage_summary(result.iterations),  # the loop's spend: {} when nothing was reported
     }
 
@@ -214,7 +215,9 @@ class LessonsWriter:
 
     @hookimpl
     def pytest_loop_finished(self, run: LoopRun) -> None:
-        run.writers.pop(self.name, None)
+        page = run.writers.pop(self.name, None)
+        if page is not None:
+            page.close()
 
 
 class TineWriter:

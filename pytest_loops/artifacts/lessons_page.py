@@ -68,6 +68,61 @@ def format_lesson(iteration: int, exit_code: int | None, state_moved: bool | str
     return f"- {prefix}: exit {exit_code}, {moved}: {failure}"
 
 
+class PageLock:
+    """The page's ``.lock`` file, locked with ``flock(2)`` as filelock's ``FileLock`` does
+    (the two exclude each other), its descriptor kept open between appends: one
+    lesson per failed iteration costs two system calls, not a lock object's round.
+    The descriptor is reopened when the lock file was removed or replaced since (a
+    lock on a file nobody else opens would exclude no one). Elsewhere than on POSIX:
+    a ``FileLock``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX
+            self._fallback: FileLock | None = FileLock(path)
+        else:
+            self._fallback = None
+            self._flock = fcntl.flock
+            self._ex, self._un = fcntl.LOCK_EX, fcntl.LOCK_UN
+
+    def __enter__(self) -> PageLock:
+        if self._fallback is not None:  # pragma: no cover - not POSIX
+            self._fallback.acquire()
+            return self
+        while True:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+                                   | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            self._flock(self._fd, self._ex)
+            try:
+                same = os.path.samestat(os.fstat(self._fd), os.stat(self.path, follow_symlinks=False))
+            except OSError:
+                same = False
+            if same:
+                return self
+            self.close()  # the file was replaced while unlocked: lock the one there now
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fallback is not None:  # pragma: no cover - not POSIX
+            self._fallback.release()
+        elif self._fd is not None:
+            self._flock(self._fd, self._un)
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing the descriptor also drops a lock it held
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except OSError:  # pragma: no cover - nothing to report to at collection time
+            pass
+
+
 class LessonsPage:
     """A loop's lessons page (LoopFlow's `remember in "file.md"`)."""
 
@@ -75,9 +130,13 @@ class LessonsPage:
         self.path = Path(path)
         self.loop_name = loop_name
         self.goal = goal
-        self._lock = FileLock(str(self.path) + ".lock")
+        self._lock = PageLock(str(self.path) + ".lock")
         self._has_heading = False  # once seen, the heading stays: skip re-reading
         self.warning: str | None = None  # the last thing about the page that was warned of
+
+    def close(self) -> None:
+        """Release the lock file's descriptor (kept open between appends)."""
+        self._lock.close()
 
     def _warn(self, message: str) -> None:
         if message != self.warning:

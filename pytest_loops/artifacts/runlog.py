@@ -18,7 +18,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -30,8 +30,10 @@ from pytest_loops.redact import redact_obj
 from pytest_loops.runtime.trust import (
     KeyFileError,
     MacChain,
+    canonical_json,
     json_mac,
     mac_matches,
+    mac_of_stream,
     runlog_key,
     runlog_key_path,
     source_file_record,
@@ -127,6 +129,19 @@ class RunLogWriter:
             return text
         return text[:-1] + (", " if obj else "") + f'"mac": "{value}"}}'
 
+    def _signed_event(self, event: dict[str, Any], text: str) -> str:
+        """``text`` (``event`` as dumped, unscrubbed) signed from ``event`` in memory: an
+        event whose keys are all strings and whose values JSON holds as they are reads
+        back from its text as itself, so its canonical form needs no parse of the text."""
+        self._load_key()
+        if self._chain is None or not event or "mac" in event or not text.endswith("}") \
+                or not _string_keys(event):
+            return self._signed_line(text)
+        value = self._chain.next(event)  # None: a value JSON cannot hold as it is
+        if value is None:
+            return self._signed_line(text)
+        return text[:-1] + f', "mac": "{value}"}}'
+
     def _failed(self, exc: OSError) -> None:
         if self.on_error is None:
             raise exc
@@ -137,7 +152,8 @@ class RunLogWriter:
         keeps it across a kill -9); ``sync`` flushes it to the disk as well."""
         if self.broken:
             return
-        line = self._signed_line(self._text(_dump(event)))
+        text = _dump(event)
+        line = self._signed_event(event, text) if self.scrub is None else self._signed_line(self._text(text))
         try:
             if self._events is None or self._events.closed:
                 self._events = open_append(self.path, self.private)  # closed in close()
@@ -210,26 +226,156 @@ class RunLogWriter:
 
     def finish(self, summary: dict[str, Any]) -> bool:
         """Replace the events by the summary (atomic rename); False when it could not
-        be written (reported to ``on_error``): the events stay as they were."""
+        be written (reported to ``on_error``): the events stay as they were.
+
+        The summary is written piece by piece: its ``iterations`` may be any iterable
+        of record dicts (a loop's spilled records), read once to write the text and
+        its canonical form, so a run of any length is summarized in flat memory. The
+        MAC covers the summary as a reader parses it back."""
         self._load_key()
         self.close()  # the summary replaces the events file
         if self.source_file is not None and "source_file" not in summary:
             summary = {**summary, "source_file": self.source_file}
-        text = self._text(json.dumps(summary, ensure_ascii=False, indent=2, default=str, allow_nan=False))
-        signed = None
-        if self.key and self.scrub is None and _plain_json(summary):
-            # the text is the summary as it is: its MAC is taken from the summary in
-            # memory, not from a second copy parsed back from the text
-            value = json_mac(self.key, SUMMARY_DOMAIN, summary)
-            body = text.rstrip()
-            if value is not None and body.endswith("}") and summary and "mac" not in summary:
-                signed = body[:-1].rstrip() + f',\n  "mac": "{value}"\n}}'
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
         try:
-            atomic_write_text(self.path, (signed or sign_summary(text, self.key)) + "\n", private=self.private)
+            os.fchmod(fd, artifact_mode(self.private))
+            with os.fdopen(fd, "w", encoding="utf-8") as out, tempfile.TemporaryFile() as canonical:
+                pieces = _SummaryPieces(self._text, canonical if self.key else None)
+                for piece in pieces.text(summary):
+                    out.write(piece)
+                value = pieces.mac(self.key, SUMMARY_DOMAIN) if self.key and summary else None
+                out.write(f',\n  "mac": "{value}"\n}}\n' if value is not None else
+                          ("\n}\n" if summary else "\n"))
+                out.flush()
+                os.fsync(out.fileno())
+            publish(self.path, tmp)
         except OSError as exc:
+            Path(tmp).unlink(missing_ok=True)
             self._failed(exc)
             return False
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
         return True
+
+
+def publish(path: Path, written: str) -> None:
+    """Put the complete file ``written`` (in the same directory) in place of ``path``:
+    readers see the old file or the new one, never a part."""
+    os.replace(written, path)
+
+
+def _pretty(value: Any, level: int) -> str:
+    """``value`` as ``json.dumps(..., indent=2)`` renders it at nesting ``level``."""
+    return json.dumps(value, ensure_ascii=False, indent=2, default=str, allow_nan=False).replace(
+        "\n", "\n" + "  " * level)
+
+
+_STREAMED = ("iterations", "lessons")  # the summary's lists that grow with the run: one item at a time
+
+
+class _SummaryPieces:
+    """The summary's text (``json.dumps(summary, indent=2)`` to the byte, scrubbed piece
+    by piece) and its canonical form (the MAC's body: every piece as parsed back from
+    the text, keys sorted) written to ``canonical`` as they are made."""
+
+    def __init__(self, scrub: Callable[[str], str], canonical: BinaryIO | None) -> None:
+        self.scrub = scrub
+        self.canonical = canonical
+        self.parts: dict[str, tuple[int, int]] = {}  # key -> (offset, length) in ``canonical``
+        self.valid = True  # every piece read back as JSON with a canonical form
+
+    def _keep(self, key: str, pieces: list[str]) -> None:
+        if self.canonical is None or not self.valid:
+            return
+        start = self.canonical.tell()
+        for number, piece in enumerate(pieces):
+            try:
+                body = canonical_json(json.loads(piece))
+            except (TypeError, ValueError):
+                self.valid = False
+                return
+            self.canonical.write(body if not number else b"," + body)
+        self.parts[key] = (start, self.canonical.tell() - start)
+
+    def text(self, summary: dict[str, Any]) -> Iterator[str]:
+        if not summary:
+            yield "{}"
+            return
+        yield "{"
+        for number, (key, value) in enumerate(summary.items()):
+            yield ("\n  " if not number else ",\n  ") + json.dumps(key, ensure_ascii=False) + ": "
+            if key in _STREAMED and isinstance(value, Iterable) and not isinstance(value, (dict, str, bytes)):
+                dicts = getattr(value, "dicts", None)  # a spill hands its records' dicts as stored
+                yield from self._records(key, dicts() if callable(dicts) else value)
+                continue
+            piece = self.scrub(_pretty(value, 1))
+            self._keep(key, [piece])
+            yield piece
+
+    def _records(self, key: str, records: Iterable[Any]) -> Iterator[str]:
+        start = self.canonical.tell() if self.canonical is not None else 0
+        if self.canonical is not None:
+            self.canonical.write(b"[")
+        count = 0
+        for record in records:
+            data = record.to_dict() if hasattr(record, "to_dict") else record
+            piece = self.scrub(_pretty(data, 2))
+            if self.canonical is not None and self.valid:
+                try:
+                    body = canonical_json(json.loads(piece))
+                    self.canonical.write(body if not count else b"," + body)
+                except (TypeError, ValueError):
+                    self.valid = False
+            yield ("[\n    " if not count else ",\n    ") + piece
+            count += 1
+        yield "\n  ]" if count else "[]"
+        if self.canonical is not None:
+            self.canonical.write(b"]")
+            self.parts[key] = (start, self.canonical.tell() - start)
+
+    def mac(self, key: bytes, domain: str) -> str | None:
+        """The MAC of the canonical summary, None when a piece has no canonical form."""
+        canonical = self.canonical
+        if canonical is None or not self.valid:
+            return None
+        # the canonical object: keys sorted, each value as kept above, in one more file
+        with tempfile.TemporaryFile() as whole:
+            whole.write(b"{")
+            for number, name in enumerate(sorted(self.parts)):
+                offset, length = self.parts[name]
+                whole.write((b"," if number else b"") + canonical_json(name) + b":")
+                canonical.seek(offset)
+                left = length
+                while left > 0:
+                    block = canonical.read(min(left, 1 << 16))
+                    if not block:
+                        break
+                    whole.write(block)
+                    left -= len(block)
+            whole.write(b"}")
+            size = whole.tell()
+            whole.seek(0)
+            return mac_of_stream(key, domain, "", whole, size)
+
+
+def _string_keys(obj: Any) -> bool:
+    """Whether every dict in ``obj`` has string keys only (JSON turns others into
+    strings, and sorts them otherwise: then a MAC of ``obj`` is not the MAC of its text
+    parsed back)."""
+    todo = [obj]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if type(key) is not str:
+                    return False
+                if isinstance(value, (dict, list, tuple)):
+                    todo.append(value)
+        elif isinstance(item, (list, tuple)):
+            todo.extend(v for v in item if isinstance(v, (dict, list, tuple)))
+    return True
 
 
 def _plain_json(obj: Any) -> bool:

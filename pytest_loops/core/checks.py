@@ -56,7 +56,9 @@ def _result(check: Check, cmd: CommandResult, passed: bool, reason: str, runs: i
         reason=reason,
         runs=runs,
         timed_out=cmd.timed_out,
-        output_digest=digest_file(cmd.output_file, cmd.tail),
+        # the digest the runner took while it wrote the file: no second read of it
+        output_digest=(treehash.PREFIX + cmd.output_sha256 if cmd.output_sha256 and cmd.output_file
+                       else digest_file(cmd.output_file, cmd.tail)),
         command=cmd.command,
     )
 

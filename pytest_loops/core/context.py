@@ -126,14 +126,27 @@ class LoopContext:
 
         return move_path(value, os.path.realpath(self.real_workdir), os.path.realpath(self.workdir))
 
+    # the iteration directory as last made and checked; forgotten whenever a command
+    # ran (a check or revise step could have put a link in its place since)
+    _made_dir: Path | None = field(default=None, init=False, repr=False, compare=False)
+
     @property
     def iteration_dir(self) -> Path:
+        """This iteration's directory, made once: checked again only after a command ran."""
+        path = self._made_dir
+        if path is not None:
+            return path
         path = self.run_dir / f"iter-{self.iteration:03d}"
         for made in (self.run_dir, path):  # a link a revise step put there goes, never written through
             if made.is_symlink():
                 made.unlink()
         path.mkdir(parents=True, exist_ok=True)
+        self._made_dir = path
         return path
+
+    def forget_dir(self) -> None:
+        """A command ran: the iteration directory is checked again before the next write."""
+        self._made_dir = None
 
     @property
     def prompt_file(self) -> Path:
@@ -172,7 +185,7 @@ class LoopContext:
         """The runner with this context's check confinement on every command (for code
         that starts its own pytest runs: localization's re-run under coverage)."""
         sandbox = self.confine(self, "check") if self.confine is not None else None
-        return self.runner if sandbox is None else _ConfinedRunner(self.runner, sandbox)
+        return _ConfinedRunner(self.runner, sandbox, self.forget_dir)
 
     def run_command(self, command: str, *, label: str, timeout: float | None = None,
                     extra_env: Mapping[str, str] | None = None, revise: bool = False,
@@ -198,9 +211,9 @@ class LoopContext:
             env.update(extra_env)
         if not label.startswith(self.label_prefix):  # a revise candidate's own output file
             label = self.label_prefix + label
-        output_path: Path | None = self.run_dir / f"iter-{self.iteration:03d}" / f"{label}.out"
+        output_path: Path | None
         try:
-            self.iteration_dir  # noqa: B018 - creates it
+            output_path = self.iteration_dir / f"{label}.out"
         except OSError as exc:
             if self.artifact_error is None:
                 raise
@@ -214,8 +227,11 @@ class LoopContext:
             more["pass_fds"] = tuple(pass_fds)
         if self.clean_room is not None and (sandbox is None or not sandbox.unsets_tag):
             more["tagged"] = False  # a judged run carries no variable of the harness's
-        result = self.runner.run(command, cwd=self.workdir, env=env, timeout=effective,
-                                 output_path=output_path, **more)
+        try:
+            result = self.runner.run(command, cwd=self.workdir, env=env, timeout=effective,
+                                     output_path=output_path, **more)
+        finally:
+            self.forget_dir()
         if result.timed_out and budget_limited:
             self.budget_hit = True
         if self.scrub is not None:
@@ -226,21 +242,30 @@ class LoopContext:
 @dataclass
 class _ConfinedRunner:
     inner: CommandRunner
-    sandbox: Confinement
+    sandbox: Confinement | None
+    ran: Callable[[], None] = lambda: None  # told after every command
 
     def run(self, command: str, **kwargs: Any) -> CommandResult:
-        kwargs.setdefault("sandbox", self.sandbox)
-        return self.inner.run(command, **kwargs)
+        if self.sandbox is not None:
+            kwargs.setdefault("sandbox", self.sandbox)
+        try:
+            return self.inner.run(command, **kwargs)
+        finally:
+            self.ran()
 
 
 def scrub_output(result: CommandResult, scrub: Callable[[str], str]) -> CommandResult:
     """Mask secrets in a command's output file and tail, in place."""
+    changed = False
     if result.output_file:
         from pytest_loops.redact import scrub_file
 
-        scrub_file(result.output_file, scrub)
+        changed = scrub_file(result.output_file, scrub)
     tail = scrub(result.tail)
-    return result if tail == result.tail else dataclasses.replace(result, tail=tail)
+    if tail == result.tail and not (changed and result.output_sha256):
+        return result
+    # a rewritten file's digest is taken again from the file, when it is asked for
+    return dataclasses.replace(result, tail=tail, output_sha256=None if changed else result.output_sha256)
 
 
 @dataclass(frozen=True)

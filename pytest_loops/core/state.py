@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_loops.core import guards
-from pytest_loops.results import CheckResult, IterationRecord
+from pytest_loops.results import CheckResult, IterationRecord, IterationSpill
 from pytest_loops.spec import LoopSpec
 from pytest_loops.verdict import Verdict
 
@@ -59,7 +59,7 @@ class LoopState:
     failed: list[CheckResult] = field(default_factory=list)
     verdict: Verdict | None = None
     reason: str = ""
-    records: list[IterationRecord] = field(default_factory=list)
+    records: IterationSpill = field(default_factory=IterationSpill)  # flat memory however long the loop
     previous_hash: str | None = None
     streak: int = 0  # iterations in a row with the watched state unchanged
     previous_signature: str | None = None
@@ -70,7 +70,7 @@ class LoopState:
     def resumed(cls, prior: Sequence[IterationRecord]) -> LoopState:
         """The state after ``prior`` (a resumed run's iterations; none: a new loop)."""
         last = prior[-1] if prior else None
-        state = cls(iteration=len(prior), records=list(prior),
+        state = cls(iteration=len(prior), records=IterationSpill(prior),
                     previous_hash=last.state_hash if last else None,
                     streak=last.unchanged_streak if last else 0,
                     previous_signature=last.failure_signature if last else None,

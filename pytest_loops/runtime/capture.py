@@ -16,6 +16,7 @@ command is over.
 from __future__ import annotations
 
 import collections
+import hashlib
 import os
 import select
 import subprocess
@@ -48,6 +49,7 @@ class Capture:
         self._tail: collections.deque[bytes] = collections.deque()
         self._kept = 0
         self._failed = False  # the output file cannot be written: keep counting, stop copying
+        self._digest = hashlib.sha256()  # of what went to the file
         self.total = 0
         self.at_end = False  # every writer has closed the pipe
         os.set_blocking(read_fd, False)
@@ -136,8 +138,13 @@ class Capture:
             return
         try:
             _write_all(self._out_fd, data)
+            self._digest.update(data)
         except OSError:  # a full disk: the command goes on, its output file is short
             self._failed = True
+
+    def sha256(self) -> str | None:
+        """The hex digest of the output file as written, None when a write failed."""
+        return None if self._failed else self._digest.hexdigest()
 
 
 def output_lines(path: str | None, fallback: str = "", longest: int = 1 << 16) -> Iterator[str]:

@@ -149,7 +149,18 @@ class _Running:
         self.terminated = False  # terminate_all() asked for it: stop waiting, clean up
         self.children_before: set[int] = set()  # our children when it started: never its own
         self.main_start: int | None = None  # the main process's start time (clock ticks)
+        self.announced = False  # the watchdog was told of it ("C")
         self.sole: Callable[[], bool] = lambda: False  # is it the only command running?
+
+    def announce(self) -> None:
+        """Tell the watchdog this command's group, start time and leaf, once."""
+        if self.announced:
+            return
+        self.announced = True
+        started = read_stat(self.pid)
+        cgroup = self.cgroup
+        self.dog.send("C", self.tag, self.pid, started.start if started else 0,
+                      cgroup.path if cgroup is not None else "-", cgroup.version if cgroup is not None else 0)
 
     def members(self, table: dict[int, Proc] | None) -> dict[int, Proc]:
         """The processes in ``table`` that belong to this command (and remember them)."""
@@ -193,6 +204,8 @@ class _Running:
         found.discard(me)
         found.discard(self.dog.pid)
         result = {pid: table[pid] for pid in found}
+        if result:
+            self.announce()  # its members are only heard of after the command itself
         for pid, entry in result.items():
             if self.known.get(pid) != entry.start:
                 self.dog.send("P", self.tag, pid, entry.start)
@@ -367,9 +380,12 @@ class ProcessRunner:
                               keep_last=4 * self.tail_chars + 4 if self.tail_chars else 0)
             # registered at once, so terminate_all() from a signal handler sees it
             running = _Running(proc, tag, cgroup)
-            started_at = read_stat(proc.pid)
-            dog.send("C", tag, proc.pid, started_at.start if started_at else 0,
-                     cgroup.path if cgroup is not None else "-", cgroup.version if cgroup is not None else 0)
+            if cgroup is None:
+                # no leaf to find it by: the watchdog is told its group at once. A command
+                # in a leaf is announced only when it lives long enough to be scanned
+                # (its members are sent then): should the harness die first, the watchdog
+                # finds its leaf by name and its processes by their tag
+                running.announce()
             running.children_before = children_before
             running.main_start = ticks_before
             # another command registered, or between its Popen() and registration
@@ -396,7 +412,7 @@ class ProcessRunner:
             self._starting.discard(thread)
             if running is not None:
                 self._active.pop(id(running), None)
-                if _drop_cgroup(running.cgroup):
+                if _drop_cgroup(running.cgroup) and running.announced:
                     dog.send("D", tag)
             self._resume_deferred()
         size = capture.finish()
@@ -413,6 +429,7 @@ class ProcessRunner:
             output_file=path if keep_output else None,
             output_bytes=size,
             timed_out=timed_out,
+            output_sha256=capture.sha256() if keep_output else None,
         )
 
     def terminate_all(self) -> None:

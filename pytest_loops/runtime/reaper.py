@@ -264,6 +264,7 @@ def new_cgroup() -> Cgroup | None:
             except OSError:
                 _bases.remove(base)  # not writable after all: never try it again
                 continue
+            _watchdog.base(*base)
             return Cgroup(path, base[1])
     return None
 
@@ -278,6 +279,7 @@ class Watchdog:
         self._lock = threading.Lock()
         self._proc: Any = None  # the watchdog's Popen
         self._fd: int | None = None
+        self._bases: list[tuple[str, int]] = []  # where this harness makes cgroup leaves
         self._tried = False
 
     @property
@@ -308,6 +310,8 @@ class Watchdog:
             finally:
                 os.close(read_end)
             self._fd = write_end
+            for directory, version in self._bases:
+                self.send("H", directory, version)
             import atexit
 
             atexit.register(self._stop)
@@ -328,6 +332,14 @@ class Watchdog:
                 proc.wait(timeout=2)
             except Exception:  # still busy with leftovers: it finishes on its own
                 pass
+
+    def base(self, directory: str, version: int) -> None:
+        """Tell the watchdog, once, where this harness makes cgroup leaves: after the
+        harness dies it kills every leaf there named after it, announced or not."""
+        if (directory, version) in self._bases:
+            return
+        self._bases.append((directory, version))
+        self.send("H", directory, version)
 
     def send(self, *words: object) -> None:
         fd = self._fd
@@ -378,7 +390,7 @@ def _doomed(command: _Command, table: dict[int, Proc]) -> set[int]:
     found = {pid for pid, start in command.members.items()
              if pid in table and table[pid].start == start}
     leader = table.get(command.pgid)
-    if leader is None or leader.start == command.start:  # the id was not reused
+    if command.pgid > 0 and (leader is None or leader.start == command.start):  # the id was not reused
         found |= {p.pid for p in table.values() if command.pgid in (p.pgid, p.sid)}
     if command.cgroup is not None:
         found |= {pid for pid in command.cgroup.pids() if pid in table}
@@ -439,6 +451,7 @@ def _watch(harness: int) -> None:
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_IGN)
     commands: dict[str, _Command] = {}
+    bases: list[tuple[str, int]] = []
     try:
         pidfd: int | None = os.pidfd_open(harness)
     except (AttributeError, OSError):
@@ -457,14 +470,36 @@ def _watch(harness: int) -> None:
         buffer += data
         *lines, buffer = buffer.split(b"\n")
         for line in lines:
-            _event(commands, line.decode(errors="replace").split())
-    # a command the harness started but was killed before announcing is found by its tag
-    kill_commands(list(commands.values()), harness)
+            _event(commands, line.decode(errors="replace").split(), bases)
+    # a command the harness started but was killed before announcing is found by its
+    # leaf (named after the harness) and by its tag
+    kill_commands(list(commands.values()) + _unannounced(bases, harness, commands), harness)
 
 
-def _event(commands: dict[str, _Command], words: list[str]) -> None:
+def _unannounced(bases: list[tuple[str, int]], harness: int, known: dict[str, _Command]) -> list[_Command]:
+    """The harness's cgroup leaves no announced command names: commands it never
+    announced (short ones are not) or was killed before announcing."""
+    named = {c.cgroup.path for c in known.values() if c.cgroup is not None}
+    found = []
+    prefix = f"{_LEAF_PREFIX}{harness}-"
+    for directory, version in bases:
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(directory, name)
+            if name.startswith(prefix) and path not in named:
+                found.append(_Command(0, 0, Cgroup(path, version)))
+    return found
+
+
+def _event(commands: dict[str, _Command], words: list[str], bases: list[tuple[str, int]] | None = None) -> None:
     try:
-        if words[0] == "C":  # C id pgid start cgroup-dir|- version
+        if words[0] == "H":  # H cgroup-base-dir version: where the harness makes leaves
+            if bases is not None and (words[1], int(words[2])) not in bases:
+                bases.append((words[1], int(words[2])))
+        elif words[0] == "C":  # C id pgid start cgroup-dir|- version
             cgroup = None if words[4] == "-" else Cgroup(words[4], int(words[5]))
             commands[words[1]] = _Command(int(words[2]), int(words[3]), cgroup)
         elif words[0] == "P":  # P id pid start

@@ -32,7 +32,7 @@ import secrets
 import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 KEY_BYTES = 32
 STATE_DIR_ENV = "PYTEST_LOOPS_STATE_DIR"
@@ -159,6 +159,26 @@ def mac(key: bytes, domain: str, *parts: bytes | str) -> str:
         data = part.encode("utf-8", "surrogatepass") if isinstance(part, str) else bytes(part)
         h.update(len(data).to_bytes(8, "big"))
         h.update(data)
+    return h.hexdigest()
+
+
+def mac_of_stream(key: bytes, domain: str, previous: str, body: IO[bytes], length: int) -> str:
+    """:func:`mac` of ``(previous, body)`` where the body is ``length`` bytes read from
+    the file ``body`` (from where it stands): a whole run's summary is MACed without
+    holding its canonical form in memory."""
+    h = hmac.new(key, digestmod=hashlib.sha256)
+    for part in (domain, previous):
+        data = part.encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(8, "big"))
+        h.update(data)
+    h.update(length.to_bytes(8, "big"))
+    left = length
+    while left > 0:
+        block = body.read(min(left, 1 << 16))
+        if not block:
+            break
+        h.update(block)
+        left -= len(block)
     return h.hexdigest()
 
 

@@ -109,6 +109,9 @@ class TreeGuard:
         self.git = GitPaths(self.root)  # .git/config, hooks, attributes: watched like the ancestors
         self._store_dir: str | None = None
         self._journal: DirectoryJournal | None = None
+        # the ancestor directories' own journal: while it reports no event naming a
+        # configuration file, their configuration files are not stat-ed again
+        self._ancestor_journal: DirectoryJournal | None = None
         self._journal_reason: str | None = None
         self.started = False
         self.should_stop = should_stop
@@ -346,9 +349,53 @@ class TreeGuard:
         self._scan_dir("", changes)
         return changes
 
-    def _ancestor_state(self) -> dict[str, Entry | None]:
-        return {**{os.path.join(d, n): _entry(os.path.join(d, n)) for d in self._ancestor_dirs
-                   for n in ANCESTOR_NAMES}, **self.git.state()}
+    def _ancestor_state(self, names_quiet: bool = False) -> dict[str, Entry | None]:
+        """The ancestors' configuration files and git's paths now; ``names_quiet``: the
+        ancestors' journal saw no event about a configuration file since the last look,
+        so those are as recorded at loop start (git's paths are stat-ed all the same)."""
+        if names_quiet:
+            names = {os.path.join(d, n): self.ancestors.get(os.path.join(d, n)) for d in self._ancestor_dirs
+                     for n in ANCESTOR_NAMES}
+        else:
+            names = {os.path.join(d, n): _entry(os.path.join(d, n)) for d in self._ancestor_dirs
+                     for n in ANCESTOR_NAMES}
+        return {**names, **self.git.state()}
+
+    def _watch_ancestors(self) -> None:
+        """Watch the ancestor directories (before their files are first read): every one,
+        or none, when one cannot be (a link, a network file system, inotify's limits)."""
+        if not self.use_journal or not self._ancestor_dirs:
+            return
+        from pytest_loops.progress.journal import DirectoryJournal, JournalLost
+
+        try:
+            journal = DirectoryJournal(self._ancestor_dirs[0])
+        except JournalLost:
+            return
+        try:
+            if all(journal.watch(d) for d in self._ancestor_dirs[1:]) \
+                    and not any(os.path.islink(d) for d in self._ancestor_dirs):
+                self._ancestor_journal = journal
+                return
+        except JournalLost:
+            pass
+        journal.close()
+
+    def _ancestors_quiet(self) -> bool:
+        """True when the ancestors' journal vouches that no configuration file in an
+        ancestor directory was created, changed, moved or removed since the last look."""
+        journal = self._ancestor_journal
+        if journal is None:
+            return False
+        from pytest_loops.progress.journal import JournalLost
+
+        try:
+            changes = journal.drain(lambda _path, name: name not in ANCESTOR_NAMES)
+        except (JournalLost, DeadlineReached):
+            self._ancestor_journal = None
+            journal.close()
+            return False
+        return not (changes.touched or changes.relisted or changes.gone)
 
     # -- the loop's life ---------------------------------------------------------------
 
@@ -403,6 +450,7 @@ class TreeGuard:
         if self.use_interpreter:
             self.interpreter = InterpreterGuard(self._inside, self._stop_now)
             self.interpreter.begin(journal=self.use_journal)
+        self._watch_ancestors()
         self.ancestors = self._ancestor_state()
         for path, found in self.ancestors.items():
             if found is not None and found.kind == "f" and self._store_dir:
@@ -609,13 +657,17 @@ class TreeGuard:
 
     def _ancestor_violations(self) -> list[Violation]:
         found = []
-        now = self._ancestor_state()
+        now = self._ancestor_state(names_quiet=self._ancestors_quiet())
         for path in sorted(self.ancestors.keys() | now.keys()):  # a directory before its files
             old, new, git = self.ancestors.get(path), now.get(path), self.git.owns(path)
             if old == new or git and self.git.same_bytes(path, old, new, self.ancestor_store.get(path)):
                 continue
             found.append(Violation(path, _how(old, new), GIT_REASON if git else "configuration pytest reads "
                                    "from an ancestor directory", restored=False))
+        if found and self._ancestor_journal is not None:
+            # a change that stays must be found on every later look: stat them from now on
+            self._ancestor_journal.close()
+            self._ancestor_journal = None
         return found
 
     # -- undoing -------------------------------------------------------------------------
@@ -722,6 +774,9 @@ class TreeGuard:
 
     def close(self) -> None:
         self._drop_journal("the guard is closed")
+        if self._ancestor_journal is not None:
+            self._ancestor_journal.close()
+            self._ancestor_journal = None
         if self.interpreter is not None:
             self.interpreter.close()
         if self.texts is not None:
