@@ -16,9 +16,12 @@ command is over.
 from __future__ import annotations
 
 import collections
+import io
 import os
 import select
 from collections.abc import Iterator
+
+from pytest_loops.limits import open_own
 
 __all__ = ["Capture", "grow_pipe", "output_lines"]
 
@@ -143,7 +146,8 @@ def output_lines(path: str | None, fallback: str = "", longest: int = 1 << 16) -
     lines of ``fallback`` when there is no file to read."""
     if path:
         try:
-            with open(path, encoding="utf-8", errors="replace") as f:
+            # in the run directory, which the check can write: never a file it linked there
+            with io.TextIOWrapper(open_own(path), encoding="utf-8", errors="replace") as f:
                 while line := f.readline(longest):
                     yield line
             return
