@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_loops.artifacts.lessons_page import LessonsPage
 from pytest_loops.artifacts.runlog import append_index
 from pytest_loops.core.closure import read_closure
 from pytest_loops.limits import create_fresh, open_own, replace_fresh, write_fresh
@@ -122,6 +123,54 @@ def test_suspects_are_never_written_through_a_link_the_check_planted(cli, tmp_pa
     made = [p.name for p in (run, *run.glob("iter-*"))
             if (p / "suspects.json").is_file() and not (p / "suspects.json").is_symlink()]
     assert run.name in made and "iter-001" in made, made
+
+
+# -- F3: the lessons page -----------------------------------------------------------------
+
+def test_a_lessons_page_that_is_a_link_is_neither_read_nor_appended_to(tmp_path: Path, victim: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    victim.write_text(PRECIOUS + "- a bullet of the file the link names\n")
+    page = LessonsPage(_link(tmp_path / "lessons" / "loop.md", victim), loop_name="loop")
+    assert page.read_lessons() == []
+    page.append("- iter 2 failed: $(echo pwned)")
+    page.append("- iter 3 failed: $(echo pwned)")
+    assert victim.read_text() == PRECIOUS + "- a bullet of the file the link names\n"
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a symbolic link" in err, err  # one line, not one per lesson
+
+
+def test_a_lessons_page_with_other_names_is_not_appended_to(tmp_path: Path, victim: Path) -> None:
+    page_path = tmp_path / "lessons" / "loop.md"
+    page_path.parent.mkdir()
+    os.link(victim, page_path)
+    LessonsPage(page_path, loop_name="loop").append("- iter 2 failed")
+    assert victim.read_text() == PRECIOUS
+
+
+PLANT_LESSONS = '''\
+import pathlib
+
+for _page in (pathlib.Path(__file__).parent / ".pytest-loops" / "lessons").glob("*.md"):
+    try:
+        _page.unlink()
+        _page.symlink_to({victim!r})
+    except OSError:
+        pass
+
+
+def add(a, b):
+    return a - b
+'''
+
+
+def test_a_lessons_page_the_check_linked_elsewhere_is_never_appended_through(cli, tmp_path: Path,
+                                                                            victim: Path) -> None:
+    project = _project(tmp_path, PLANT_LESSONS.format(victim=str(victim)))
+    done = _run(cli, project, "--no-suspects")
+    assert done.returncode == 2, done.stderr[-2000:]  # the run goes on to its verdict
+    assert victim.read_text() == PRECIOUS
+    warned = [line for line in done.stderr.splitlines() if "is a symbolic link" in line]
+    assert len(warned) == 1 and warned[0].startswith("pytest-loops: warning: lessons page"), done.stderr[-2000:]
 
 
 # -- F4: reads back from the run directory ------------------------------------------------
