@@ -232,3 +232,56 @@ def test_a_check_output_linked_to_a_hidden_file_is_not_read_back(cli, tmp_path: 
     for path in runs.rglob("*"):
         if path.is_file() and not path.is_symlink():
             assert "SECRET-RUNLOG-KEY" not in path.read_text(errors="replace"), path
+
+
+# -- F12: the harness's own helper processes ----------------------------------------------
+
+KEY_VARIABLE = "LINKS_TEST_SIGN_KEY"
+
+SCAN = '''\
+import os, sys
+key = os.environ.get("KEY_VALUE_TO_FIND", "").encode() or sys.argv[1].encode()
+hits = []
+for pid in os.listdir("/proc"):
+    if not pid.isdigit() or int(pid) == os.getpid():
+        continue
+    try:
+        with open("/proc/%s/environ" % pid, "rb") as f:
+            data = f.read()
+        with open("/proc/%s/cmdline" % pid, "rb") as f:
+            cmd = f.read().replace(b"\\0", b" ")
+    except OSError:
+        continue
+    if key in data:
+        hits.append(cmd.decode(errors="replace"))
+open(sys.argv[2], "w").write("\\n".join(hits))
+'''
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/environ"), reason="needs /proc")
+def test_the_signing_key_is_in_no_helper_process_of_the_harness(cli, tmp_path: Path) -> None:
+    key = "links-test-key-" + os.urandom(16).hex()  # 47 bytes: only this test's processes hold it
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "scan.py").write_text(SCAN)
+    hits = tmp_path / "hits.txt"
+    env = {KEY_VARIABLE: key}
+    done = cli("run", "--verify", f"{sys.executable} scan.py {key} {hits}", "--revise", "true", "--max-iter", "1",
+               "--sandbox", "none", "--no-suspects", "--sign-key-env", KEY_VARIABLE, cwd=project, env=env,
+               timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = hits.read_text()
+    # the check's own command line names the key (this test's doing); any other holder is a leak
+    holders = [line for line in seen.splitlines() if "scan.py" not in line]
+    assert holders == [], holders
+
+
+def test_helper_environment_drops_what_the_harness_hid(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_loops.runtime.procimage import helper_environment, hide_secrets
+    from pytest_loops.runtime.safegit import git_environment
+
+    monkeypatch.setenv("LINKS_UNIT_KEY", "x" * 40)
+    hide_secrets(["LINKS_UNIT_KEY"])
+    assert "LINKS_UNIT_KEY" not in helper_environment()
+    assert "LINKS_UNIT_KEY" not in git_environment()
+    assert os.environ["LINKS_UNIT_KEY"] == "x" * 40  # the harness itself keeps it
