@@ -12,6 +12,7 @@ the second builds the objects. Normal files stay at libyaml's speed.
 
 from __future__ import annotations
 
+import errno
 import os
 import reprlib
 import stat
@@ -91,39 +92,104 @@ def set_artifact_mode(path: str | os.PathLike[str], private: bool = False) -> No
         pass  # the artifact is written; its mode is the user's concern from here
 
 
-def open_append(path: str | os.PathLike[str], private: bool = False) -> BinaryIO:
-    """``path`` open for appending, unbuffered; created with :func:`artifact_mode`."""
-    mode = PRIVATE_MODE if private else 0o666
-    return open(path, "ab", buffering=0, opener=lambda name, flags: os.open(name, flags, mode))
-
-
 def create_fresh(path: str | os.PathLike[str], mode: int = 0o644) -> int:
     """``path`` open for writing from its start (a descriptor), never through a link.
 
     A revise step can write into the harness's run directory: a symbolic link, or
     a hard link (a file with other names), it left at a name the harness writes next
-    would carry the harness's output to another file. Such an entry is removed and
-    the file made anew; a link planted after that is refused (``O_NOFOLLOW``, and
-    ``O_EXCL`` for a new file). Anything else there (a file of its own, a device the
-    caller named) is written in place, as ``open(path, "w")`` would."""
+    would carry the harness's output to another file, and a named pipe left there would
+    keep the harness waiting for a reader. Such an entry is removed and the file made
+    anew; a link planted after that is refused (``O_NOFOLLOW``, and ``O_EXCL`` for a
+    new file), a pipe is not waited on (``O_NONBLOCK``: ENXIO). Anything else there (a
+    file of its own, a device the caller named) is written in place, as
+    ``open(path, "w")`` would."""
     where = os.fspath(path)
-    nofollow = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    nofollow = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         info = os.lstat(where)
     except FileNotFoundError:
         info = None
-    if info is not None and (stat.S_ISLNK(info.st_mode) or (stat.S_ISREG(info.st_mode) and info.st_nlink > 1)):
+    if info is not None and (stat.S_ISLNK(info.st_mode) or stat.S_ISFIFO(info.st_mode)
+                             or stat.S_ISSOCK(info.st_mode)
+                             or (stat.S_ISREG(info.st_mode) and info.st_nlink > 1)):
         os.unlink(where)
         info = None
     if info is None:
-        return os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL | nofollow, mode)
-    return os.open(where, os.O_WRONLY | os.O_TRUNC | nofollow)
+        fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL | nofollow, mode)
+    else:
+        fd = os.open(where, os.O_WRONLY | os.O_TRUNC | nofollow)
+    os.set_blocking(fd, True)
+    return fd
 
 
-def write_fresh(path: str | os.PathLike[str], text: str) -> None:
-    """``text`` (UTF-8) as a new file at ``path``; see :func:`create_fresh`."""
-    with os.fdopen(create_fresh(path), "w", encoding="utf-8") as f:
-        f.write(text)
+def write_fresh(path: str | os.PathLike[str], text: str | bytes, *, errors: str = "strict") -> None:
+    """``text`` (UTF-8, or bytes as they are) as a new file at ``path``; see :func:`create_fresh`."""
+    with os.fdopen(create_fresh(path), "wb") as f:
+        f.write(text if isinstance(text, bytes) else text.encode("utf-8", errors))
+
+
+def open_append(path: str | os.PathLike[str], mode: int = 0o644) -> int:
+    """``path`` open for appending (a descriptor), created if missing, never through a
+    symbolic link (``O_NOFOLLOW``: ELOOP) and never waiting on a named pipe
+    (``O_NONBLOCK``: ENXIO); OSError, too, when it is not a regular file."""
+    flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+             | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(os.fspath(path), flags, mode)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def replace_fresh(path: str | os.PathLike[str], text: str | bytes) -> None:
+    """``text`` written beside ``path`` (never through a link left at the temporary
+    name) and renamed over it: readers see the old or the new content, and a link
+    at ``path`` is replaced, never written through."""
+    where = os.fspath(path)
+    tmp = os.path.join(os.path.dirname(where), f".{os.path.basename(where)}.{os.getpid()}.tmp")
+    try:
+        write_fresh(tmp, text)
+        os.replace(tmp, where)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def open_own(path: str | os.PathLike[str]) -> BinaryIO:
+    """A file the harness wrote into a directory a check can write (its run directory),
+    opened for reading without following a link (``O_NOFOLLOW``) and only when it is
+    a regular file: a check that put a link to another file there (a key, a file the
+    sandbox hides) gets OSError (ELOOP), never that file's bytes back. A FIFO or a
+    device is refused without waiting on it (``O_NONBLOCK``)."""
+    flags = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+             | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(os.fspath(path), flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_own(path: str | os.PathLike[str], limit: int = -1) -> bytes:
+    """The bytes (at most ``limit``; -1: all) of a file read with :func:`open_own`."""
+    with open_own(path) as f:
+        return f.read(limit)
+
+
+def read_own_text(path: str | os.PathLike[str], *, errors: str = "strict") -> str:
+    """A file read with :func:`open_own`, as UTF-8 text."""
+    return read_own(path).decode("utf-8", errors)
 
 
 def open_regular(path: str | os.PathLike[str], what: str) -> BinaryIO:

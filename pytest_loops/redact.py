@@ -221,14 +221,13 @@ def name_slug(name: str, *, max_chars: int = 60, env: Mapping[str, str] | None =
 def scrub_file(path: str | os.PathLike[str], scrub: Callable[[str], str]) -> bool:
     """Mask a file in place (undecodable bytes kept as they are); a file that cannot
     be read or written is left alone. True when the file was rewritten (or may have been)."""
-    from pathlib import Path
+    from pytest_loops.limits import read_own_text, write_fresh
 
-    target = Path(path)
-    try:
-        text = target.read_text(encoding="utf-8", errors="surrogateescape")
+    try:  # the files are in a directory a check can write: never read or written through a link
+        text = read_own_text(path, errors="surrogateescape")
         clean = scrub(text)
         if clean != text:
-            target.write_text(clean, encoding="utf-8", errors="surrogateescape")
+            write_fresh(path, clean, errors="surrogateescape")
             return True
     except OSError:
         return True

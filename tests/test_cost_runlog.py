@@ -7,7 +7,6 @@ where a verdict is at stake (the deciding iteration, an abort).
 
 from __future__ import annotations
 
-import builtins
 import json
 import os
 import signal
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 from plugin_helpers import clean_env
 
+import pytest_loops.artifacts.runlog as runlog_module
 from pytest_loops.artifacts import runlog
 from pytest_loops.artifacts.runlog import SCHEMA, RunLogWriter, load_runlog
 
@@ -47,14 +47,14 @@ LOOP = ["--verify", "false", "--revise", "true", "--max-iter", "4", "--no-progre
 def test_the_events_file_is_opened_once_for_a_whole_run(tmp_path, monkeypatch):
     log = tmp_path / "run.json"
     opened = []
-    real_open = builtins.open
+    real_open = runlog_module.open_append  # appended through a descriptor, never through a link
 
     def counting(file, *args, **kwargs):
         if os.fspath(file) == str(log):
-            opened.append(args[0] if args else kwargs.get("mode", "r"))
+            opened.append("ab")
         return real_open(file, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "open", counting)
+    monkeypatch.setattr(runlog_module, "open_append", counting)
     writer = RunLogWriter(log, key=b"k" * 32)
     writer.start({"loop": "x", "guards": {}})
     for i in range(1, 6):
@@ -87,10 +87,12 @@ def test_fsync_only_where_a_verdict_is_at_stake(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
-def test_a_write_error_on_the_open_events_file_is_reported_once(tmp_path):
+def test_a_write_error_on_the_open_events_file_is_reported_once(tmp_path, monkeypatch):
     seen = []
     log = tmp_path / "run.json"
-    log.symlink_to("/dev/full")  # every write fails with ENOSPC
+    # the events file is on a full disk: every write fails with ENOSPC (a link to
+    # /dev/full would be replaced, never written through)
+    monkeypatch.setattr(runlog_module, "open_append", lambda path: os.open("/dev/full", os.O_WRONLY))
     writer = RunLogWriter(log, key=None, on_error=lambda path, exc: seen.append(exc.errno))
     writer.start({"loop": "x", "guards": {}})
     writer.iteration({"iter": 1})

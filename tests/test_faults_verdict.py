@@ -119,13 +119,14 @@ def _enospc(*_args, **_kwargs):
 
 
 WRITE_POINTS = {
-    "events": ("open", ["*/runs/*.json"]),
+    # the run log and the index are appended through a descriptor, never through a link
+    "events": ("os.open", ["*/runs/*.json"]),
     # written through a descriptor, never through a link (limits.create_fresh)
     "failure": ("os.open", ["*/failure.txt"]),
     "prompt": ("os.open", ["*/prompt.md"]),
     "context": ("os.open", ["*/context.json"]),
     "lessons": ("os.open", ["*/lessons/*.md"]),
-    "index": ("open", ["*/index.jsonl"]),
+    "index": ("os.open", ["*/index.jsonl"]),
     "handoff": ("attr", (handoff, "atomic_write_text", "*.handoff.md")),
     "summary": ("attr", (runlog, "publish", "*/runs/*.json")),  # written piece by piece, then renamed
     "tine": ("attr", (provenance, "_save", None)),

@@ -302,14 +302,14 @@ def test_a_write_error_goes_to_on_error_and_the_loop_log_stops(tmp_path, monkeyp
     writer = RunLogWriter(log, key=None, on_error=lambda path, exc: seen.append((path, exc.errno)))
     writer.start({"loop": "x", "guards": {}})
     writer.close()  # the events file stays open between events: reopened (and failing) on the next
-    real_open = open
+    real_open = runlog.open_append  # the events file is appended through a descriptor
 
-    def full(file, mode="r", *args, **kwargs):
-        if os.fspath(file) == str(log) and "a" in mode:
+    def full(file, *args, **kwargs):
+        if os.fspath(file) == str(log):
             raise OSError(28, "No space left on device")
-        return real_open(file, mode, *args, **kwargs)
+        return real_open(file, *args, **kwargs)
 
-    monkeypatch.setattr("builtins.open", full)
+    monkeypatch.setattr(runlog, "open_append", full)
     writer.iteration({"iter": 1})
     writer.iteration({"iter": 2})
     monkeypatch.undo()

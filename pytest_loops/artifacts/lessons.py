@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 
 from pytest_loops.artifacts.lessons_page import MAX_LESSON_CHARS, format_lesson
+from pytest_loops.limits import open_own
 from pytest_loops.progress.signature import first_meaningful_line
 from pytest_loops.redact import strip_control
 from pytest_loops.results import CheckResult
@@ -32,7 +33,7 @@ _MESSAGE_CHARS = 160
 def _text(check: CheckResult) -> str:
     if check.output_file:
         try:
-            with open(check.output_file, "rb") as f:
+            with open_own(check.output_file) as f:  # never a file a check linked there
                 return f.read(READ_BYTES).decode("utf-8", "replace")
         except OSError:
             pass

@@ -123,6 +123,13 @@ class PageLock:
             pass
 
 
+# O_NOFOLLOW: outside the namespaces tier the code under test can write the page's
+# directory; a link it put in the page's place is never read or appended through
+# (the lesson would land in the file it names: ~/.bashrc, a venv's activate script)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+LINKED = "is a symbolic link, never read or written through: no lessons read back or kept (remove the link)"
+
+
 class LessonsPage:
     """A loop's lessons page (LoopFlow's `remember in "file.md"`)."""
 
@@ -166,10 +173,13 @@ class LessonsPage:
         page); False when there is no page, True when there is one that is not a regular
         file or cannot be read (warned)."""
         try:  # O_NONBLOCK: opening a FIFO nobody writes to returns at once
-            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW | getattr(os, "O_NOCTTY", 0))
         except FileNotFoundError:
             return False
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                self._warn(LINKED)
+                return True
             self._warn(f"cannot be read ({exc.strerror or exc}); no lessons read back")
             return True
         try:
@@ -247,9 +257,12 @@ class LessonsPage:
                 elif not text.endswith("\n"):
                     prefix = "\n"
             try:  # O_NONBLOCK: a FIFO put there since is refused (ENXIO), never waited on
-                fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
+                fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | _NOFOLLOW
                              | getattr(os, "O_NOCTTY", 0), 0o644)
             except OSError as exc:
+                if exc.errno == errno.ELOOP:  # a link put there since: never written through
+                    self._warn(LINKED)
+                    return
                 if exc.errno != errno.ENXIO:
                     raise  # a full disk, no permission: the caller's artifact error
                 self._warn("is a FIFO nobody reads; lesson not kept")
@@ -258,6 +271,10 @@ class LessonsPage:
                 info = os.fstat(fd)
                 if not stat.S_ISREG(info.st_mode):
                     self._warn("is not a regular file; lesson not kept")
+                    return
+                if info.st_nlink > 1:  # a hard link: another file's other name
+                    self._warn("has other names (a hard link), never written through: lesson not kept "
+                               "(remove the link)")
                     return
                 if self._has_heading:  # the page as this loop last left it?
                     if info.st_size == 0:  # emptied or removed since: a new page

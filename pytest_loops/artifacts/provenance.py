@@ -31,7 +31,7 @@ from pytest_loops.artifacts.tineshape import (
     iteration_folder,
 )
 from pytest_loops.errors import LoopUsageError
-from pytest_loops.limits import set_artifact_mode
+from pytest_loops.limits import open_own, set_artifact_mode
 from pytest_loops.redact import make_redactor, strip_control
 from pytest_loops.results import CheckResult, IterationRecord, LoopResult
 from pytest_loops.spec import LoopSpec
@@ -138,7 +138,7 @@ def file_tail(path: str | None, fallback: str, *, read_bytes: int = 64 * 1024,
     """The cleaned tail of an output file, or of ``fallback`` when it cannot be read."""
     if path:
         try:
-            with open(path, "rb") as f:
+            with open_own(path) as f:  # in the run directory: never a file a check linked there
                 f.seek(0, os.SEEK_END)
                 size = f.tell()
                 f.seek(max(0, size - read_bytes))
@@ -554,7 +554,7 @@ def output_digest(output_file: str | None, tail: str, known: str | None) -> str:
     if output_file:
         try:
             digest = hashlib.sha256()
-            with open(output_file, "rb") as f:
+            with open_own(output_file) as f:  # never a file a check linked there
                 for block in iter(lambda: f.read(1 << 16), b""):
                     digest.update(block)
             return "sha256:" + digest.hexdigest()

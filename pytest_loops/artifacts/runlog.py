@@ -25,7 +25,15 @@ from typing import Any, BinaryIO
 from filelock import FileLock
 
 from pytest_loops.errors import LoopUsageError
-from pytest_loops.limits import MAX_LINE_CHARS, MAX_RUN_BYTES, artifact_mode, load_json, open_append, read_text
+from pytest_loops.limits import (
+    MAX_LINE_CHARS,
+    MAX_RUN_BYTES,
+    artifact_mode,
+    load_json,
+    open_append,
+    read_text,
+    write_fresh,
+)
 from pytest_loops.redact import redact_obj
 from pytest_loops.runtime.trust import (
     KeyFileError,
@@ -156,7 +164,8 @@ class RunLogWriter:
         line = self._signed_event(event, text) if self.scrub is None else self._signed_line(self._text(text))
         try:
             if self._events is None or self._events.closed:
-                self._events = open_append(self.path, self.private)  # closed in close()
+                self._events = os.fdopen(open_append(self.path, artifact_mode(self.private)), "ab",  # noqa: SIM115
+                                         buffering=0)  # closed in close()
             data = (line + "\n").encode("utf-8")
             written = self._events.write(data)
             if written is not None and written < len(data):  # a short write: the rest, in order
@@ -190,7 +199,7 @@ class RunLogWriter:
         self.close()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text("", encoding="utf-8")
+            write_fresh(self.path, "")
         except OSError as exc:
             self.broken = True
             self._failed(exc)
@@ -845,5 +854,5 @@ def append_index(index_path: str | os.PathLike, entry: dict[str, Any] | Sequence
     # the loop's name may hold a secret
     line = "".join(_dump(redact_obj({"schema": INDEX_SCHEMA, **e})) + "\n" for e in entries)
     with FileLock(str(path) + ".lock"):
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(line)
+        with os.fdopen(open_append(path), "ab") as f:
+            f.write(line.encode("utf-8"))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
+from pytest_loops.limits import open_own
 from pytest_loops.progress import treehash
 from pytest_loops.results import CheckResult, CommandResult
 from pytest_loops.spec import Check, CheckKind
@@ -170,7 +171,7 @@ def _output_lines(cmd: CommandResult) -> int:
     count = 0
     blank = True
     try:
-        with open(cmd.output_file, "rb") as f:
+        with open_own(cmd.output_file) as f:  # never a file a check linked there
             while piece := f.readline(1 << 16):  # pieces: a line may be as long as the output
                 blank = blank and not piece.strip()
                 if piece.endswith(b"\n"):

@@ -12,6 +12,8 @@ import json
 import os
 from pathlib import Path
 
+from pytest_loops.limits import read_own_text
+
 READ_REASON = "read by the tests (seen in the first verify)"
 HELPER_REASON = "a helper module only the tests import (seen in the first verify)"
 MAX_RECORD_BYTES = 8 << 20
@@ -29,7 +31,7 @@ def read_closure(directory: Path, root: str) -> dict[str, str]:
         try:
             if record.stat().st_size > MAX_RECORD_BYTES:
                 continue
-            data = json.loads(record.read_text(encoding="utf-8"))
+            data = json.loads(read_own_text(record))
         except (OSError, ValueError):
             continue
         if not isinstance(data, dict):

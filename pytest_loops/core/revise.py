@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 from pytest_loops.core.usage import USAGE_VARIABLE
-from pytest_loops.limits import create_fresh
+from pytest_loops.limits import create_fresh, open_own, read_own_text
 from pytest_loops.redact import strip_control
 from pytest_loops.results import CheckResult, CommandResult
 from pytest_loops.spec import LoopSpec
@@ -66,7 +66,7 @@ def output_tail(check: CheckResult, limit: int = PROMPT_TAIL_CHARS) -> tuple[str
     window = limit * _TAIL_WINDOW
     if check.output_file:
         try:
-            with open(check.output_file, "rb") as f:
+            with open_own(check.output_file) as f:  # never a file a check linked there
                 f.seek(0, os.SEEK_END)
                 size = f.tell()
                 f.seek(max(0, size - window - 1))
@@ -108,7 +108,7 @@ def _suspect_data(context: LoopContext) -> list[dict]:
     """This iteration's ranked suspects (``suspects.json``), [] when none were made."""
     path = context.run_dir / f"iter-{context.iteration:03d}" / "suspects.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_own_text(path))
     except (OSError, ValueError):
         return []
     return [d for d in data if isinstance(d, dict) and isinstance(d.get("file"), str)

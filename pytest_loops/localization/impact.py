@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_loops.limits import read_own_text
 from pytest_loops.localization.spectra import FAILING, Spectra, is_test_file, write_json
 from pytest_loops.progress import treehash
 from pytest_loops.progress.matching import DEFAULT_EXCLUDES
@@ -526,7 +527,7 @@ class ImpactMap:
     def load(cls, path: str | os.PathLike[str]) -> ImpactMap | None:
         """The saved map, or None when it is missing, unreadable or of another format."""
         try:
-            raw = json.loads(Path(path).read_text(encoding="utf-8"))
+            raw = json.loads(read_own_text(path))
         except (OSError, ValueError):
             return None
         return cls.from_dict(raw)

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_loops.limits import read_own_text, write_fresh
 from pytest_loops.results import CheckResult
 
 if TYPE_CHECKING:
@@ -233,8 +234,8 @@ def _publish(context: LoopContext, spectra: Any) -> Path:
     context.suspects = format_suspects(suspects, limit=TOP)
     payload = json.dumps([s.to_dict() for s in suspects], indent=2)
     target = context.iteration_dir / "suspects.json"
-    target.write_text(payload, encoding="utf-8")
-    (context.run_dir / "suspects.json").write_text(payload, encoding="utf-8")
+    write_fresh(target, payload)  # never through a link a check left in the run directory
+    write_fresh(context.run_dir / "suspects.json", payload)
     return target
 
 
@@ -268,8 +269,8 @@ def publish_blocks(context: LoopContext, blocks: Sequence[tuple[str, float]]) ->
         return 0
     context.suspects = format_suspects(suspects, limit=TOP)
     payload = json.dumps([s.to_dict() for s in suspects], indent=2)
-    (context.iteration_dir / "suspects.json").write_text(payload, encoding="utf-8")
-    (context.run_dir / "suspects.json").write_text(payload, encoding="utf-8")
+    write_fresh(context.iteration_dir / "suspects.json", payload)
+    write_fresh(context.run_dir / "suspects.json", payload)
     return len(suspects)
 
 
@@ -327,7 +328,7 @@ def _read_changed(context: LoopContext) -> dict[str, set[int]] | None:
 
 def _read_note(context: LoopContext) -> str:
     try:
-        return (context.iteration_dir / NOTE_FILE).read_text(encoding="utf-8").strip()[:300]
+        return read_own_text(context.iteration_dir / NOTE_FILE, errors="replace").strip()[:300]
     except OSError:
         return ""
 
@@ -351,9 +352,9 @@ def _scrub_files(context: LoopContext, *paths: Path) -> None:
         return
     for path in paths:
         try:
-            text = path.read_text(encoding="utf-8", errors="surrogateescape")
+            text = read_own_text(path, errors="surrogateescape")
             clean = context.scrub(text)
             if clean != text:
-                path.write_text(clean, encoding="utf-8", errors="surrogateescape")
+                write_fresh(path, clean, errors="surrogateescape")
         except OSError:
             pass

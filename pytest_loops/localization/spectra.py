@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_loops.core.checks import CHILD_ENV
+from pytest_loops.limits import open_own, read_own_text, replace_fresh
 from pytest_loops.localization.covctx import ENV as COVCTX_ENV
 from pytest_loops.localization.covctx import FORMAT as SPECTRA_FORMAT
 from pytest_loops.localization.covctx import SHARED
@@ -216,7 +217,7 @@ def _run(argv: list[str], cwd: str, env: Mapping[str, str], out_path: Path,
 
 def _tail(path: Path) -> str:
     try:
-        with open(path, "rb") as f:
+        with open_own(path) as f:  # never a file a check linked here
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - OUTPUT_TAIL_CHARS))
             return f.read().decode("utf-8", "replace")
@@ -230,7 +231,7 @@ def read_spectra(data_file: str | os.PathLike[str], *, exit_code: int | None = N
     path = Path(data_file)
     why = "pytest wrote no coverage data (did it start? is coverage installed for it?)"
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(read_own_text(path))
     except FileNotFoundError:
         raise SpectraError(_with_output(why, output)) from None
     except (OSError, ValueError) as exc:
@@ -273,6 +274,4 @@ def is_test_file(path: str, test_files: Container[str] = frozenset()) -> bool:
 def write_json(path: Path, payload: Any, indent: int | None = None) -> None:
     """Write ``payload`` as JSON to ``path`` atomically (a temp file, then a rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload, indent=indent, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    replace_fresh(path, json.dumps(payload, indent=indent, ensure_ascii=False) + "\n")

@@ -36,6 +36,7 @@ from types import FrameType, ModuleType
 from typing import Any
 
 from pytest_loops.core.checks import CLOSURE_ENV
+from pytest_loops.limits import write_fresh
 
 VARIABLE = CLOSURE_ENV
 FRAMEWORKS = frozenset({"pytest", "_pytest", "unittest", "hypothesis"})
@@ -130,8 +131,7 @@ class Recorder:
         try:
             os.makedirs(self.out_dir, exist_ok=True)
             path = os.path.join(self.out_dir, f"closure-{os.getpid()}.json")
-            with open(path, "w", encoding="utf-8") as f:
-                json.dump(data, f)
+            write_fresh(path, json.dumps(data))  # the run directory: never through a link
         except OSError:
             pass  # the loop goes on with the rules by name alone
 

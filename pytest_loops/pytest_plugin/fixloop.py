@@ -304,7 +304,7 @@ class SessionFixCheck:
         from pytest_loops.localization.localize import NOTE_FILE
 
         try:
-            (context.iteration_dir / NOTE_FILE).write_text(text + "\n", encoding="utf-8")
+            write_fresh(context.iteration_dir / NOTE_FILE, text + "\n")
         except OSError:
             pass
 

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import io
 import os
 import select
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from typing import Any
+
+from pytest_loops.limits import open_own
 
 __all__ = ["Capture", "close_parent_ends", "grow_pipe", "output_lines", "stdin_file"]
 
@@ -153,7 +156,8 @@ def output_lines(path: str | None, fallback: str = "", longest: int = 1 << 16) -
     lines of ``fallback`` when there is no file to read."""
     if path:
         try:
-            with open(path, encoding="utf-8", errors="replace") as f:
+            # in the run directory, which the check can write: never a file it linked there
+            with io.TextIOWrapper(open_own(path), encoding="utf-8", errors="replace") as f:
                 while line := f.readline(longest):
                     yield line
             return

@@ -17,6 +17,10 @@ the C environment is given its own copy of each hidden variable first (``putenv`
 so a child started with the inherited environment (``env=None``: an xdist worker)
 gets what it got before.
 
+A process the harness starts for itself (its watchdog, its git calls) is not given
+them at all: :func:`helper_environment` is the environment without every variable
+hidden here (the user's commands get theirs from the harness's own child environment).
+
 It never fails the harness: without ``/proc``, with areas it does not recognise, or
 on any error, it leaves everything as it is and says nothing.
 """
@@ -25,19 +29,35 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 STAT = "/proc/self/stat"
+
+# names of the variables hide_secrets was given: a process of the harness's own never gets them
+_hidden: set[str] = set()
 
 
 def hide_secrets(env_names: Iterable[str | None] = (), values: Iterable[str | None] = ()) -> bool:
     """Overwrite, in this process's memory, the values of the environment variables
     ``env_names`` and every command-line argument equal to one of ``values`` (or ending
-    in ``=value``: ``--opt=value``). True when something was overwritten."""
+    in ``=value``: ``--opt=value``). True when something was overwritten.
+
+    The names are kept, even when nothing could be overwritten, for
+    :func:`helper_environment`."""
+    names = [n for n in env_names if n]
+    _hidden.update(names)
+    env_names = names
     try:
         return _hide([os.fsencode(n) for n in env_names if n], [os.fsencode(v) for v in values if v])
     except Exception:  # noqa: BLE001 - hiding is best effort: never a reason to stop the harness
         return False
+
+
+def helper_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: ``os.environ``) without the variables :func:`hide_secrets`
+    hid: the environment of a helper process the harness starts for itself, whose
+    ``/proc/<pid>/environ`` a revise step or a check can read as well."""
+    return {k: v for k, v in (os.environ if base is None else base).items() if k not in _hidden}
 
 
 def _areas() -> tuple[int, int, int, int] | None:

@@ -298,12 +298,16 @@ class Watchdog:
                 return False
             import subprocess
 
+            # imported here: this file also runs as a script of its own (``-I -S``)
+            from pytest_loops.runtime.procimage import helper_environment
+
             read_end, write_end = os.pipe()
             try:
                 self._proc = subprocess.Popen(
                     [sys.executable, "-I", "-S", os.path.abspath(__file__), "watch", str(os.getpid())],
                     stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                    start_new_session=True, close_fds=True, cwd="/")
+                    start_new_session=True, close_fds=True, cwd="/",
+                    env=helper_environment())  # never the signing key: its environ is readable
             except OSError:
                 os.close(write_end)
                 return False

@@ -36,6 +36,8 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 
+from pytest_loops.runtime.procimage import helper_environment
+
 DEFAULT_TIMEOUT = 120.0
 
 # Overrides that win over every configuration file (system, global, repository,
@@ -78,8 +80,9 @@ _FILTER_KEYS = ("clean", "smudge", "process")
 
 def git_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """``base`` (the harness's environment) without any ``GIT_*`` variable, plus
-    :data:`ENVIRONMENT`. ``HOME`` stays: the user's own ``safe.directory`` still counts."""
-    env = {k: v for k, v in (os.environ if base is None else base).items() if not k.startswith("GIT_")}
+    :data:`ENVIRONMENT` and without a secret the harness hid from its own process image
+    (the signing key). ``HOME`` stays: the user's own ``safe.directory`` still counts."""
+    env = {k: v for k, v in helper_environment(base).items() if not k.startswith("GIT_")}
     env.update(ENVIRONMENT)
     return env
 

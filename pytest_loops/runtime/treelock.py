@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 from filelock import FileLock, Timeout
 
 from pytest_loops.deadline import DeadlineReached, ShouldStop
+from pytest_loops.limits import replace_fresh
 
 __all__ = ["STILL_WAITING_EVERY", "Holder", "TreeLock", "holder_state", "read_holder", "terminal_say"]
 
@@ -215,10 +216,8 @@ class TreeLock:
                      f"which held it since {before.since}, is gone without releasing it; the tree may "
                      "still hold its unfinished changes")
         self._me = _this_process()
-        tmp = self.info_path.with_name(f"{self.info_path.name}.{os.getpid()}.tmp")
         try:
-            tmp.write_text(json.dumps(self._me._asdict()), encoding="utf-8")
-            os.replace(tmp, self.info_path)
+            replace_fresh(self.info_path, json.dumps(self._me._asdict()))
         except OSError:
             pass  # waiters then say "did not record itself"; the lock holds regardless
 
