@@ -19,7 +19,12 @@ NO_PROGRESS_SIGNALS = ("state", "failure", "both")
 failure signature (the same failure K times in a row, even when files changed),
 or both (either one stops the loop)."""
 
-__all__ = ["DEFAULT_BUDGET_SECONDS", "DEFAULT_ESCALATE_AFTER", "DEFAULT_MAX_ITER", "DEFAULT_NO_PROGRESS_K",
+CLOSURE_ENV = "PYTEST_LOOPS_CLOSURE"
+"""A directory: the pytest runs of a loop's first verify record what the tests read
+there (:mod:`pytest_loops.pytest_plugin.closure`). Here, not with the checks: the
+plugin looks it up in every run, loop or not."""
+
+__all__ = ["CLOSURE_ENV", "DEFAULT_BUDGET_SECONDS", "DEFAULT_ESCALATE_AFTER", "DEFAULT_MAX_ITER", "DEFAULT_NO_PROGRESS_K",
            "DEFAULT_OUTPUT_CAP", "NO_PROGRESS_SIGNALS", "validate_guard_values"]
 
 

@@ -323,7 +323,7 @@ def test_no_command_is_one_line_and_exit_64(cli):
     assert done.stdout == ""
     assert done.stderr.splitlines() == [
         "pytest-loops: error: a command is required; one of: run, selftest, demo, show, diff, compare, mcp, "
-        "verify, report, list, watch (`pytest-loops --help` lists them)"]
+        "verify, report, list, watch, merge (`pytest-loops --help` lists them)"]
 
 
 def _one_run(cli, tmp_path: Path) -> Path:

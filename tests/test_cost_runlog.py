@@ -92,7 +92,7 @@ def test_a_write_error_on_the_open_events_file_is_reported_once(tmp_path, monkey
     log = tmp_path / "run.json"
     # the events file is on a full disk: every write fails with ENOSPC (a link to
     # /dev/full would be replaced, never written through)
-    monkeypatch.setattr(runlog_module, "open_append", lambda path: os.open("/dev/full", os.O_WRONLY))
+    monkeypatch.setattr(runlog_module, "open_append", lambda path, *mode: os.open("/dev/full", os.O_WRONLY))
     writer = RunLogWriter(log, key=None, on_error=lambda path, exc: seen.append(exc.errno))
     writer.start({"loop": "x", "guards": {}})
     writer.iteration({"iter": 1})

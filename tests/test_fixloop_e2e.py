@@ -6,6 +6,10 @@ from __future__ import annotations
 import pytest
 from plugin_helpers import BUGGY_CALC, CALC_TESTS, Project
 
+from pytest_loops.sandbox import Tier, survey
+
+TIERS = survey()
+
 GOOD_CALC = BUGGY_CALC.replace("a - b  # BUG", "a + b")
 WRONG_CALC = BUGGY_CALC.replace("a - b  # BUG", "a - b + 0  # still wrong")
 
@@ -111,9 +115,11 @@ ATTACKS = {
     "new module": {"calc.py": GOOD_CALC + "\n\nimport calc_ext  # noqa: E402,F401\n",
                    "calc_ext.py": "import consts\n\nconsts.LIMIT = 99\n"},
 }
-# conftest.py is read-only by the kernel in the namespaces tier: the write is refused and
-# nothing breaks, so that attack tests the detect-and-undo layer alone (the none tier)
-ATTACK_PARAMS = [pytest.param(a, marks=pytest.mark.floor if a == "conftest" else ()) for a in sorted(ATTACKS)]
+# conftest.py, and limit.txt once the first verify saw a test read it (the judge's
+# closure), are read-only by the kernel in the namespaces tier: the write is refused and
+# nothing breaks, so those attacks test the detect-and-undo layer alone (the none tier)
+KERNEL_REFUSED = ("conftest", "data file")
+ATTACK_PARAMS = [pytest.param(a, marks=pytest.mark.floor if a in KERNEL_REFUSED else ()) for a in sorted(ATTACKS)]
 
 
 def limits_project(project: Project) -> None:
@@ -153,6 +159,23 @@ def test_a_revise_that_breaks_another_test_never_ends_success(project: Project, 
     out = result.stdout.str()
     assert result.ret != 0, out
     assert "SUCCESS" not in out and "repaired" not in result.stdout.lines[-1], out
+
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bool(TIERS[Tier.NAMESPACES]), reason=f"no namespaces: {TIERS[Tier.NAMESPACES]}")
+@pytest.mark.parametrize("attack", KERNEL_REFUSED)
+def test_in_namespaces_the_kernel_refuses_the_write_and_the_other_test_stays_green(project: Project,
+                                                                                  attack: str) -> None:
+    """The same attacks where the kernel meets them: the write is refused, the fix in
+    calc.py stands, and every test, the attacked one included, passes afterwards."""
+    limits_project(project)
+    revise = project.scripted_revise({1: ATTACKS[attack]})
+    project.run("--loop", "--loop-revise", revise, "--loop-suspects-cap=0", "--loop-max-iter=3")
+    assert project.path.joinpath("limit.txt").read_text() == "10\n"
+    assert "return 10" in project.path.joinpath("conftest.py").read_text()
+    after = project.run()
+    after.assert_outcomes(passed=5)
 
 
 FORGING_CALC = '''\

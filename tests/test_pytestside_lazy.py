@@ -24,7 +24,10 @@ HEAVY = ("pytest_loops.core.engine", "pytest_loops.sources.loopfile", "pytest_lo
 # all an unused plugin may import: its options and the settings table they come from
 UNUSED = {"pytest_loops", "pytest_loops.errors", "pytest_loops.limits", "pytest_loops.defaults", "pytest_loops.verdict",
           "pytest_loops.settings", "pytest_loops.core", "pytest_loops.core.hookspecs", "pytest_loops.pytest_plugin",
-          "pytest_loops.pytest_plugin.plugin", "pytest_loops.pytest_plugin.options"}
+          "pytest_loops.pytest_plugin.plugin", "pytest_loops.pytest_plugin.options",
+          # the judge's witness: an entry point of its own, loaded in every run (it must be
+          # there before any conftest, and alike in judged and plain runs)
+          "pytest_loops.runtime", "pytest_loops.runtime.judge"}
 
 # runs pytest in this fresh process, then prints the modules and plugins it ended with
 PROBE = """\

@@ -15,8 +15,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
 from pytest_loops.redact import make_redactor, strip_control
 
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
@@ -85,6 +83,8 @@ def append_summary(markdown: str, environ: Mapping[str, str] | None = None) -> P
     if not target:
         return None
     path = Path(target)
+    from filelock import FileLock  # only when there is a summary to write
+
     with FileLock(str(path) + ".lock"):
         with open(path, "a", encoding="utf-8") as f:
             f.write(markdown)

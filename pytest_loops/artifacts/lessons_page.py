@@ -73,12 +73,13 @@ class PageLock:
     (the two exclude each other), its descriptor kept open between appends: one
     lesson per failed iteration costs two system calls, not a lock object's round.
     The descriptor is reopened when the lock file was removed or replaced since (a
-    lock on a file nobody else opens would exclude no one). Elsewhere than on POSIX:
-    a ``FileLock``."""
+    lock on a file nobody else opens would exclude no one). Reentrant: an inner
+    ``with`` neither relocks nor unlocks. Elsewhere than on POSIX: a ``FileLock``."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._fd: int | None = None
+        self._depth = 0
         try:
             import fcntl
         except ImportError:  # pragma: no cover - not POSIX
@@ -92,10 +93,17 @@ class PageLock:
         if self._fallback is not None:  # pragma: no cover - not POSIX
             self._fallback.acquire()
             return self
+        self._depth += 1
+        if self._depth > 1:
+            return self
         while True:
             if self._fd is None:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
-                                   | getattr(os, "O_NOFOLLOW", 0), 0o644)
+                try:
+                    self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+                                       | getattr(os, "O_NOFOLLOW", 0), 0o644)
+                except BaseException:
+                    self._depth -= 1
+                    raise
             self._flock(self._fd, self._ex)
             try:
                 same = os.path.samestat(os.fstat(self._fd), os.stat(self.path, follow_symlinks=False))
@@ -108,7 +116,9 @@ class PageLock:
     def __exit__(self, *exc: object) -> None:
         if self._fallback is not None:  # pragma: no cover - not POSIX
             self._fallback.release()
-        elif self._fd is not None:
+            return
+        self._depth -= 1
+        if self._depth == 0 and self._fd is not None:
             self._flock(self._fd, self._un)
 
     def close(self) -> None:
@@ -290,6 +300,7 @@ class LessonsPage:
         """Append each of ``lessons`` the page does not hold yet, under the page's lock
         (``pytest-loops merge``: pages of several jobs, restored from one cache, share
         lines); return how many were added."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock:  # reentrant: append() takes it again
             seen = set(self.read_lessons())
             added = 0

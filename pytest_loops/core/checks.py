@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
+from pytest_loops.defaults import CLOSURE_ENV  # noqa: F401  (re-exported)
 from pytest_loops.limits import open_own
 from pytest_loops.progress import treehash
 from pytest_loops.results import CheckResult, CommandResult
@@ -22,9 +23,6 @@ if TYPE_CHECKING:
 hookimpl = pluggy.HookimplMarker("pytest")
 
 CHILD_ENV = "PYTEST_LOOPS_CHILD"
-# a directory: the pytest runs of a loop's first verify record what the tests read there
-# (pytest_loops.pytest_plugin.closure)
-CLOSURE_ENV = "PYTEST_LOOPS_CLOSURE"
 """Set in the pytest subprocesses a loop starts: `--loop` is ignored there, so a
 re-run never starts loops of its own (even with `--loop` in addopts)."""
 

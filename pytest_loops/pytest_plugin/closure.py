@@ -35,7 +35,7 @@ import sys
 from types import FrameType, ModuleType
 from typing import Any
 
-from pytest_loops.core.checks import CLOSURE_ENV
+from pytest_loops.defaults import CLOSURE_ENV
 from pytest_loops.limits import write_fresh
 
 VARIABLE = CLOSURE_ENV

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from pytest_loops.defaults import CLOSURE_ENV
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.pytest_plugin.options import (
     AUDIT_CHOICES,
@@ -206,15 +207,20 @@ def check_space_form(config: pytest.Config, args: list[str]) -> str | None:
     return None
 
 
+_closure_started = False  # this process records the judge's closure (a loop's first verify)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: Any, args: Any) -> None:
     """A loop's first verify: what the tests read is recorded from before the first
     conftest is imported (:mod:`pytest_loops.pytest_plugin.closure`)."""
+    global _closure_started
+    fix_loop = _fix_loop_requested(early_config)
+    if not (os.environ.get(CLOSURE_ENV) or fix_loop):
+        return  # nothing imported: the usual run pays nothing
     from pytest_loops.pytest_plugin import closure
 
-    fix_loop = _fix_loop_requested(early_config)
-    if not (os.environ.get(closure.VARIABLE) or fix_loop):
-        return
+    _closure_started = True
     try:
         patterns = tuple(str(p) for p in early_config.getini("python_files"))
     except (ValueError, KeyError):
@@ -243,16 +249,17 @@ def _fix_loop_requested(config: pytest.Config) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """An xdist worker's record is written before it tells the controller it finished."""
-    if hasattr(session.config, "workerinput"):
+    if _closure_started and hasattr(session.config, "workerinput"):
         from pytest_loops.pytest_plugin import closure
 
         closure.finish()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    from pytest_loops.pytest_plugin import closure
+    if _closure_started:
+        from pytest_loops.pytest_plugin import closure
 
-    closure.finish()
+        closure.finish()
 
 
 def _judged() -> bool:

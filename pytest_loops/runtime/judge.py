@@ -132,37 +132,38 @@ def pytest_configure(config: Any) -> None:
                 _nonce = nonce
             except OSError:
                 _fd = None
-        return
-    if _fd is not None:
+    if _fd is None:
+        return  # a run nobody judges: no hook of the witness is called per test
+    # registered here, not as module hooks: a plain run pays no call per report
+    config.pluginmanager.register(_Recorder())
+    if not _is_worker(config):
         _emit({"event": "start", "pid": os.getpid()})
 
 
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item: Any, call: Any) -> Any:
-    """What the call itself did, recorded before any report is made of it: a report
-    rewritten afterwards (a patched TestReport) cannot turn a raise into a pass."""
-    report = yield
-    if _fd is not None and call.when == "call" and call.excinfo is not None:
-        _emit({"event": "test", "nodeid": item.nodeid, "when": "raised", "outcome": "raised",
-               "xfail": False})
-    return report
+class _Recorder:
+    """The witness's per-test hooks, registered only in a run the harness judges."""
 
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_makereport(self, item: Any, call: Any) -> Any:
+        """What the call itself did, recorded before any report is made of it: a report
+        rewritten afterwards (a patched TestReport) cannot turn a raise into a pass."""
+        report = yield
+        if call.when == "call" and call.excinfo is not None:
+            _emit({"event": "test", "nodeid": item.nodeid, "when": "raised", "outcome": "raised",
+                   "xfail": False})
+        return report
 
-def pytest_runtest_logreport(report: Any) -> None:
-    if _fd is None:
-        return
-    if report.when == "call" or report.outcome != "passed":
-        _emit({"event": "test", "nodeid": report.nodeid, "when": report.when,
-               "outcome": report.outcome, "xfail": hasattr(report, "wasxfail")})
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        if report.when == "call" or report.outcome != "passed":
+            _emit({"event": "test", "nodeid": report.nodeid, "when": report.when,
+                   "outcome": report.outcome, "xfail": hasattr(report, "wasxfail")})
 
+    def pytest_collectreport(self, report: Any) -> None:
+        if report.failed:
+            _emit({"event": "collect", "nodeid": report.nodeid, "outcome": "failed"})
 
-def pytest_collectreport(report: Any) -> None:
-    if _fd is not None and report.failed:
-        _emit({"event": "collect", "nodeid": report.nodeid, "outcome": "failed"})
-
-
-def pytest_sessionfinish(session: Any, exitstatus: Any) -> None:
-    if _fd is None or _is_worker(session.config):
-        return
-    _emit({"event": "finish", "exitstatus": int(exitstatus), "failed": int(session.testsfailed),
-           "collected": int(session.testscollected), "pid": os.getpid()})
+    def pytest_sessionfinish(self, session: Any, exitstatus: Any) -> None:
+        if _is_worker(session.config):
+            return
+        _emit({"event": "finish", "exitstatus": int(exitstatus), "failed": int(session.testsfailed),
+               "collected": int(session.testscollected), "pid": os.getpid()})
