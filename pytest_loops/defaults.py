@@ -24,8 +24,8 @@ CLOSURE_ENV = "PYTEST_LOOPS_CLOSURE"
 there (:mod:`pytest_loops.pytest_plugin.closure`). Here, not with the checks: the
 plugin looks it up in every run, loop or not."""
 
-__all__ = ["CLOSURE_ENV", "DEFAULT_BUDGET_SECONDS", "DEFAULT_ESCALATE_AFTER", "DEFAULT_MAX_ITER", "DEFAULT_NO_PROGRESS_K",
-           "DEFAULT_OUTPUT_CAP", "NO_PROGRESS_SIGNALS", "validate_guard_values"]
+__all__ = ["CLOSURE_ENV", "DEFAULT_BUDGET_SECONDS", "DEFAULT_ESCALATE_AFTER", "DEFAULT_MAX_ITER",
+           "DEFAULT_NO_PROGRESS_K", "DEFAULT_OUTPUT_CAP", "NO_PROGRESS_SIGNALS", "validate_guard_values"]
 
 
 def _is_number(value: Any) -> bool:
