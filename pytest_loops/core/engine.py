@@ -53,6 +53,7 @@ from pytest_loops.errors import LoopUsageError
 from pytest_loops.limits import write_fresh
 from pytest_loops.results import CheckResult, CommandResult, IterationRecord, LoopResult
 from pytest_loops.runtime.cleanroom import note_failed_tests
+from pytest_loops.runtime.importguard import imports_guarded
 from pytest_loops.spec import Check, CheckKind, LoopSpec, Pipeline
 from pytest_loops.verdict import Verdict
 
@@ -248,11 +249,14 @@ class Engine:
                                             what="the run log to resume is still being written",
                                             fix="wait for that run to end, or stop it"))
             locks.append(hold_run_log(paths.log, self._artifact_failed))
-            loop = self._start(spec, paths, wall0, first_results, resume_from)
-            if observed and not resume_from:
-                loop.watch.observe(dict(observed))
-                loop.run.header["observed_readonly"] = sorted(observed)[:200]
-            return self._drive(loop, wall0, before_start)
+            # from here to the verdict's last artifact this process imports no module
+            # the loop wrote into its tree (pytest_loops.runtime.importguard)
+            with imports_guarded(spec.cwd or os.getcwd(), time.time()):
+                loop = self._start(spec, paths, wall0, first_results, resume_from)
+                if observed and not resume_from:
+                    loop.watch.observe(dict(observed))
+                    loop.run.header["observed_readonly"] = sorted(observed)[:200]
+                return self._drive(loop, wall0, before_start)
         finally:
             for lock in reversed(locks):
                 if lock is not None:

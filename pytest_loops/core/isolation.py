@@ -208,8 +208,10 @@ class Isolation:
             writable += [run_dir, *_cache()]
             own = [p for p in own if p != run_dir]
         readonly += [(p, p) for p in own]  # the harness's run log, lessons and artifacts: read only
+        commands = self.command_paths(ctx.spec)
+        readonly += [(p, p) for p in _interpreters_under(writable, root, commands)]
         return Policy(cwd=cwd, writable=tuple(writable), readonly=tuple(readonly), mounts=tuple(mounts),
-                      masked=self._masked(), keep=(*own, *self.command_paths(ctx.spec)),
+                      overlays=_linked_caches(writable), masked=self._masked(), keep=(*own, *commands),
                       read_only_root=True,
                       private_tmp=True, network=self.network, unset_env=(TAG_VARIABLE,))
 
@@ -308,6 +310,44 @@ def from_environment(sandbox: str | None, writable: Sequence[str] | None, networ
             text = env.get(row.env or "")
             given[name] = row.parse_env(text, f"environment variable {row.env}") if text else row.default
     return str(given["sandbox"]), tuple(given["sandbox_writable"] or ()), bool(given["sandbox_network"])
+
+
+def _interpreters_under(writable: Sequence[str], root: str, commands: Iterable[str]) -> list[str]:
+    """The interpreter's installation (its prefixes, ``sys.path``, the programs on ``PATH``)
+    and the loop's commands' programs wherever they lie under a directory the step may
+    write outside the tree (a virtual environment under ``~/.cache``, a
+    ``sandbox_writable`` directory): read-only, or a step could patch the test runner the
+    judge runs. The tree's own virtual environments are the guard's (read-only there)."""
+    from pytest_loops.sandbox.policy import interpreter_paths
+
+    programs = [c for c in commands if os.path.isfile(c) or os.path.isfile(os.path.join(c, "pyvenv.cfg"))]
+    found = []
+    for path in dict.fromkeys((*interpreter_paths(), *programs)):
+        if under(path, root):
+            continue
+        if any(under(path, top) for top in writable):
+            found.append(path)
+    return found
+
+
+# Package managers' caches whose files a virtual environment shares by hard link (uv
+# links a venv's site-packages to its cache): a write to the cache's inode would
+# change the installed package, so a step sees them through a throw-away overlay.
+LINKED_CACHES = ("uv",)
+
+
+def _linked_caches(writable: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    from pytest_loops.sandbox.policy import home
+
+    found: list[str] = []
+    env = os.environ.get("UV_CACHE_DIR")
+    if env and os.path.isabs(env):
+        found.append(os.path.realpath(env))
+    top = home()
+    if top:
+        found += [os.path.join(top, ".cache", name) for name in LINKED_CACHES]
+    return tuple((p, p) for p in dict.fromkeys(found)
+                 if os.path.isdir(p) and any(under(p, w) and p != w for w in writable))
 
 
 def _cache() -> tuple[str, ...]:
