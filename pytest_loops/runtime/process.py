@@ -588,7 +588,7 @@ class ProcessRunner:
 
 def _drop_cgroup(cgroup: reaper.Cgroup | None) -> bool:
     """Remove a command's cgroup leaf; False while something is still in it."""
-    return cgroup is None or cgroup.remove(within=0.5)
+    return cgroup is None or cgroup.remove(within=2.0)  # only waits when something was killed in it
 
 
 def _ticks_now() -> int | None:
