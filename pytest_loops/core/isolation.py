@@ -209,7 +209,7 @@ class Isolation:
             own = [p for p in own if p != run_dir]
         readonly += [(p, p) for p in own]  # the harness's run log, lessons and artifacts: read only
         commands = self.command_paths(ctx.spec)
-        readonly += [(p, p) for p in _interpreters_under(writable, root, commands)]
+        readonly += [(p, p) for p in _interpreters_under(writable, root, commands, ctx.spec)]
         return Policy(cwd=cwd, writable=tuple(writable), readonly=tuple(readonly), mounts=tuple(mounts),
                       overlays=_linked_caches(writable), masked=self._masked(), keep=(*own, *commands),
                       read_only_root=True,
@@ -312,22 +312,36 @@ def from_environment(sandbox: str | None, writable: Sequence[str] | None, networ
     return str(given["sandbox"]), tuple(given["sandbox_writable"] or ()), bool(given["sandbox_network"])
 
 
-def _interpreters_under(writable: Sequence[str], root: str, commands: Iterable[str]) -> list[str]:
-    """The interpreter's installation (its prefixes, ``sys.path``, the programs on ``PATH``)
-    and the loop's commands' programs wherever they lie under a directory the step may
-    write outside the tree (a virtual environment under ``~/.cache``, a
-    ``sandbox_writable`` directory): read-only, or a step could patch the test runner the
-    judge runs. The tree's own virtual environments are the guard's (read-only there)."""
-    from pytest_loops.sandbox.policy import interpreter_paths
+def _interpreters_under(writable: Sequence[str], root: str, commands: Iterable[str], spec: LoopSpec) -> list[str]:
+    """The interpreter's installation (its prefixes and package directories) and the
+    programs the loop's commands run (by path, or by name through ``PATH``; a whole
+    virtual environment when a program lies in one) wherever they lie under a directory
+    the step may write outside the tree (a virtual environment under ``~/.cache``, a
+    tool under a ``sandbox_writable`` directory): read-only, or a step could patch the
+    test runner the judge runs. The tree's own virtual environments are the guard's."""
+    import sys
 
+    places = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+              *(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))]
     programs = [c for c in commands if os.path.isfile(c) or os.path.isfile(os.path.join(c, "pyvenv.cfg"))]
-    found = []
-    for path in dict.fromkeys((*interpreter_paths(), *programs)):
-        if under(path, root):
+    for command in [c.command for c in spec.checks if c.command] + ([spec.revise] if spec.revise else []):
+        try:
+            words = shlex.split(command)
+        except ValueError:
+            continue
+        first = next((w for w in words if "=" not in w or w.startswith(("/", "."))), None)
+        found = shutil.which(first) if first and "/" not in first else None
+        if found:  # a venv's python links out of it: the venv is found from the name on PATH
+            venv = next((str(p) for p in Path(os.path.abspath(found)).parents if (p / "pyvenv.cfg").is_file()), None)
+            programs += [venv] if venv else []
+            programs.append(found)
+    result = []
+    for path in dict.fromkeys(os.path.realpath(p) for p in (*places, *programs) if p and os.path.isabs(p)):
+        if under(path, root) or not os.path.exists(path):
             continue
         if any(under(path, top) for top in writable):
-            found.append(path)
-    return found
+            result.append(path)
+    return result
 
 
 # Package managers' caches whose files a virtual environment shares by hard link (uv
