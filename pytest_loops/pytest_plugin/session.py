@@ -129,6 +129,21 @@ class LoopSession(SessionState):
         node.workerinput["loop_session_key"] = self.session_key.hex()
         if self.sharding is not None:
             self.sharding.configure_node(node)
+        from pytest_loops.pytest_plugin import livefeed
+
+        if self.live_feed is None:  # the workers' loops' live lines, printed here as they come
+            self.live_feed = livefeed.Feed(lambda text: live_write(self.config, lambda r: r.write_line(text)))
+        node.workerinput[livefeed.WORKER_KEY] = str(self.live_feed.path)
+
+    def _feed_line(self, *lines: str) -> None:
+        """On an xdist worker: hand live lines to the controller's feed."""
+        if self.worker_feed is None:
+            from pytest_loops.pytest_plugin.livefeed import worker_feed
+
+            self.worker_feed = worker_feed(self.config) or False
+        if self.worker_feed:
+            for line in lines:
+                self.worker_feed.line(line)
 
     # -- reporting ----------------------------------------------------------------------
 
@@ -150,25 +165,31 @@ class LoopSession(SessionState):
 
     @pytest.hookimpl
     def pytest_loop_iteration_finished(self, spec: LoopSpec, record: Any) -> None:
-        if self.is_worker:
-            return
         line = iteration_line(spec, record)
         if getattr(record, "suspects_note", None):  # localization's cost, or why it was skipped
             line += shown(f", {record.suspects_note}")
         lines = [line, *adapter_lines(spec, record)]
+        if self.is_worker:
+            self._feed_line(*lines)
+            return
         live_write(self.config, lambda reporter: [reporter.write_line(one) for one in lines])
 
     @pytest.hookimpl
     def pytest_loop_revise_started(self, spec: LoopSpec, record: Any) -> None:
         """The checks' result, before the revise step runs (it may take minutes)."""
-        if self.is_worker:
-            return
         line = verify_line(spec, record)
+        if self.is_worker:
+            self._feed_line(line)
+            return
         live_write(self.config, lambda reporter: reporter.write_line(line))
 
     @pytest.hookimpl
     def pytest_loop_revise_progress(self, spec: LoopSpec, progress: Any) -> None:
-        if self.is_worker:
+        if self.is_worker:  # heartbeat lines (no terminal to rewrite), or the streamed output
+            if self.revise_view is None:
+                self.revise_view = ReviseView(choice_value(self.config, "revise_output", REVISE_OUTPUTS),
+                                              self._feed_line)
+            self.revise_view.show(spec, progress)
             return
         if self.revise_view is None:
             reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -345,6 +366,9 @@ class LoopSession(SessionState):
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.live_feed is not None:  # the workers are done: their last lines, then no more
+            self.live_feed.close()
+            self.live_feed = None
         if self.is_worker:
             self.config.workeroutput[FOUND_KEY] = bool(self.has_loops)  # type: ignore[attr-defined]  # xdist
             if self.sharding is not None:

@@ -58,6 +58,8 @@ class SessionState:
             self.artifacts_dir = self.rootdir / self.artifacts_dir
         self.rows: list[dict[str, Any]] = []  # one per finished loop (also from xdist workers)
         self.revise_view: Any = None  # what the terminal shows of a running revise step (made on first use)
+        self.live_feed: Any = None  # an xdist controller: what its workers' loops print live (livefeed.Feed)
+        self.worker_feed: Any = None  # an xdist worker: where its loops' live lines go (livefeed.WorkerFeed)
         self.failed_nodeids: list[str] = []  # failing tests outside any marker loop
         self.passed_nodeids: list[str] = []  # tests every part of which passed (subtests too)
         self._failed_set: set[str] = set()  # the two lists above as sets, for membership
