@@ -15,8 +15,9 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 WORKER_KEY = "loop_live_feed"
 POLL_SECONDS = 1.0
