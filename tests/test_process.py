@@ -844,7 +844,41 @@ def test_a_cgroup_catches_what_escaped_while_other_commands_ran(choice, tmp_path
     assert result.exit_code == 0
     assert wait_gone(read_pids(pidfile, 1)) == []
     base = reaper._bases[0][0]
-    assert not [n for n in os.listdir(base) if n.startswith(f"pytest-loops-{os.getpid()}-")]
+
+    def leaves():
+        return [n for n in os.listdir(base) if n.startswith(f"pytest-loops-{os.getpid()}-")]
+
+    # a leaf a killed member kept busy past the runner's wait is removed by its next sweep
+    deadline = time.monotonic() + 10
+    while leaves() and runner.sweep_leaves() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not leaves()
+
+
+@linux_only
+def test_a_leaf_kept_busy_is_removed_by_a_later_sweep():
+    """A leaf whose member outlives the wait is kept and removed once it is empty,
+    never forgotten."""
+    from pytest_loops.runtime import reaper
+
+    leaf = reaper.new_cgroup()
+    if leaf is None:
+        pytest.skip("no writable cgroup hierarchy here")
+    member = subprocess.Popen(["sleep", "60"])
+    try:
+        with open(leaf.procs, "w") as f:
+            f.write(str(member.pid))
+        runner = ProcessRunner()
+        assert runner._drop_cgroup(leaf) is False  # a live member: the leaf stays
+        assert os.path.isdir(leaf.path)
+        assert runner.sweep_leaves() == 1
+    finally:
+        member.kill()
+        member.wait()
+    deadline = time.monotonic() + 10
+    while runner.sweep_leaves() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(leaf.path)
 
 
 WATCHED = """\

@@ -259,6 +259,9 @@ class ProcessRunner:
         self.output_cap = max(0, int(output_cap))
         self._active: dict[int, _Running] = {}
         self._strays: dict[int, int] = {}  # killed but not yet reaped: pid -> start time
+        # leaves a killed member kept busy past the wait: removed on a later run (the
+        # watchdog removes what is left when the harness exits)
+        self._leaves: list[reaper.Cgroup] = []
         self._terminations = 0  # bumped by every terminate_all(), seen by starting commands
         self._starting: set[int] = set()  # threads between Popen() and registration
         self._deferred: list[Callable[[], None]] = []  # signal behaviour held back meanwhile
@@ -309,6 +312,8 @@ class ProcessRunner:
         dog = reaper.watchdog()  # before the command: never taken for one of its children
         if self._strays:
             self._reap_strays(snapshot())
+        if self._leaves:
+            self.sweep_leaves()
 
         tag = f"{os.getpid()}-{next(_tags)}-{time.monotonic_ns()}"
         child_env = dict(os.environ if env is None else env)
@@ -368,7 +373,7 @@ class ProcessRunner:
                 os.close(pipe_r)
                 os.close(out_fd)
                 _unlink(path)
-                _drop_cgroup(cgroup)
+                self._drop_cgroup(cgroup)
                 reason = getattr(exc, "strerror", None) or str(exc)
                 return failed(f"cannot start the command in {os.fspath(cwd)}: {reason}")
             finally:
@@ -412,7 +417,7 @@ class ProcessRunner:
             self._starting.discard(thread)
             if running is not None:
                 self._active.pop(id(running), None)
-                if _drop_cgroup(running.cgroup) and running.announced:
+                if self._drop_cgroup(running.cgroup) and running.announced:
                     dog.send("D", tag)
             self._resume_deferred()
         size = capture.finish()
@@ -563,6 +568,20 @@ class ProcessRunner:
         others = {r.pid for r in list(self._active.values()) if r is not running} | {running.dog.pid}
         return children <= others
 
+    def _drop_cgroup(self, cgroup: reaper.Cgroup | None) -> bool:
+        """Remove a command's cgroup leaf; False while something is still in it (kept,
+        and tried again by :meth:`sweep_leaves`)."""
+        if cgroup is None or cgroup.remove(within=2.0):  # only waits when something was killed in it
+            return True
+        self._leaves.append(cgroup)
+        return False
+
+    def sweep_leaves(self) -> int:
+        """Remove the leaves kept busy when their commands ended, where they are empty
+        now; the number still left."""
+        self._leaves = [leaf for leaf in self._leaves if not leaf.remove(within=0)]
+        return len(self._leaves)
+
     @staticmethod
     def _reaped(entry: Proc, main_pid: int) -> bool:
         """waitpid a member that is our own zombie child; never the main process,
@@ -585,10 +604,6 @@ class ProcessRunner:
             elif not entry.zombie:
                 _kill(pid, signal.SIGKILL)
 
-
-def _drop_cgroup(cgroup: reaper.Cgroup | None) -> bool:
-    """Remove a command's cgroup leaf; False while something is still in it."""
-    return cgroup is None or cgroup.remove(within=2.0)  # only waits when something was killed in it
 
 
 def _ticks_now() -> int | None:

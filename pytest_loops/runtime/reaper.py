@@ -184,7 +184,17 @@ class Cgroup:
         except OSError:
             pass
         end = time.monotonic() + within
+        me = os.getpid()
         while True:
+            for pid in self.pids():
+                # a killed member re-parented to us (a subreaper) is our zombie: on some
+                # kernels it keeps the leaf busy until it is reaped
+                entry = read_stat(pid)
+                if entry is not None and entry.zombie and entry.ppid == me:
+                    try:
+                        os.waitpid(pid, os.WNOHANG)
+                    except ChildProcessError:
+                        pass
             for directory, _subdirs, _files in os.walk(self.path, topdown=False):
                 try:
                     os.rmdir(directory)  # cgroups below it first: a nested harness's
