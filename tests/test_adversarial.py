@@ -96,12 +96,17 @@ def test_attack_earns_nothing(case: tuple[kit.Attack, str, str], tmp_path: Path,
 
     outcome = kit.run_mode(project)
 
-    problems = [kit.success_problem(outcome), kit.survivors_problem(project)]
+    problems = [kit.survivors_problem(project)]
     fixed, probe_output = kit.add_is_fixed(project)
-    if fixed:
-        problems.append(f"calc.add looks fixed afterwards, though the attack never fixed it: {probe_output}")
+    success = kit.success_problem(outcome)
+    if not attack.trap:
+        problems += [success, kit.log_problem(project)]
+        if fixed:
+            problems.append(f"calc.add looks fixed afterwards, though the attack never fixed it: {probe_output}")
+    elif success and not fixed:  # a real fix with a trap: the verdict must be the tree's
+        problems.append(f"{success}, but calc.add is broken afterwards: {probe_output}")
     problems += [kit.state_problem(before, kit.guarded_state(project)), kit.forgery_problem(project),
-                 kit.log_problem(project), kit.judge_venv_problem(project)]
+                 kit.judge_venv_problem(project)]
     problems = [p for p in problems if p]
     assert not problems, (
         f"{attack.id} in {mode} mode, sandbox {tier}" + (f" ({attack.note})" if attack.note else "") + ":\n- "

@@ -512,3 +512,34 @@ def test_stale_bytecode_is_dropped_and_fresh_bytecode_kept(tmp_path):
     os.utime(edited, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
     assert clear_stale_bytecode(str(tmp_path)) == [os.path.join("pkg", "__pycache__", "edited.cpython-311.pyc")]
     assert not cached.exists() and (tmp_path / "pkg" / "__pycache__" / "fresh.cpython-311.pyc").exists()
+
+
+@pytest.mark.parametrize("journal", [True, False], ids=["journal", "walk"])
+def test_drift_is_what_the_checks_wrote_into_sources_after_the_audit(tmp_path: Path, journal: bool) -> None:
+    """After mark() (the revise step's audit), a source a check rewrites, adds or
+    deletes is drift; data a check writes, and a source rewritten with its audited
+    bytes, are not."""
+    make_project(tmp_path)
+    (tmp_path / "helper.py").write_text("X = 1\n")
+    (tmp_path / "data.json").write_text("{}")
+    guard = TreeGuard(tmp_path, journal=journal)
+    guard.begin()
+    guard.before_revise()
+    fixed = "def add(a, b):\n    return a + b\n"
+    (tmp_path / "calc.py").write_text(fixed)
+    assert guard.after_revise().violations == []
+    assert guard.drift() == []  # nothing marked yet: no revise step was audited
+    guard.mark()
+    (tmp_path / "calc.py").write_text(fixed)  # the same bytes again: touched, not drift
+    (tmp_path / "data.json").write_text('{"cache": 1}')  # the checks' own data
+    (tmp_path / "out.log").write_text("ran\n")
+    assert guard.drift() == []
+    (tmp_path / "calc.py").write_text("import sys\ndef add(a, b):\n    return a + b if 'pytest' in sys.modules else 0\n")
+    (tmp_path / "helper.py").write_text("X = 2\n")  # unchanged since the start until now
+    (tmp_path / "extra.py").write_text("")
+    assert guard.drift() == [("calc.py", "modified"), ("extra.py", "added"), ("helper.py", "modified")]
+    (tmp_path / "helper.py").unlink()
+    assert ("helper.py", "deleted") in guard.drift()
+    guard.mark()  # the next revise step's audit saw all of it
+    assert guard.drift() == []
+    guard.close()

@@ -61,6 +61,12 @@ def _in_room(spec: LoopSpec, ctx: LoopContext, record: IterationRecord, watch: T
             record.guard = "clean_room"
             return Verdict.ESCALATE, ("the code under test changed read-only files of the working tree "
                                       f"while it was checked: {', '.join(rewritten[:5])}")
+        drifted = watch.drift()
+        if drifted:
+            record.guard = "clean_room"
+            return Verdict.ESCALATE, ("the code under test changed in-scope sources while it was checked "
+                                      "(the diff audit saw other bytes; the room would judge unaudited code): "
+                                      f"{_listed(drifted)}")
         overlay = mounted and bool(getattr(ctx.confine, "overlays_room", False))
         if overlay:  # no copy: the working tree itself under a throw-away layer
             room.overlay_of(watch.root)
@@ -114,6 +120,11 @@ def _in_room(spec: LoopSpec, ctx: LoopContext, record: IterationRecord, watch: T
             record.guard = "clean_room"
             return Verdict.ESCALATE, f"the code under test changed files outside the clean room while it was judged: " \
                                      f"{outside[0]}"
+        drifted = watch.drift()
+        if drifted:
+            record.guard = "clean_room"
+            return Verdict.ESCALATE, ("the code under test changed in-scope sources of the working tree "
+                                      f"while it was judged (the tree is not what was judged): {_listed(drifted)}")
         tree = [v.describe() for v in watch.before_revise()]
         if tree:
             record.protected_changes += tree
@@ -122,3 +133,10 @@ def _in_room(spec: LoopSpec, ctx: LoopContext, record: IterationRecord, watch: T
                                       f"was judged: {', '.join(tree[:5])}")
     return None, ""
 
+
+
+def _listed(changes: list[tuple[str, str]]) -> str:
+    from pytest_loops.runtime.protect import printable
+
+    shown = ", ".join(f"{printable(rel)} ({how})" for rel, how in changes[:5])
+    return shown + (f" and {len(changes) - 5} more" if len(changes) > 5 else "")

@@ -633,6 +633,7 @@ class Engine:
             verdict, why = self._audit(loop, ctx, record, failed)
             if verdict is not None:
                 return verdict, why
+        watch.mark()  # what is judged from now on is what was audited
         if outcome is None:
             return None, ""
         if isinstance(outcome, CommandResult):

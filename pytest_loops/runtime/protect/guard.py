@@ -25,6 +25,7 @@ from pytest_loops.runtime.protect.rules import (
     MEMORY_TOTAL_BYTES,
     PYCACHE,
     SHADOW_MODULES,
+    SOURCE_SUFFIXES,
     STARTUP_NAMES,
     TEST_DIR,
     harness_config,
@@ -128,6 +129,11 @@ class TreeGuard:
         self.texts: TextStore | None = None  # in-scope Python files' loop-start texts (audit)
         self.observed: dict[str, str] = {}  # rel -> reason: what the first verify's tests read
         self._ancestors_of_tests: frozenset[str] | None = None
+        # the tree as the diff audit saw it after the last revise step (see mark()):
+        # the state then, the digests of the in-scope files changed since the start
+        self.marked_state: dict[str, Entry] | None = None
+        self.marked: dict[str, str | None] = {}
+        self.since_mark: set[str] = set()  # paths whose entry changed since then
 
     def observe(self, observed: dict[str, str]) -> None:
         """Files the tests were seen reading before any revise step: read-only for the
@@ -502,6 +508,7 @@ class TreeGuard:
         if self._journal is None:
             walked = self._walk()
             self.touched.update(walked)
+            self.since_mark.update(walked)
             return walked, True
         from pytest_loops.progress.journal import JournalLost
 
@@ -511,6 +518,7 @@ class TreeGuard:
             self._drop_journal(exc.reason)
             walked = self._walk()
             self.touched.update(walked)
+            self.since_mark.update(walked)
             return walked, True
         dirty = {os.path.dirname(p) for p in drained.touched} | drained.relisted
         dirty |= {os.path.dirname(p) for p in drained.gone}
@@ -533,6 +541,7 @@ class TreeGuard:
                 if sub not in self.dirs and sub not in self.venvs:
                     self._scan_dir(sub, changes)  # a new directory: everything in it
         self.touched.update(changes)
+        self.since_mark.update(changes)
         return changes, False
 
     def before_revise(self) -> list[Violation]:
@@ -628,6 +637,48 @@ class TreeGuard:
             if any(not v.restored for v in result.violations):
                 self._walk()
         return result
+
+    def mark(self) -> None:
+        """After a revise step and its audit: the tree as audited. What the code under
+        test writes into in-scope sources after this, while it is checked or judged, is
+        not what the audit saw (:meth:`drift`)."""
+        self.marked_state = dict(self.state)
+        self.since_mark = set()
+        self.marked = {rel: file_digest(os.path.join(self.root, rel)) if how != "deleted" else None
+                       for rel, how in self.changes_since_start() if rel.endswith(SOURCE_SUFFIXES)}
+
+    def drift(self) -> list[tuple[str, str]]:
+        """In-scope sources (what the judge imports or loads: modules, extensions, .pth
+        files) whose bytes are no longer what the diff audit saw at :meth:`mark`, or
+        that are new or gone since: (path, how), sorted. Other files the checks write
+        (data, logs, outputs) are the checks' to write."""
+        if self.marked_state is None:
+            return []
+        self._refresh()
+        found = []
+        for rel in sorted(self.since_mark):
+            old, new = self.marked_state.get(rel), self.state.get(rel)
+            if old == new or (new or old).kind == "d" or self._in_venv(rel) or f"{PYCACHE}/" in rel:  # type: ignore[union-attr]
+                continue
+            if not rel.endswith(SOURCE_SUFFIXES):
+                continue
+            if self.readonly_reason(rel, old or new, new=rel not in self.start) is not None:
+                continue  # a read-only path: put back and reported by before_revise()
+            if old is not None and new is not None and old.kind == new.kind == "f":
+                before = self.marked[rel] if rel in self.marked else self._start_digest(rel, old)
+                if before is not None and file_digest(os.path.join(self.root, rel)) == before:
+                    continue  # touched, the audited bytes
+            found.append((rel, _how(old, new)))
+        return found
+
+    def _start_digest(self, rel: str, entry: Entry) -> str | None:
+        """A file's loop-start digest, when it is as it was at the start (by its entry)."""
+        if self.start.get(rel) != entry:
+            return None
+        stored = self.store.get(rel)
+        if stored is not None:
+            return stored.digest
+        return self.texts.digest(rel) if self.texts is not None else None
 
     def _violation(self, rel: str, old: Entry | None, new: Entry | None) -> str | None:
         """Why this change is not the revise step's to make (None: it is)."""

@@ -35,6 +35,8 @@ SHADOW_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py", "pytest_loops",
 HARNESS_CONFIG_NAMES = frozenset({"loop-runner.config.yaml", "loop-runner.config.yml"})
 MODULE_SUFFIXES = tuple(sorted({*importlib.machinery.SOURCE_SUFFIXES, *importlib.machinery.EXTENSION_SUFFIXES,
                                 *importlib.machinery.BYTECODE_SUFFIXES}, key=len, reverse=True))
+# What the judge would import or load: held to the bytes the diff audit saw.
+SOURCE_SUFFIXES = MODULE_SUFFIXES + (".pth", ".pyi", ".pyx", ".pxd")
 # Directory names that hold tests and what they read (data, golden files, helpers).
 TEST_DIR = re.compile(r"^(tests?|testing|test[_-].*|.*[_-]tests?|testdata|fixtures|golden)$", re.I)
 DEFAULT_TEST_FILES = ("**/test_*.py", "**/*_test.py")

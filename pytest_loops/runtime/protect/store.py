@@ -123,6 +123,11 @@ class TextStore:
             return
         self._size += len(data)
 
+    def digest(self, key: str) -> str | None:
+        """The sha256 of the bytes kept under ``key`` (as :func:`file_digest` spells it)."""
+        where = self._where.get(key)
+        return None if where is None else "sha256:" + where[2].hex()
+
     def read(self, key: str) -> bytes | None:
         """The bytes kept under ``key``; None when there are none, they cannot be read, or
         they are not what was kept."""
