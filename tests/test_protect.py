@@ -534,7 +534,8 @@ def test_drift_is_what_the_checks_wrote_into_sources_after_the_audit(tmp_path: P
     (tmp_path / "data.json").write_text('{"cache": 1}')  # the checks' own data
     (tmp_path / "out.log").write_text("ran\n")
     assert guard.drift() == []
-    (tmp_path / "calc.py").write_text("import sys\ndef add(a, b):\n    return a + b if 'pytest' in sys.modules else 0\n")
+    gamed = "import sys\ndef add(a, b):\n    return a + b if 'pytest' in sys.modules else 0\n"
+    (tmp_path / "calc.py").write_text(gamed)
     (tmp_path / "helper.py").write_text("X = 2\n")  # unchanged since the start until now
     (tmp_path / "extra.py").write_text("")
     assert guard.drift() == [("calc.py", "modified"), ("extra.py", "added"), ("helper.py", "modified")]
