@@ -378,6 +378,34 @@ def test_a_virtual_environment_in_the_tree_is_linked_not_copied(tmp_path, git):
     assert (venv / "lib" / "big.py").exists()  # removing the copy leaves the real venv alone
 
 
+@pytest.mark.parametrize("tier", ["namespaces", "landlock", "none"])
+def test_a_git_ignored_virtual_environment_serves_every_candidate(cli, tmp_path, tmpdir_env, tier):
+    """A check that runs the tree's own `.venv/bin/python`, the venv ignored by git (so
+    not in a worktree copy): every candidate's checks run it, in every tier (namespaces
+    mounts the real one read-only where the copy has a mount point)."""
+    from pytest_loops.sandbox import Tier, survey
+
+    why = survey()[Tier(tier)]
+    if why:
+        pytest.skip(f"no {tier} here: {why}")
+    work = project(tmp_path / "w", git=True)
+    (work / ".gitignore").write_text(".venv/\n")
+    venv = work / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text(f"home = {Path(sys.executable).parent}\n")
+    python = venv / "bin" / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    subprocess.run(["git", "add", ".gitignore"], cwd=work, check=True)
+    done = cli("run", "--verify", ".venv/bin/python check.py", "--revise", "sh fix.sh", "--branches", "2",
+               "--sandbox", tier, "-q", cwd=work, env=tmpdir_env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "a + b" in (work / "calc.py").read_text()
+    assert [(b["branch"], b["passed"]) for b in branches_of(work)] == [(0, 0), (1, 1)], branches_of(work)
+    assert sorted(p.name for p in venv.iterdir()) == ["bin", "pyvenv.cfg"]  # the real venv, untouched
+    assert leftovers(tmpdir_env) == []
+
+
 def test_fan_out_outside_git_needs_a_scope(cli, tmp_path, tmpdir_env):
     work = project(tmp_path / "w", git=False)
     done = cli("run", "--verify", "python check.py", "--revise", "sh fix.sh", "--branches", "3", cwd=work,

@@ -533,13 +533,18 @@ def test_drift_is_what_the_checks_wrote_into_sources_after_the_audit(tmp_path: P
     (tmp_path / "calc.py").write_text(fixed)  # the same bytes again: touched, not drift
     (tmp_path / "data.json").write_text('{"cache": 1}')  # the checks' own data
     (tmp_path / "out.log").write_text("ran\n")
+    assert guard.before_revise() == []
     assert guard.drift() == []
     gamed = "import sys\ndef add(a, b):\n    return a + b if 'pytest' in sys.modules else 0\n"
     (tmp_path / "calc.py").write_text(gamed)
     (tmp_path / "helper.py").write_text("X = 2\n")  # unchanged since the start until now
     (tmp_path / "extra.py").write_text("")
+    (tmp_path / "tests" / "test_calc.py").write_text("def test_add():\n    pass\n")
+    # a read-only file is before_revise()'s to put back; drift() sees the sources after it
+    assert [v.describe() for v in guard.before_revise()] == ["tests/test_calc.py (modified: changed by a check)"]
     assert guard.drift() == [("calc.py", "modified"), ("extra.py", "added"), ("helper.py", "modified")]
     (tmp_path / "helper.py").unlink()
+    guard.before_revise()
     assert ("helper.py", "deleted") in guard.drift()
     guard.mark()  # the next revise step's audit saw all of it
     assert guard.drift() == []

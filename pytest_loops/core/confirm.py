@@ -120,17 +120,17 @@ def _in_room(spec: LoopSpec, ctx: LoopContext, record: IterationRecord, watch: T
             record.guard = "clean_room"
             return Verdict.ESCALATE, f"the code under test changed files outside the clean room while it was judged: " \
                                      f"{outside[0]}"
-        drifted = watch.drift()
-        if drifted:
-            record.guard = "clean_room"
-            return Verdict.ESCALATE, ("the code under test changed in-scope sources of the working tree "
-                                      f"while it was judged (the tree is not what was judged): {_listed(drifted)}")
         tree = [v.describe() for v in watch.before_revise()]
         if tree:
             record.protected_changes += tree
             record.guard = "clean_room"
             return Verdict.ESCALATE, ("the code under test changed read-only files of the working tree while it "
                                       f"was judged: {', '.join(tree[:5])}")
+        drifted = watch.drift()
+        if drifted:
+            record.guard = "clean_room"
+            return Verdict.ESCALATE, ("the code under test changed in-scope sources of the working tree "
+                                      f"while it was judged (the tree is not what was judged): {_listed(drifted)}")
     return None, ""
 
 

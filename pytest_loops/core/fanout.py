@@ -110,8 +110,9 @@ class FanOut:
         and every candidate, in branch order."""
         parent = new_parent()
         top = git_top(os.fspath(ctx.workdir))
-        copies = [TreeCopy(ctx.workdir, parent, f"b{i}", ignored=self._ignored, use_git=top is not None, top=top)
-                  for i in range(self.branches)]
+        mounted = bool(getattr(ctx.confine, "mounts_copies", False))
+        copies = [TreeCopy(ctx.workdir, parent, f"b{i}", ignored=self._ignored, use_git=top is not None, top=top,
+                           venv_mounts=mounted) for i in range(self.branches)]
         candidates = [Candidate(branch=i) for i in range(self.branches)]
         try:
             workers = max(1, min(self.branches, self.max_parallel))

@@ -193,7 +193,13 @@ class Isolation:
             copy_top = move_path(root, os.path.realpath(ctx.real_workdir), cwd)
             mounts.append((copy_top, root))
             writable.append(copy_top)
-            readonly += self._binds(copy_top, root, rels) + self._binds(copy_top, copy_top, rels)
+            # the copy's own read-only files; a virtual environment (not in the copy: a
+            # mount point) is the project's own, and a file git does not track is not there
+            venvs = self.watch.venvs
+            own = [r for r in rels if r not in venvs and os.path.lexists(os.path.join(copy_top, r))]
+            readonly += self._binds(copy_top, root, own) + self._binds(copy_top, copy_top, own)
+            shared = [v for v in rels if v in venvs and os.path.isdir(os.path.join(copy_top, v))]
+            readonly += self._binds(root, root, shared) + self._binds(root, copy_top, shared)
             cwd = os.path.normpath(os.path.join(root, os.path.relpath(cwd, copy_top)))
         else:
             writable.append(root)

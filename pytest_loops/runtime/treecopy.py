@@ -86,8 +86,11 @@ class TreeCopy:
 
     def __init__(self, source: str | os.PathLike[str], parent: str | os.PathLike[str], name: str, *,
                  ignored: Callable[[str], bool] = _ignored_default, use_git: bool = True,
-                 top: str | None = None) -> None:
+                 top: str | None = None, venv_mounts: bool = False) -> None:
         self.source = os.path.realpath(os.fspath(source))
+        # each virtual environment an empty directory, where a sandbox mounts the real
+        # one read-only (a link would point, in the candidate's view, at itself)
+        self.venv_mounts = venv_mounts
         self.path = os.path.join(os.fspath(parent), name)  # the copy's top directory
         self.ignored = ignored
         # ``top``: the git work tree's top, when the caller looked it up already (one
@@ -161,7 +164,10 @@ class TreeCopy:
             dst = os.path.join(self.root, rel)
             if not os.path.lexists(dst):
                 os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
-                os.symlink(os.path.join(self.source, rel), dst)
+                if self.venv_mounts:
+                    os.mkdir(dst)
+                else:
+                    os.symlink(os.path.join(self.source, rel), dst)
 
     def _snapshot(self) -> dict[str, Entry]:
         seen: dict[str, Entry] = {}

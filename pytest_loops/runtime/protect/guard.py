@@ -651,10 +651,11 @@ class TreeGuard:
         """In-scope sources (what the judge imports or loads: modules, extensions, .pth
         files) whose bytes are no longer what the diff audit saw at :meth:`mark`, or
         that are new or gone since: (path, how), sorted. Other files the checks write
-        (data, logs, outputs) are the checks' to write."""
+        (data, logs, outputs) are the checks' to write. As of the last look: call it
+        right after :meth:`before_revise`, which brings the state up to date (a look of
+        its own would take the changes that one must see)."""
         if self.marked_state is None:
             return []
-        self._refresh()
         found = []
         for rel in sorted(self.since_mark):
             old, new = self.marked_state.get(rel), self.state.get(rel)
