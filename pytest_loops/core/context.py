@@ -109,6 +109,8 @@ class LoopContext:
     localizer: Localizer | None = None  # failing tests, narrowed reruns, suspects; None: none
     branch: int | None = None  # a fan-out candidate's number: its workdir is a copy of the tree
     real_workdir: Path | None = None  # for a candidate: the loop's own working directory
+    # for a candidate seen as the working tree under a layer of its own: (upper, work) dirs
+    layer: tuple[str, str] | None = None
     # (context, "revise" | "check") -> how the kernel confines that command; None: not at all
     confine: Callable[[LoopContext, str], Confinement | None] | None = None
     # the first verify's pytest runs record what the tests read here (the judge's closure)

@@ -54,6 +54,7 @@ class Candidate:
     chosen: bool = False
     why: str = ""  # why chosen, or why not
     copy_seconds: float = 0.0
+    copy_kind: str = ""  # overlay (an upper layer over the tree), git-worktree or copy
     budget_hit: bool = False
 
     @property
@@ -85,6 +86,7 @@ class Candidate:
             "chosen": self.chosen,
             "why": self.why,
             "copy_s": round(self.copy_seconds, 4),
+            "copy": self.copy_kind,
         }
 
 
@@ -109,10 +111,16 @@ class FanOut:
         """The chosen candidate's revise outcome (its changes now in the real tree)
         and every candidate, in branch order."""
         parent = new_parent()
-        top = git_top(os.fspath(ctx.workdir))
         mounted = bool(getattr(ctx.confine, "mounts_copies", False))
-        copies = [TreeCopy(ctx.workdir, parent, f"b{i}", ignored=self._ignored, use_git=top is not None, top=top,
-                           venv_mounts=mounted) for i in range(self.branches)]
+        copies: list[TreeCopy]
+        if getattr(ctx.confine, "layers_candidates", False):  # no copy: an upper layer each
+            from pytest_loops.runtime.overlaycopy import OverlayCopy
+
+            copies = [OverlayCopy(ctx.workdir, parent, f"b{i}", ignored=self._ignored) for i in range(self.branches)]
+        else:
+            top = git_top(os.fspath(ctx.workdir))
+            copies = [TreeCopy(ctx.workdir, parent, f"b{i}", ignored=self._ignored, use_git=top is not None,
+                               top=top, venv_mounts=mounted) for i in range(self.branches)]
         candidates = [Candidate(branch=i) for i in range(self.branches)]
         try:
             workers = max(1, min(self.branches, self.max_parallel))
@@ -147,12 +155,14 @@ class FanOut:
             candidate.discarded = f"its copy of the tree could not be made: {exc}"
             return
         candidate.copy_seconds = self.clock() - t0
+        candidate.copy_kind = copy.kind
 
     def _candidate(self, ctx: LoopContext, copy: TreeCopy, candidate: Candidate) -> None:
         if candidate.discarded:
             return
         env = {**ctx.base_env, BRANCH_VARIABLE: str(candidate.branch), BRANCHES_VARIABLE: str(self.branches)}
-        mine = dataclasses.replace(ctx, workdir=type(ctx.workdir)(copy.root), base_env=env,
+        mine = dataclasses.replace(ctx, workdir=type(ctx.workdir)(copy.view), base_env=env,
+                                   layer=getattr(copy, "layer", None),
                                    label_prefix=f"branch-{candidate.branch}-", localizer=None, clean_room=None,
                                    branch=candidate.branch, real_workdir=ctx.workdir,
                                    budget_hit=False, failed_tests_seen={}, suspects=list(ctx.suspects))

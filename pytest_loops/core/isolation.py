@@ -64,6 +64,16 @@ class Isolation:
         # the judge sees the working tree itself under a throw-away layer: no copy to make
         self.overlays_room = choice.tier is Tier.NAMESPACES and choice.overlay
 
+    @functools.cached_property
+    def layers_candidates(self) -> bool:
+        """A fan-out candidate is the working tree under an upper layer of its own, no
+        copy (namespaces, where bwrap mounts an overlay with a kept upper layer)."""
+        if not self.overlays_room:
+            return False
+        from pytest_loops.sandbox import bwrap
+
+        return bwrap.layers_work()
+
     # -- what is read-only, once the guard knows ---------------------------------------
 
     def readonly_paths(self) -> tuple[str, ...]:
@@ -187,7 +197,12 @@ class Isolation:
         mounts: list[tuple[str, str]] = []
         writable: list[str] = []
         cwd = os.path.realpath(ctx.workdir)
-        if ctx.real_workdir is not None:  # a candidate: its copy, at its own path and the project's
+        layers: list[tuple[str, str, str, str]] = []
+        if ctx.layer is not None:  # a candidate: the tree under its own upper layer, at the project's path
+            upper, work = ctx.layer
+            layers.append((root, upper, work, root))
+            readonly += self._binds(root, root, rels)  # the tree's read-only files, from the tree
+        elif ctx.real_workdir is not None:  # a candidate: its copy, at its own path and the project's
             from pytest_loops.runtime.cleanroom import move_path
 
             copy_top = move_path(root, os.path.realpath(ctx.real_workdir), cwd)
@@ -217,7 +232,8 @@ class Isolation:
         commands = self.command_paths(ctx.spec)
         readonly += [(p, p) for p in _interpreters_under(writable, root, commands, ctx.spec)]
         return Policy(cwd=cwd, writable=tuple(writable), readonly=tuple(readonly), mounts=tuple(mounts),
-                      overlays=_linked_caches(writable), masked=self._masked(), keep=(*own, *commands),
+                      overlays=_linked_caches(writable), layers=tuple(layers), masked=self._masked(),
+                      keep=(*own, *commands),
                       read_only_root=True,
                       private_tmp=True, network=self.network, unset_env=(TAG_VARIABLE,))
 

@@ -99,6 +99,7 @@ class TreeCopy:
         self.kind = "git-worktree" if self.top else "copy"
         sub = os.path.relpath(self.source, self.top) if self.top else "."
         self.root = os.path.normpath(os.path.join(self.path, sub))  # the candidate's working directory
+        self.view = self.root  # where its commands see it
         self.base: dict[str, Entry] = {}
         self.removed = False
         self._venvs: list[str] = []  # relative paths of the virtual environments found

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import subprocess
+import tempfile
 import threading
 
 from pytest_loops.sandbox.policy import Launch, Policy, interpreter_paths, under
@@ -75,6 +77,34 @@ def available() -> tuple[str | None, str, bool]:
         return _found
 
 
+_layers: bool | None = None
+
+
+def layers_work() -> bool:
+    """Whether bwrap mounts an overlay with a persistent upper layer here (a fan-out
+    candidate's change set); probed once per process."""
+    global _layers
+    path, _why, overlay = available()
+    with _lock:
+        if _layers is None:
+            _layers = False
+            if path is not None and overlay and os.path.isdir("/mnt"):
+                scratch = tempfile.mkdtemp(prefix="bwrap-probe-")
+                try:
+                    upper, work = os.path.join(scratch, "u"), os.path.join(scratch, "w")
+                    os.mkdir(upper)
+                    os.mkdir(work)
+                    _layers = not _probe(path, ["--overlay-src", "/", "--overlay", upper, work, "/mnt"])
+                finally:
+                    for sub in ("w/work", "w/index", "w"):
+                        try:
+                            os.chmod(os.path.join(scratch, sub), 0o700)
+                        except OSError:
+                            pass
+                    shutil.rmtree(scratch, ignore_errors=True)
+        return _layers
+
+
 @functools.lru_cache(maxsize=4)
 def version(path: str) -> str:
     try:
@@ -117,6 +147,8 @@ def arguments(policy: Policy, *, overlay: bool) -> list[str]:
     binds: list[tuple[str, list[str], int]] = []
     for source, dest in policy.overlays:
         binds.append((dest, ["--overlay-src", source, "--tmp-overlay", dest], 0))
+    for source, upper, work, dest in policy.layers:
+        binds.append((dest, ["--overlay-src", source, "--overlay", upper, work, dest], 0))
     binds += [(dest, ["--bind", source, dest], 0) for source, dest in policy.mounts]
     binds += [(path, ["--bind-try", path, path], 1) for path in policy.writable if os.path.lexists(path)]
     binds += [(path, ["--tmpfs", path], 2) for path in policy.empty]

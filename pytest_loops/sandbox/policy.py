@@ -38,6 +38,8 @@ class Policy:
     read-write at another path (the clean room's tree at the project's own path);
     ``overlays`` pairs put a host directory at a path under a throw-away writable
     layer (the judge's view of the working tree: nothing written reaches it);
+    ``layers`` ``(source, upper, work, path)`` put ``source`` at ``path`` under a
+    writable layer that is kept in ``upper`` (a fan-out candidate's change set);
     ``empty`` directories are covered by an empty one (caches the judge must not read);
     ``masked`` directories are empty; ``keep`` paths stay visible read-only under a
     private ``/tmp`` or a masked directory (the interpreter, ``sys.path``).
@@ -48,6 +50,7 @@ class Policy:
     readonly: tuple[tuple[str, str], ...] = ()
     mounts: tuple[tuple[str, str], ...] = ()
     overlays: tuple[tuple[str, str], ...] = ()
+    layers: tuple[tuple[str, str, str, str], ...] = ()
     empty: tuple[str, ...] = ()
     masked: tuple[str, ...] = ()
     keep: tuple[str, ...] = ()
