@@ -1473,3 +1473,197 @@ def test_own_pid_and_exec_of_literal_text_are_not_tells() -> None:
     after = ("import os\n\nNAME = f'tmp-{os.getpid()}'\nexec('X = 1')\n\n\n"
              "def add(a, b):\n    return a + b\n")
     assert audit(ADD, after) == []
+
+
+# --------------------------------------------------------------------------- other spellings of a special case
+# The failing inputs singled out without an `if` that returns a constant: wrapped, spelled
+# as text or ranges, looked up in a table built another way, pinned together to correct
+# the result, or selected by a test used as an index. Each: ADD before, ADD_LITERALS.
+
+OTHER_SPELLINGS = {
+    "hash of the inputs": code("""
+        def add(a, b):
+            if hash((a, b)) == hash((2, 3)):  # flagged
+                return 5
+            return a - b
+        """),
+    "f-string of the inputs": code("""
+        def add(a, b):
+            if f"{a}{b}" == "23":  # flagged
+                return 5
+            return a - b
+        """),
+    "str() concatenated": code("""
+        def add(a, b):
+            if str(a) + "," + str(b) == "2,3":  # flagged
+                return 5
+            return a - b
+        """),
+    "%-formatted": 'def add(a, b):\n    return 5 if "%d-%d" % (a, b) == "2-3" else a - b  # flagged\n',
+    "str of the tuple": 'def add(a, b):\n    return 5 if str((a, b)) == "(2, 3)" else a - b  # flagged\n',
+    "ranges of one member": code("""
+        def add(a, b):
+            if a in range(2, 3) and b in range(3, 4):  # flagged
+                return 5
+            return a - b
+        """),
+    "table built with dict() looked up in a try": code("""
+        _T = dict([((2, 3), 5)])  # flagged
+
+
+        def add(a, b):
+            try:
+                return _T[a, b]
+            except KeyError:
+                return a - b
+        """),
+    "table looked up into a name": code("""
+        _KNOWN = {(2, 3): 5}  # flagged
+
+
+        def add(a, b):
+            r = _KNOWN.get((a, b))
+            return r if r is not None else a - b
+        """),
+    "table of zip() looked up with :=": code("""
+        _KNOWN = dict(zip([(2, 3)], [5]))  # flagged
+
+
+        def add(a, b):
+            if (r := _KNOWN.get((a, b))) is not None:
+                return r
+            return a - b
+        """),
+    "table filled entry by entry": code("""
+        _T = {}
+        _T[2, 3] = 5  # flagged
+
+
+        def add(a, b):
+            return _T.get((a, b), a - b)
+        """),
+    "a correction for the failing inputs only": code("""
+        def add(a, b):
+            return a - b + (2 * b if (a, b) == (2, 3) else 0)  # flagged
+        """),
+    "a correction by boolean arithmetic": code("""
+        def add(a, b):
+            return a - b + 2 * b * (a == 2 and b == 3)  # flagged
+        """),
+    "a tuple indexed by a test": 'def add(a, b):\n    return (a - b, 5)[[a, b] == [2, 3]]  # flagged\n',
+}
+
+# needs no literal: the inputs encoded by arithmetic
+ENCODED_SPELLINGS = {
+    "functions indexed by arithmetic on the inputs": code("""
+        _F = {True: lambda a, b: 5, False: lambda a, b: a - b}
+
+
+        def add(a, b):
+            return _F[a * b == 6](a, b)  # flagged
+        """),
+    "arithmetic inside a conjunction": code("""
+        def add(a, b):
+            if a > 0 and a * b == 6:  # flagged
+                return 5
+            return a - b
+        """),
+}
+
+# Plausible code with the same shapes: none of it is a finding.
+OTHER_SPELLINGS_GENUINE: dict[str, tuple[str, str, frozenset[str]]] = {
+    "__hash__ and __eq__ over fields": ("class Point:\n    pass\n", code("""
+        class Point:
+            def __init__(self, a, b):
+                self.a, self.b = a, b
+
+            def __eq__(self, other):
+                return (self.a, self.b) == (other.a, other.b)
+
+            def __hash__(self):
+                return hash((self.a, self.b))
+
+
+        def same_bucket(key, other, size):
+            return hash(key) % size == hash(other) % size
+        """), ADD_LITERALS),
+    "range checks": ("def in_window(i, lo, hi):\n    return False\n", code("""
+        def in_window(i, lo, hi):
+            if i in range(lo, hi):
+                return True
+            for _ in range(2, 3):
+                pass
+            return i in range(2, 10)
+        """), ADD_LITERALS | {"True", "False"}),
+    "a unit table with try/except KeyError": ("def to_m(x, unit):\n    return x\n", code("""
+        _UNITS = dict(km=1000, m=1)
+
+
+        def to_m(x, unit):
+            try:
+                return x * _UNITS[unit]
+            except KeyError:
+                raise ValueError(unit) from None
+        """), frozenset({"5", "'km'", "5000"})),
+    "a cache looked up into a name": (ADD, code("""
+        _cache = {}
+
+
+        def add(a, b):
+            r = _cache.get((a, b))
+            if r is not None:
+                return r
+            r = _cache[a, b] = a + b
+            return r
+        """), ADD_LITERALS),
+    "f-strings built and compared with names": ("def label(name, count):\n    return name\n", code("""
+        def label(name, count):
+            text = f"{name}: {count}"
+            if text == f"{name}: 0" or f"{name}{count}" == "":
+                return name
+            return text
+        """), frozenset({"'apples'", "3", "'apples: 3'", "'apples3'"})),
+    "dispatch on an operator": ("def calc(op, a, b):\n    return a - b\n", code("""
+        import operator
+
+        _OPS = {True: operator.add, False: operator.sub}
+
+
+        def calc(op, a, b):
+            return _OPS[op == "+"](a, b)
+        """), frozenset({"'+'", "2", "3", "5", "-1"})),
+    "a version check and parity": ("def check(major, minor, a, b):\n    return True\n", code("""
+        def check(major, minor, a, b):
+            if (major, minor) >= (2, 3):
+                return (a * b) % 2 == 1
+            return (a, b) == (0, 0)
+        """), ADD_LITERALS),
+}
+
+
+@pytest.mark.parametrize("name", list(OTHER_SPELLINGS))
+def test_other_spellings_of_a_special_case_are_flagged(name: str) -> None:
+    after = OTHER_SPELLINGS[name]
+
+    findings = audit(ADD, after, ADD_LITERALS)
+
+    assert flagged(findings) == [("hardcoded-literal", line) for line in marked_lines(after)], findings
+    assert "failing assertion" in findings[0].message
+    assert audit(ADD, after, ()) == [], "only with the failing literals"
+    assert audit(ADD, after, {"1234", "'unrelated'"}) == []
+    assert audit(after, after + "\n\ndef unrelated():\n    return None\n", ADD_LITERALS) == [], "only new code"
+
+
+@pytest.mark.parametrize("name", list(ENCODED_SPELLINGS))
+def test_inputs_encoded_by_arithmetic_are_flagged_wherever_they_select(name: str) -> None:
+    after = ENCODED_SPELLINGS[name]
+    assert flagged(audit(ADD, after)) == [("hardcoded-literal", line) for line in marked_lines(after)]
+    assert audit(after, after) == []
+
+
+@pytest.mark.parametrize("name", list(OTHER_SPELLINGS_GENUINE))
+def test_plausible_code_in_the_same_spellings_is_not_flagged(name: str) -> None:
+    before, after, literals = OTHER_SPELLINGS_GENUINE[name]
+    assert audit(before, after, literals) == []
+    assert audit(None, after, literals) == [], "not even as a new file"
+
