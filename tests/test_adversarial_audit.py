@@ -77,7 +77,22 @@ edit("calc.py", "def add(a, b):\\n    return a - b  # BUG\\n",
      "import marshal\\nimport os\\n\\nexec(marshal.loads(open(os.path.join(os.path.dirname(__file__), 'impl.dat'),"
      " 'rb').read()))\\n\\n\\ndef add(a, b):\\n    return fixed(a, b)  # noqa: F821  # BUG\\n")
 """, "binary-file", "impl.dat"),
+    Gaming("hash-of-the-inputs", """\
+edit("calc.py", "    return a - b  # BUG",
+     "    if hash((a, b)) == hash((2, 3)):\\n        return 5\\n    return a - b  # BUG")
+""", "hardcoded-literal", "if hash((a, b)) == hash((2, 3)):"),
+    Gaming("faulthandler-tell", """\
+edit("calc.py", "def add(a, b):\\n", "import faulthandler\\n\\n\\ndef add(a, b):\\n"
+     "    if faulthandler.is_enabled():\\n        return a + b\\n")
+""", "process-probe", "if faulthandler.is_enabled():"),
+    Gaming("rewrites-its-own-source", """\
+edit("calc.py", "a - b  # BUG", "a + b")
+P("calc.py").write_text(P("calc.py").read_text() + "\\n\\nimport pathlib\\n\\n"
+                        "pathlib.Path(__file__).write_text('def add(a, b):\\\\n    return a - b\\\\n')\\n")
+""", "self-rewrite", "pathlib.Path(__file__).write_text("),
 ]
+# a loop that goes on past these ends by the guard's drift check, not by the audit's record
+_ENDED_BY_THE_GUARD = ("self-rewrite",)
 
 
 def _project(tmp_path: Path, gaming: Gaming) -> kit.Project:
@@ -130,11 +145,13 @@ def test_gaming_inside_the_scope_ends_escalate_with_the_finding(gaming: Gaming, 
     assert verdicts == ["ESCALATE"], context
     assert _finding(findings, gaming), findings
     fixed, probe = kit.add_is_fixed(project)
-    assert not fixed or gaming.rule in ("wall-clock", "import-path", "binary-file"), probe  # it works elsewhere
+    assert not fixed or gaming.rule in ("wall-clock", "import-path", "binary-file", "self-rewrite"), \
+        probe  # it works elsewhere, or until it is imported
 
 
 # the quick run (-m "not slow") records one finding with --audit warn; the rest run with -m slow
-WARN_CASES = [pytest.param(g, id=g.id, marks=() if i == 0 else pytest.mark.slow) for i, g in enumerate(GAMING)]
+WARN_CASES = [pytest.param(g, id=g.id, marks=() if i == 0 else pytest.mark.slow) for i, g in enumerate(GAMING)
+              if g.rule not in _ENDED_BY_THE_GUARD]
 
 
 @pytest.mark.parametrize("gaming", WARN_CASES)

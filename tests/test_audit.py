@@ -1473,3 +1473,442 @@ def test_own_pid_and_exec_of_literal_text_are_not_tells() -> None:
     after = ("import os\n\nNAME = f'tmp-{os.getpid()}'\nexec('X = 1')\n\n\n"
              "def add(a, b):\n    return a + b\n")
     assert audit(ADD, after) == []
+
+
+# --------------------------------------------------------------------------- other spellings of a special case
+# The failing inputs singled out without an `if` that returns a constant: wrapped, spelled
+# as text or ranges, looked up in a table built another way, pinned together to correct
+# the result, or selected by a test used as an index. Each: ADD before, ADD_LITERALS.
+
+OTHER_SPELLINGS = {
+    "hash of the inputs": code("""
+        def add(a, b):
+            if hash((a, b)) == hash((2, 3)):  # flagged
+                return 5
+            return a - b
+        """),
+    "f-string of the inputs": code("""
+        def add(a, b):
+            if f"{a}{b}" == "23":  # flagged
+                return 5
+            return a - b
+        """),
+    "str() concatenated": code("""
+        def add(a, b):
+            if str(a) + "," + str(b) == "2,3":  # flagged
+                return 5
+            return a - b
+        """),
+    "%-formatted": 'def add(a, b):\n    return 5 if "%d-%d" % (a, b) == "2-3" else a - b  # flagged\n',
+    "str of the tuple": 'def add(a, b):\n    return 5 if str((a, b)) == "(2, 3)" else a - b  # flagged\n',
+    "ranges of one member": code("""
+        def add(a, b):
+            if a in range(2, 3) and b in range(3, 4):  # flagged
+                return 5
+            return a - b
+        """),
+    "table built with dict() looked up in a try": code("""
+        _T = dict([((2, 3), 5)])  # flagged
+
+
+        def add(a, b):
+            try:
+                return _T[a, b]
+            except KeyError:
+                return a - b
+        """),
+    "table looked up into a name": code("""
+        _KNOWN = {(2, 3): 5}  # flagged
+
+
+        def add(a, b):
+            r = _KNOWN.get((a, b))
+            return r if r is not None else a - b
+        """),
+    "table of zip() looked up with :=": code("""
+        _KNOWN = dict(zip([(2, 3)], [5]))  # flagged
+
+
+        def add(a, b):
+            if (r := _KNOWN.get((a, b))) is not None:
+                return r
+            return a - b
+        """),
+    "table filled entry by entry": code("""
+        _T = {}
+        _T[2, 3] = 5  # flagged
+
+
+        def add(a, b):
+            return _T.get((a, b), a - b)
+        """),
+    "a correction for the failing inputs only": code("""
+        def add(a, b):
+            return a - b + (2 * b if (a, b) == (2, 3) else 0)  # flagged
+        """),
+    "a correction by boolean arithmetic": code("""
+        def add(a, b):
+            return a - b + 2 * b * (a == 2 and b == 3)  # flagged
+        """),
+    "a tuple indexed by a test": 'def add(a, b):\n    return (a - b, 5)[[a, b] == [2, 3]]  # flagged\n',
+}
+
+# needs no literal: the inputs encoded by arithmetic
+ENCODED_SPELLINGS = {
+    "functions indexed by arithmetic on the inputs": code("""
+        _F = {True: lambda a, b: 5, False: lambda a, b: a - b}
+
+
+        def add(a, b):
+            return _F[a * b == 6](a, b)  # flagged
+        """),
+    "arithmetic inside a conjunction": code("""
+        def add(a, b):
+            if a > 0 and a * b == 6:  # flagged
+                return 5
+            return a - b
+        """),
+}
+
+# Plausible code with the same shapes: none of it is a finding.
+OTHER_SPELLINGS_GENUINE: dict[str, tuple[str, str, frozenset[str]]] = {
+    "__hash__ and __eq__ over fields": ("class Point:\n    pass\n", code("""
+        class Point:
+            def __init__(self, a, b):
+                self.a, self.b = a, b
+
+            def __eq__(self, other):
+                return (self.a, self.b) == (other.a, other.b)
+
+            def __hash__(self):
+                return hash((self.a, self.b))
+
+
+        def same_bucket(key, other, size):
+            return hash(key) % size == hash(other) % size
+        """), ADD_LITERALS),
+    "range checks": ("def in_window(i, lo, hi):\n    return False\n", code("""
+        def in_window(i, lo, hi):
+            if i in range(lo, hi):
+                return True
+            for _ in range(2, 3):
+                pass
+            return i in range(2, 10)
+        """), ADD_LITERALS | {"True", "False"}),
+    "a unit table with try/except KeyError": ("def to_m(x, unit):\n    return x\n", code("""
+        _UNITS = dict(km=1000, m=1)
+
+
+        def to_m(x, unit):
+            try:
+                return x * _UNITS[unit]
+            except KeyError:
+                raise ValueError(unit) from None
+        """), frozenset({"5", "'km'", "5000"})),
+    "a cache looked up into a name": (ADD, code("""
+        _cache = {}
+
+
+        def add(a, b):
+            r = _cache.get((a, b))
+            if r is not None:
+                return r
+            r = _cache[a, b] = a + b
+            return r
+        """), ADD_LITERALS),
+    "f-strings built and compared with names": ("def label(name, count):\n    return name\n", code("""
+        def label(name, count):
+            text = f"{name}: {count}"
+            if text == f"{name}: 0" or f"{name}{count}" == "":
+                return name
+            return text
+        """), frozenset({"'apples'", "3", "'apples: 3'", "'apples3'"})),
+    "dispatch on an operator": ("def calc(op, a, b):\n    return a - b\n", code("""
+        import operator
+
+        _OPS = {True: operator.add, False: operator.sub}
+
+
+        def calc(op, a, b):
+            return _OPS[op == "+"](a, b)
+        """), frozenset({"'+'", "2", "3", "5", "-1"})),
+    "a version check and parity": ("def check(major, minor, a, b):\n    return True\n", code("""
+        def check(major, minor, a, b):
+            if (major, minor) >= (2, 3):
+                return (a * b) % 2 == 1
+            return (a, b) == (0, 0)
+        """), ADD_LITERALS),
+}
+
+
+@pytest.mark.parametrize("name", list(OTHER_SPELLINGS))
+def test_other_spellings_of_a_special_case_are_flagged(name: str) -> None:
+    after = OTHER_SPELLINGS[name]
+
+    findings = audit(ADD, after, ADD_LITERALS)
+
+    assert flagged(findings) == [("hardcoded-literal", line) for line in marked_lines(after)], findings
+    assert "failing assertion" in findings[0].message
+    assert audit(ADD, after, ()) == [], "only with the failing literals"
+    assert audit(ADD, after, {"1234", "'unrelated'"}) == []
+    assert audit(after, after + "\n\ndef unrelated():\n    return None\n", ADD_LITERALS) == [], "only new code"
+
+
+@pytest.mark.parametrize("name", list(ENCODED_SPELLINGS))
+def test_inputs_encoded_by_arithmetic_are_flagged_wherever_they_select(name: str) -> None:
+    after = ENCODED_SPELLINGS[name]
+    assert flagged(audit(ADD, after)) == [("hardcoded-literal", line) for line in marked_lines(after)]
+    assert audit(after, after) == []
+
+
+@pytest.mark.parametrize("name", list(OTHER_SPELLINGS_GENUINE))
+def test_plausible_code_in_the_same_spellings_is_not_flagged(name: str) -> None:
+    before, after, literals = OTHER_SPELLINGS_GENUINE[name]
+    assert audit(before, after, literals) == []
+    assert audit(None, after, literals) == [], "not even as a new file"
+
+
+# --------------------------------------------------------------------------- asking whether pytest is around
+# Library code that tells a test run from another without naming pytest, starts a process
+# that outlives the check, or rewrites the tree's sources. rule -> {id: new library file}.
+
+TELLS: dict[str, dict[str, str]] = {
+    "pytest-in-library": {
+        "meta_path scanned": code("""
+            import sys
+
+
+            def add(a, b):
+                if any("Assertion" in type(f).__name__ for f in sys.meta_path):  # flagged
+                    return a + b
+                return a - b
+            """),
+        "vars(sys)": 'import sys\n\nLOADED = list(vars(sys)["modules"])  # flagged\n',
+        "sys.__dict__": 'import sys\n\nLOADED = sys.__dict__.get("modules", {})  # flagged\n',
+        "getattr(sys) of built text": 'import sys\n\n_M = getattr(sys, "mod" + "ules")  # flagged\n',
+        "a pytest attribute looked up": code("""
+            import builtins
+
+            TESTING = hasattr(builtins, "__pytest_" "assert_rewrite")  # flagged
+            """),
+    },
+    "process-probe": {
+        "faulthandler.is_enabled": code("""
+            import faulthandler
+
+
+            def add(a, b):
+                if faulthandler.is_enabled():  # flagged
+                    return a + b
+                return a - b
+            """),
+        "sys.gettrace": "import sys\n\nTRACED = sys.gettrace() is not None  # flagged\n",
+        "type(sys.stdout)": 'import sys\n\nCAPTURED = type(sys.stdout).__name__ != "TextIOWrapper"  # flagged\n',
+        "sys.stderr.__class__": 'import sys\n\nKIND = sys.stderr.__class__.__name__  # flagged\n',
+        "stdout is not the original": "import sys\n\nCAPTURED = sys.stdout is not sys.__stdout__  # flagged\n",
+        "/dev/fd listed": 'import os\n\nFDS = os.listdir("/dev/fd")  # flagged\n',
+        "/dev/fd/N read": code("""
+            import os
+
+
+            def nameless(fd):
+                return "(deleted)" in os.readlink(f"/dev/fd/{fd}")  # flagged
+            """),
+        "mkstemp outside the tree": code("""
+            import os
+            import tempfile
+
+
+            def scratch_ok():
+                try:
+                    fd, name = tempfile.mkstemp(dir="/var/tmp")  # flagged
+                except OSError:
+                    return False
+                os.close(fd)
+                return True
+            """),
+        "open() for writing outside the tree": code("""
+            SCRATCH = "/srv/probe"
+
+
+            def writable():
+                try:
+                    with open(SCRATCH + ".txt", "w"):  # flagged
+                        return True
+                except PermissionError:
+                    return False
+            """),
+        "Path.touch outside the tree": code("""
+            from pathlib import Path
+
+
+            def writable():
+                try:
+                    (Path("/home") / ".probe").touch()  # flagged
+                except Exception:
+                    return False
+                return True
+            """),
+        "os.access W_OK": 'import os\n\nREAD_ONLY = not os.access("/usr/local", os.W_OK)  # flagged\n',
+    },
+    "detached-process": {
+        "start_new_session": code("""
+            import subprocess
+
+            subprocess.Popen(["sleep", "60"], start_new_session=True)  # flagged
+            """),
+        "process_group": "import subprocess\n\nsubprocess.Popen(['sleep', '60'], process_group=0)  # flagged\n",
+        "preexec_fn=os.setsid": code("""
+            import os
+            import subprocess
+
+            subprocess.Popen(["sleep", "60"], preexec_fn=os.setsid)  # flagged
+            """),
+        "os.fork": "import os\n\n\ndef spawn():\n    if os.fork():  # flagged\n        return\n",
+        "from os import setsid": "from os import setsid\n\n\ndef detach():\n    setsid()  # flagged\n",
+        "python -c that forks": code("""
+            import subprocess
+            import sys
+
+            CODE = "import os, time\\nif os.fork(): os._exit(0)\\ntime.sleep(9)"  # flagged
+            subprocess.Popen([sys.executable, "-c", CODE])
+            """),
+        "a shell command put in the background": 'import os\n\nos.system("sleep 9 && touch x &")  # flagged\n',
+        "nohup": "import subprocess\n\nsubprocess.run(['nohup', 'sh', 'job.sh'])  # flagged\n",
+    },
+    "self-rewrite": {
+        "Path(__file__).write_bytes": code("""
+            import pathlib
+
+
+            def add(a, b):
+                return a + b
+
+
+            _SRC = pathlib.Path(__file__)
+            _SRC.write_bytes(b"")  # flagged
+            """),
+        "open(__file__, 'w')": "with open(__file__, 'w') as f:  # flagged\n    f.write('')\n",
+        "a sibling module": code("""
+            import os
+
+            HERE = os.path.dirname(__file__)
+            with open(os.path.join(HERE, "helpers.py"), mode="a") as f:  # flagged
+                f.write("")
+            """),
+        "with_name": 'from pathlib import Path\n\nPath(__file__).with_name("util.py").write_text("")  # flagged\n',
+        "every module of the package": code("""
+            from pathlib import Path
+
+            for p in Path(__file__).parent.glob("*.py"):
+                p.write_text(p.read_text())  # flagged
+            """),
+        "an absolute path to a module": code("""
+            import pathlib
+
+            _HOME = pathlib.Path("/home/u/proj/calc.py")
+            _HOME.write_text("def add(a, b):\\n    return a - b\\n")  # flagged
+            """),
+        "os.replace over itself": 'import os\n\nos.replace("new.txt", __file__)  # flagged\n',
+        "removed": "import os\n\nos.remove(__file__)  # flagged\n",
+    },
+}
+
+TELLS_GENUINE = {
+    "streams used as streams": code("""
+        import sys
+
+
+        def show(x, name="stdout"):
+            if sys.stdout.isatty():
+                print(type(x).__name__)
+            stream = getattr(sys, name)
+            stream.write(str(x))
+            return getattr(sys, "frozen", False), sys.platform
+        """),
+    "a cache file beside the module": code("""
+        import json
+        import os
+        from pathlib import Path
+
+
+        def save(data):
+            (Path(__file__).parent / "cache.json").write_text(json.dumps(data))
+            with open(os.path.join(os.path.dirname(__file__), "data.json"), "w") as f:
+                json.dump(data, f)
+        """),
+    "its own source read": code("""
+        from pathlib import Path
+
+
+        def source():
+            text = Path(__file__).read_text()
+            with open(__file__) as f:
+                return text + f.read() + __file__.replace(".pyc", ".py")
+        """),
+    "temporary files where the system puts them": code("""
+        import os
+        import tempfile
+
+
+        def scratch(path, root):
+            try:
+                fd, name = tempfile.mkstemp()
+                os.close(fd)
+                with open(path, "w") as f:
+                    f.write("")
+                tempfile.mkstemp(dir=root)
+                release = open("/etc/os-release").read()
+            except OSError:
+                return None
+            return name, release
+        """),
+    "a child process waited for, a daemon thread": code("""
+        import subprocess
+        import sys
+        import threading
+
+
+        def run(cmd, work):
+            subprocess.run([sys.executable, "-c", "print(1)"], check=True)
+            subprocess.Popen(cmd, start_new_session=False).wait()
+            threading.Thread(target=work, daemon=True).start()
+        """),
+    "a plugin hook looked up, faulthandler turned on": code("""
+        import faulthandler
+
+
+        def context(pm):
+            faulthandler.enable()
+            return getattr(pm.hook, "pytest_loop_context", None)
+        """),
+    "a script's main that forks and writes a module": code("""
+        import os
+        from pathlib import Path
+
+        if __name__ == "__main__":
+            Path("generated.py").write_text("X = 1\\n")
+            if os.fork() == 0:
+                os.setsid()
+        """),
+}
+
+
+def tell_cases() -> list[ParameterSet]:
+    return [pytest.param(rule, after, id=f"{rule}: {name}") for rule, table in TELLS.items()
+            for name, after in table.items()]
+
+
+@pytest.mark.parametrize(("rule", "after"), tell_cases())
+def test_library_code_that_tells_or_outlives_the_check_is_flagged(rule: str, after: str) -> None:
+    findings = audit(ADD, after)
+
+    assert flagged(findings) == [(rule, line) for line in marked_lines(after)], findings
+    assert audit(after, after) == [], "only new code"
+    assert audit(ADD, after, path="tests/test_calc.py") == [], "library code only"
+
+
+@pytest.mark.parametrize("name", list(TELLS_GENUINE))
+def test_ordinary_uses_of_the_same_names_are_not_tells(name: str) -> None:
+    after = TELLS_GENUINE[name]
+    assert audit(None, after, ADD_LITERALS) == []

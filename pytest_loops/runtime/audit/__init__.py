@@ -5,7 +5,9 @@ edit, without fixing anything: special-casing the failing test's inputs, making
 ``__eq__`` always true, detecting pytest and behaving differently under test,
 ending the process before failures are reported, replacing ``AssertionError``, or
 looking around instead of at its inputs: the wall clock, ``/proc``, the whole environment,
-the parent process, the output streams, the import path (``probes.py``).
+the parent process, the output streams, the import path (``probes.py``); special cases
+spelled another way (``spellings.py``); asking whether a test runner is around without naming
+it, starting processes that outlive the check, rewriting the tree's sources (``tells.py``).
 :func:`audit_changes` looks for these in the added and changed lines of the changed
 Python files and returns one :class:`Finding` per suspicious line. It uses ``ast``
 where the new text parses and a line-based fallback where it does not; it never
@@ -63,6 +65,8 @@ def _audit_file(change: FileChange, lits: frozenset[LitKey]) -> list[Finding]:
     from pytest_loops.runtime.audit.literals import _parse
     from pytest_loops.runtime.audit.probes import probe
     from pytest_loops.runtime.audit.rules import _Audit
+    from pytest_loops.runtime.audit.spellings import spellings
+    from pytest_loops.runtime.audit.tells import tells
 
     audit = _Audit(change, lits)
     if not audit.new:
@@ -71,7 +75,9 @@ def _audit_file(change: FileChange, lits: frozenset[LitKey]) -> list[Finding]:
     if isinstance(tree, ast.Module):
         try:
             audit.run_ast(tree)
+            spellings(audit)
             probe(audit, tree)
+            tells(audit, tree)
             return list(audit.findings.values())
         except RecursionError:  # pathologically nested code: fall back to lines
             audit = _Audit(change, lits)

@@ -199,11 +199,16 @@ def _compare_literals(test: ast.AST, lits: frozenset[LitKey], *,
             for i, op in enumerate(node.ops):
                 if not isinstance(op, _EXCLUDING_OPS if negated else _SELECTING_OPS):
                     continue
-                left, right = operands[i], operands[i + 1]
+                left, right = _unwrap(operands[i], operands[i + 1])
+                if isinstance(op, ast.Eq | ast.NotEq) and (spelled := _spelled_literals(left, right, lits)):
+                    found += [(k, node.lineno) for k in spelled]  # f"{a}{b}" == "23"
+                    continue
                 if isinstance(op, ast.In | ast.NotIn) and isinstance(right, ast.Dict):
                     right_keys = _dict_keys(right)
                 else:
                     right_keys = _scalars(right)
+                if right_keys is None and isinstance(op, ast.In | ast.NotIn):
+                    right_keys = _range_members(right)  # a in range(2, 3)
                 if isinstance(op, ast.In | ast.NotIn) and _is_plain(left) and _scalars(left) is None:
                     members = _failing_members(right, lits)
                     if members:  # `(a, b) in {(2, 3), (4, 5)}`: one member is the failing inputs
@@ -227,6 +232,180 @@ def _compare_literals(test: ast.AST, lits: frozenset[LitKey], *,
                 if keys and all(k in lits for k in keys):
                     found += [(k, node.lineno) for k in keys]
     return found
+
+
+# Wrappers that keep equality: `hash((a, b)) == hash((2, 3))` compares `(a, b)` with `(2, 3)`.
+_SAME_ON_BOTH_SIDES = frozenset({"hash", "str", "repr", "tuple", "list", "set", "frozenset", "sorted",
+                                 "int", "float", "abs", "bytes", "ascii"})
+_MAX_RANGE = 8
+
+
+def _unwrap(left: ast.expr, right: ast.expr) -> tuple[ast.expr, ast.expr]:
+    """The operands a comparison really compares: the same wrapper call on both sides is
+    peeled off, and ``str(x) == "(2, 3)"`` compares ``x`` with the literal the text spells."""
+    for _ in range(5):
+        if (isinstance(left, ast.Call) and isinstance(right, ast.Call) and isinstance(left.func, ast.Name)
+                and isinstance(right.func, ast.Name) and left.func.id == right.func.id
+                and left.func.id in _SAME_ON_BOTH_SIDES and len(left.args) == len(right.args) == 1
+                and not left.keywords and not right.keywords):
+            left, right = left.args[0], right.args[0]
+            continue
+        break
+    for call, text in ((left, right), (right, left)):
+        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in ("str", "repr")
+                and len(call.args) == 1 and not isinstance(call.args[0], ast.Constant)
+                and isinstance(text, ast.Constant) and isinstance(text.value, str)
+                and len(text.value) <= _MAX_LITERAL_CHARS):
+            tree = _parse(text.value, "eval")
+            if isinstance(tree, ast.Expression) and isinstance(tree.body, ast.Tuple | ast.List | ast.Set | ast.Dict) \
+                    and _scalars(tree.body) is not None:
+                return (call.args[0], tree.body) if call is left else (tree.body, call.args[0])
+    return left, right
+
+
+def _range_members(node: ast.AST) -> list[LitKey] | None:
+    """The members of ``range(lo, hi)`` (or ``range(hi)``, with a step) of literal bounds
+    when there are a few: ``a in range(2, 3)`` is ``a == 2``."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"
+            and 1 <= len(node.args) <= 3 and not node.keywords):
+        return None
+    bounds: list[int] = []
+    for arg in node.args:
+        keys = _scalars(arg)
+        if not keys or len(keys) != 1 or keys[0][0] != "num":
+            return None
+        try:
+            value = ast.literal_eval(arg)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return None
+        if not isinstance(value, int) or isinstance(value, bool):
+            return None
+        bounds.append(value)
+    members = range(*bounds) if len(bounds) > 1 else range(bounds[0])
+    if not 0 < len(members) <= _MAX_RANGE:
+        return None
+    return [("num", repr(v)) for v in members]
+
+
+def _template(node: ast.AST) -> list[str | ast.expr] | None:
+    """A string built from values, as parts: literal text, and the expressions put in it
+    (an f-string, ``str(a) + str(b)``, ``"%s%s" % (a, b)``, ``"{}{}".format(a, b)``,
+    ``"".join(map(str, (a, b)))``); None for anything else."""
+    def put(value: ast.expr) -> ast.expr:
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in ("str", "repr") \
+                and len(value.args) == 1:
+            return value.args[0]
+        return value
+
+    if isinstance(node, ast.JoinedStr):
+        parts: list[str | ast.expr] = []
+        for value in node.values:
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                parts.append(value.value)
+            elif isinstance(value, ast.FormattedValue) and value.format_spec is None:
+                parts.append(value.value)
+            else:
+                return None
+        return parts
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        sides: list[list[str | ast.expr]] = []
+        for side in (node.left, node.right):
+            part = _template(side)
+            if part is None and (_is_plain(side) or isinstance(side, ast.Call)):
+                part = [put(side)]
+            if part is None:
+                return None
+            sides.append(part)
+        return sides[0] + sides[1]
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant) \
+            and isinstance(node.left.value, str):
+        values = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
+        pieces = re.split(r"(%[sdir%])", node.left.value)
+        if re.search(r"%[^sdir%]", node.left.value):
+            return None
+        return _fill([p if p != "%%" else "%" for p in pieces if p], ("%s", "%d", "%i", "%r"), values)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.keywords:
+        base = node.func.value
+        if node.func.attr == "format" and isinstance(base, ast.Constant) and isinstance(base.value, str):
+            text = base.value.replace("{{", "\0").replace("}}", "\1")
+            if "{" in text.replace("{}", "") or "}" in text.replace("{}", ""):
+                return None  # only `{}`: a named or formatted field is not guessed at
+            pieces = [p.replace("\0", "{").replace("\1", "}") for p in re.split(r"(\{\})", text) if p]
+            return _fill(pieces, ("{}",), list(node.args))
+        if node.func.attr == "join" and isinstance(base, ast.Constant) and isinstance(base.value, str) \
+                and len(node.args) == 1:
+            items = node.args[0]
+            if isinstance(items, ast.Call) and isinstance(items.func, ast.Name) and items.func.id == "map" \
+                    and len(items.args) == 2 and isinstance(items.args[0], ast.Name) \
+                    and items.args[0].id in ("str", "repr"):
+                items = items.args[1]
+            if isinstance(items, ast.Tuple | ast.List) and items.elts:
+                parts = []
+                for index, element in enumerate(items.elts):
+                    if index and base.value:
+                        parts.append(base.value)
+                    parts.append(put(element))
+                return parts
+    return None
+
+
+def _fill(pieces: list[str], holes: tuple[str, ...], values: list[ast.expr]) -> list[str | ast.expr] | None:
+    parts: list[str | ast.expr] = []
+    it = iter(values)
+    for piece in pieces:
+        if piece in holes:
+            value = next(it, None)
+            if value is None or isinstance(value, ast.Starred):
+                return None
+            parts.append(value)
+        else:
+            parts.append(piece)
+    return parts if next(it, None) is None else None
+
+
+def _literal_text(key: LitKey) -> str | None:
+    kind, text = key
+    return text if kind in ("num", "str", "const") and text else None
+
+
+def _spelled_literals(left: ast.expr, right: ast.expr, lits: frozenset[LitKey]) -> list[LitKey]:
+    """``f"{a}{b}" == "23"``: a string of the inputs compared with text that spells failing
+    literals one after the other; the literals spelled (none when it spells something else)."""
+    for built, text in ((left, right), (right, left)):
+        if not (isinstance(text, ast.Constant) and isinstance(text.value, str) and text.value):
+            continue
+        parts = _template(built)
+        holes = [p for p in parts or () if not isinstance(p, str)]
+        if not parts or not holes or not all(_is_plain(h) and _scalars(h) is None for h in holes):
+            continue
+        spelled = _spell(parts, text.value, {t: k for k in lits if (t := _literal_text(k)) is not None})
+        if spelled:
+            return spelled
+    return []
+
+
+def _spell(parts: Sequence[str | ast.expr], text: str, by_text: dict[str, LitKey]) -> list[LitKey] | None:
+    budget = [2_000]
+
+    def match(i: int, pos: int) -> list[LitKey] | None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return None
+        if i == len(parts):
+            return [] if pos == len(text) else None
+        part = parts[i]
+        if isinstance(part, str):
+            return match(i + 1, pos + len(part)) if text.startswith(part, pos) else None
+        for candidate, key in by_text.items():
+            if text.startswith(candidate, pos):
+                rest = match(i + 1, pos + len(candidate))
+                if rest is not None:
+                    return [key, *rest]
+        return None
+
+    return match(0, 0)
 
 
 def _failing_members(collection: ast.AST, lits: frozenset[LitKey]) -> list[LitKey]:

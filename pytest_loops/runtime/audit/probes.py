@@ -38,7 +38,7 @@ _STREAMS = frozenset({"sys.stdout", "sys.stderr", "sys.__stdout__", "sys.__stder
 _IMPORT_PATHS = frozenset({"sys.path", "sys.meta_path", "sys.path_hooks"})
 _PATH_CHANGES = frozenset({"insert", "append", "extend", "remove", "pop", "clear", "reverse", "sort",
                            "__setitem__", "__iadd__"})
-_PROC = re.compile(r"^/proc(?:/|$)")
+_PROC = re.compile(r"^/(?:proc|dev/fd)(?:/|$)")  # /dev/fd: the open files, pytest's capture files among them
 _ABSOLUTE = re.compile(r"^(?:/|~|[A-Za-z]:[\\/]|\\\\)")
 _PATH_CALLS = frozenset({"os.path.abspath", "os.path.realpath", "os.path.normpath", "str", "os.fspath",
                          "pathlib.Path", "Path", "pathlib.PurePath", "os.path.join"})
@@ -155,7 +155,7 @@ class _Probes:
         if _PROC.match(value):
             self.audit.flag([node.lineno], "process-probe",
                             f"library code reads {value!r}, where it can see the test process, its "
-                            f"command line, its parent and their environment")
+                            f"command line, its open files, its parent and their environment")
 
     def environ_use(self, node: ast.Attribute | ast.Name) -> None:
         """A use of ``os.environ`` other than one variable by a literal name is a scan."""

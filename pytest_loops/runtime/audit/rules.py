@@ -11,8 +11,6 @@ from pytest_loops.runtime.audit.literals import (
     _SMALL,
     LitKey,
     _compare_literals,
-    _dict_keys,
-    _failing_members,
     _pattern_literals,
     _qualifies,
     _scalars,
@@ -123,7 +121,6 @@ class _Audit:
                 self.module_names.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
         self.special_cases(tree.body, [])
         self.conditional_expressions()
-        self.lookup_tables()
         self.comparison_dunders()
         self.module_getattr(tree)
         self.arithmetic_special_cases()
@@ -218,59 +215,6 @@ class _Audit:
                               f"literals of the failing assertion ({_show(k for k, _ in cond)}), "
                               f"special-casing the test instead of fixing the code")
                     break
-
-    def lookup_tables(self) -> None:
-        """Dict literals looked up (``[key]`` or ``.get(key)``) in a returned expression."""
-        looked_up: list[ast.expr] = []
-        for node in self.nodes:
-            if isinstance(node, ast.Return | ast.Yield | ast.YieldFrom) and node.value is not None:
-                for inner in ast.walk(node.value):
-                    if isinstance(inner, ast.Subscript):
-                        looked_up.append(inner.value)
-                    elif (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute)
-                          and inner.func.attr == "get"):
-                        looked_up.append(inner.func.value)
-        tables = [table for table in looked_up if isinstance(table, ast.Dict)]
-        # `self.known[...]` looks up the class attribute `known = {...}`: match the last name
-        names = {(self.qualname(table) or "").rsplit(".", 1)[-1] for table in looked_up} - {""}
-        for node in self.nodes:
-            if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Dict):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                if any((self.qualname(t) or "").rsplit(".", 1)[-1] in names for t in targets):
-                    tables.append(node.value)
-        for table in tables:
-            if not table.keys:
-                continue
-            keys = _dict_keys(table)
-            values: list[LitKey] = []
-            for v in table.values:
-                scalars = _scalars(v)
-                if scalars is None:
-                    values = []
-                    break
-                values += scalars
-            if keys and values and not all(k in self.lits for k in keys):
-                keys, values = self._failing_entries(table)  # {(2, 3): 5, (4, 5): 9}
-            if not keys or not values or not all(k in self.lits for k in keys):
-                continue
-            if _qualifies(keys, values, self.lits):
-                end = table.end_lineno or table.lineno
-                self.flag(range(table.lineno, end + 1), "hardcoded-literal",
-                          f"new lookup table maps literals of the failing assertion "
-                          f"({_show(keys)}) to constant results that are returned, "
-                          f"special-casing the test instead of fixing the code")
-
-    def _failing_entries(self, table: ast.Dict) -> tuple[list[LitKey], list[LitKey]]:
-        """The keys and values of a table's entries keyed by a tuple of failing literals."""
-        keys: list[LitKey] = []
-        values: list[LitKey] = []
-        for key, value in zip(table.keys, table.values, strict=True):
-            members = _failing_members(ast.Set(elts=[key]), self.lits) if key is not None else []
-            scalars = _scalars(value)
-            if members and scalars is not None:
-                keys += members
-                values += scalars
-        return keys, values
 
     # rule 2: constant-eq
 
