@@ -549,3 +549,73 @@ def test_drift_is_what_the_checks_wrote_into_sources_after_the_audit(tmp_path: P
     guard.mark()  # the next revise step's audit saw all of it
     assert guard.drift() == []
     guard.close()
+
+
+def test_a_write_through_a_hard_link_elsewhere_is_drift_and_put_back(tmp_path: Path) -> None:
+    """A hard link made outside what the journal watches (an ignored cache directory)
+    and written through while the checks run: the source's own entry still changed."""
+    make_project(tmp_path)
+    guard = TreeGuard(tmp_path)  # the change journal on
+    guard.begin()
+    guard.before_revise()
+    fixed = "def add(a, b):\n    return a + b\n"
+    (tmp_path / "calc.py").write_text(fixed)
+    (tmp_path / ".mypy_cache").mkdir()
+    os.link(tmp_path / "calc.py", tmp_path / ".mypy_cache" / "x")
+    assert guard.after_revise().violations == []
+    guard.mark()
+    with open(tmp_path / ".mypy_cache" / "x", "r+") as f:  # the same inode, another name
+        f.write("def add(a, b):\n    return a - b\n")
+    assert guard.before_revise() == []
+    drifted = guard.drift()
+    assert drifted == [("calc.py", "modified")]
+    assert guard.undo_drift(drifted) == []
+    assert (tmp_path / "calc.py").read_text() == fixed  # as audited, on an inode of its own
+    assert (tmp_path / ".mypy_cache" / "x").read_text() != fixed
+    assert guard.drift() == []
+    guard.close()
+
+
+def test_drift_is_put_back_as_audited_whatever_it_was(tmp_path: Path) -> None:
+    make_project(tmp_path)
+    (tmp_path / "helper.py").write_text("X = 1\n")
+    guard = TreeGuard(tmp_path, journal=False)
+    guard.begin()
+    guard.before_revise()
+    fixed = "def add(a, b):\n    return a + b\n"
+    (tmp_path / "calc.py").write_text(fixed)
+    guard.after_revise()
+    guard.mark()
+    (tmp_path / "calc.py").write_text("import sys\n")  # a source the revise step changed
+    (tmp_path / "helper.py").unlink()  # one it did not: its loop-start text
+    (tmp_path / "new.py").write_text("")
+    guard.before_revise()
+    drifted = guard.drift()
+    assert drifted == [("calc.py", "modified"), ("helper.py", "deleted"), ("new.py", "added")]
+    assert guard.undo_drift(drifted) == []
+    assert (tmp_path / "calc.py").read_text() == fixed
+    assert (tmp_path / "helper.py").read_text() == "X = 1\n"
+    assert not (tmp_path / "new.py").exists()
+    guard.before_revise()
+    assert guard.drift() == []
+    guard.close()
+
+
+def test_bytecode_written_during_the_loop_is_removed_not_trusted(tmp_path: Path) -> None:
+    """A .pyc compiled from other text with the hash check off would run instead of the
+    audited source: bytecode changed since the loop started goes; older stays."""
+    import py_compile
+    from importlib.util import cache_from_source
+
+    make_project(tmp_path)
+    old_cache = Path(cache_from_source(str(tmp_path / "conftest.py")))
+    py_compile.compile(str(tmp_path / "conftest.py"), cfile=str(old_cache))
+    guard = TreeGuard(tmp_path, journal=False)
+    guard.begin()
+    (tmp_path / "other.txt").write_text("def add(a, b):\n    return a - b\n")
+    forged = Path(cache_from_source(str(tmp_path / "calc.py")))
+    py_compile.compile(str(tmp_path / "other.txt"), cfile=str(forged),
+                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    assert guard.clear_new_bytecode() == [os.path.relpath(forged, tmp_path)]
+    assert not forged.exists() and old_cache.exists()
+    guard.close()

@@ -61,12 +61,12 @@ def _in_room(spec: LoopSpec, ctx: LoopContext, record: IterationRecord, watch: T
             record.guard = "clean_room"
             return Verdict.ESCALATE, ("the code under test changed read-only files of the working tree "
                                       f"while it was checked: {', '.join(rewritten[:5])}")
-        drifted = watch.drift()
+        drifted = _drifted(watch, record)
         if drifted:
             record.guard = "clean_room"
             return Verdict.ESCALATE, ("the code under test changed in-scope sources while it was checked "
                                       "(the diff audit saw other bytes; the room would judge unaudited code): "
-                                      f"{_listed(drifted)}")
+                                      f"{drifted}")
         overlay = mounted and bool(getattr(ctx.confine, "overlays_room", False))
         if overlay:  # no copy: the working tree itself under a throw-away layer
             room.overlay_of(watch.root)
@@ -126,13 +126,27 @@ def _in_room(spec: LoopSpec, ctx: LoopContext, record: IterationRecord, watch: T
             record.guard = "clean_room"
             return Verdict.ESCALATE, ("the code under test changed read-only files of the working tree while it "
                                       f"was judged: {', '.join(tree[:5])}")
-        drifted = watch.drift()
+        drifted = _drifted(watch, record)
         if drifted:
             record.guard = "clean_room"
             return Verdict.ESCALATE, ("the code under test changed in-scope sources of the working tree "
-                                      f"while it was judged (the tree is not what was judged): {_listed(drifted)}")
+                                      f"while it was judged (the tree is not what was judged): {drifted}")
     return None, ""
 
+
+
+def _drifted(watch: TreeGuard, record: IterationRecord) -> str:
+    """Sources changed since the audit, put back as audited, and bytecode written
+    during the loop removed (never trusted over the audited source): what drifted,
+    described, or ""."""
+    drifted = watch.drift()
+    failed = watch.undo_drift(drifted)
+    record.caches_cleared += len(watch.clear_new_bytecode())
+    if not drifted:
+        return ""
+    record.protected_changes += [f"{rel} ({how}: changed by a check, put back as audited)"
+                                 for rel, how in drifted if rel not in failed]
+    return _listed(drifted) + (f"; not put back: {', '.join(failed[:5])}" if failed else "; put back as audited")
 
 
 def _listed(changes: list[tuple[str, str]]) -> str:

@@ -7,11 +7,13 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Container, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_loops.deadline import DeadlineReached, ShouldStop
+from pytest_loops.runtime.protect.drift import AuditedTree, clear_new_bytecode
 from pytest_loops.runtime.protect.gitpaths import GIT_ATTRIBUTES, GIT_REASON, GitPaths
 from pytest_loops.runtime.protect.interpreter import InterpreterGuard
 from pytest_loops.runtime.protect.rules import (
@@ -25,7 +27,6 @@ from pytest_loops.runtime.protect.rules import (
     MEMORY_TOTAL_BYTES,
     PYCACHE,
     SHADOW_MODULES,
-    SOURCE_SUFFIXES,
     STARTUP_NAMES,
     TEST_DIR,
     harness_config,
@@ -129,11 +130,10 @@ class TreeGuard:
         self.texts: TextStore | None = None  # in-scope Python files' loop-start texts (audit)
         self.observed: dict[str, str] = {}  # rel -> reason: what the first verify's tests read
         self._ancestors_of_tests: frozenset[str] | None = None
-        # the tree as the diff audit saw it after the last revise step (see mark()):
-        # the state then, the digests of the in-scope files changed since the start
-        self.marked_state: dict[str, Entry] | None = None
-        self.marked: dict[str, str | None] = {}
+        # the tree as the diff audit saw it after the last revise step (see mark())
+        self.audited: AuditedTree | None = None
         self.since_mark: set[str] = set()  # paths whose entry changed since then
+        self.began_ns = 0  # when begin() ran (bytecode changed since is not trusted)
 
     def observe(self, observed: dict[str, str]) -> None:
         """Files the tests were seen reading before any revise step: read-only for the
@@ -415,6 +415,7 @@ class TreeGuard:
         if self.started:
             return
         self.started = True
+        self.began_ns = time.time_ns()
         self._stop_now = self.should_stop
         try:
             self._begin()
@@ -639,40 +640,35 @@ class TreeGuard:
         return result
 
     def mark(self) -> None:
-        """After a revise step and its audit: the tree as audited. What the code under
-        test writes into in-scope sources after this, while it is checked or judged, is
-        not what the audit saw (:meth:`drift`)."""
-        self.marked_state = dict(self.state)
+        """After a revise step and its audit: the tree as audited
+        (:mod:`~pytest_loops.runtime.protect.drift`)."""
+        self.audited = AuditedTree(self)
         self.since_mark = set()
-        self.marked = {rel: file_digest(os.path.join(self.root, rel)) if how != "deleted" else None
-                       for rel, how in self.changes_since_start() if rel.endswith(SOURCE_SUFFIXES)}
 
     def drift(self) -> list[tuple[str, str]]:
         """In-scope sources (what the judge imports or loads: modules, extensions, .pth
         files) whose bytes are no longer what the diff audit saw at :meth:`mark`, or
         that are new or gone since: (path, how), sorted. Other files the checks write
-        (data, logs, outputs) are the checks' to write. As of the last look: call it
-        right after :meth:`before_revise`, which brings the state up to date (a look of
-        its own would take the changes that one must see)."""
-        if self.marked_state is None:
-            return []
-        found = []
-        for rel in sorted(self.since_mark):
-            old, new = self.marked_state.get(rel), self.state.get(rel)
-            if old == new or (new or old).kind == "d" or self._in_venv(rel) or f"{PYCACHE}/" in rel:  # type: ignore[union-attr]
-                continue
-            if not rel.endswith(SOURCE_SUFFIXES):
-                continue
-            if self.readonly_reason(rel, old or new, new=rel not in self.start) is not None:
-                continue  # a read-only path: put back and reported by before_revise()
-            if old is not None and new is not None and old.kind == new.kind == "f":
-                before = self.marked[rel] if rel in self.marked else self._start_digest(rel, old)
-                if before is not None and file_digest(os.path.join(self.root, rel)) == before:
-                    continue  # touched, the audited bytes
-            found.append((rel, _how(old, new)))
-        return found
+        (data, logs, outputs) are the checks' to write. Call it right after
+        :meth:`before_revise`, which brings the state up to date (a look of its own
+        would take the changes that one must see)."""
+        return [] if self.audited is None else self.audited.drift(self)
 
-    def _start_digest(self, rel: str, entry: Entry) -> str | None:
+    def undo_drift(self, drifted: list[tuple[str, str]]) -> list[str]:
+        """The audited bytes back for ``drifted``; the paths that could not be put back."""
+        if self.audited is None or not drifted:
+            return []
+        failed = self.audited.restore(self, drifted)
+        self._refresh()  # what undoing changed is nobody's change
+        return failed
+
+    def clear_new_bytecode(self) -> list[str]:
+        """Remove bytecode beside the tree's sources written since the loop started."""
+        sources = [rel for rel, e in self.state.items()
+                   if e.kind == "f" and rel.endswith(".py") and not self._in_venv(rel)]
+        return clear_new_bytecode(self.root, sources, self.began_ns)
+
+    def start_digest(self, rel: str, entry: Entry) -> str | None:
         """A file's loop-start digest, when it is as it was at the start (by its entry)."""
         if self.start.get(rel) != entry:
             return None
@@ -680,6 +676,15 @@ class TreeGuard:
         if stored is not None:
             return stored.digest
         return self.texts.digest(rel) if self.texts is not None else None
+
+    def start_bytes(self, rel: str, entry: Entry) -> bytes | None:
+        """A file's loop-start bytes, when it is as it was at the start (by its entry)."""
+        if self.start.get(rel) != entry:
+            return None
+        stored = self.store.get(rel)
+        if stored is not None and stored.data is not None:
+            return stored.data
+        return self.texts.read(rel) if self.texts is not None else None
 
     def _violation(self, rel: str, old: Entry | None, new: Entry | None) -> str | None:
         """Why this change is not the revise step's to make (None: it is)."""
