@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pytest_loops.defaults import CLOSURE_ENV
 from pytest_loops.results import CheckResult, CommandResult, IterationRecord
 from pytest_loops.spec import Check, LoopSpec
 
@@ -206,8 +207,6 @@ class LoopContext:
         if self.clean_room is None:
             env.update(loop_env(self.spec, self))
             if self.closure_dir is not None:
-                from pytest_loops.core.checks import CLOSURE_ENV
-
                 env[CLOSURE_ENV] = str(self.closure_dir)
         if extra_env:
             env.update(extra_env)

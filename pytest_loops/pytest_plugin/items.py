@@ -188,6 +188,21 @@ class CheckItem(pytest.Item):
         return self.path, line, redact(f"{self.loop.spec.name}: {self.check.name}")
 
 
+def loop_unit(item: pytest.Item) -> tuple[str, tuple[str, ...]] | None:
+    """The shard unit a loop file's check item belongs to: (its pipeline's or loop's
+    node id, the names of the loops it runs); None for any other item."""
+    if not isinstance(item, CheckItem):
+        return None
+    node: Any = item.loop
+    pipeline = node.parent if isinstance(node.parent, PipelineCollector) else None
+    if pipeline is not None:
+        names = tuple(stage.name for stage in pipeline.pipeline.stages)
+        node = pipeline
+    else:
+        assert isinstance(node, LoopCollector)
+        names = (node.spec.name,)
+    return node.nodeid, names
+
 def last_result(result: LoopResult, check_name: str) -> CheckResult | None:
     """The check's result in the last iteration that ran it (names compared masked:
     a result stored for the other items of the loop holds them masked)."""

@@ -47,6 +47,7 @@ from pytest_loops.settings import GUARD_KEYS, REVISE_OUTPUTS
 from pytest_loops.verdict import EXIT_INTERNAL, EXIT_USAGE, Verdict
 
 if TYPE_CHECKING:
+    from pytest_loops.pytest_plugin.sharding import FileUnit
     from pytest_loops.spec import LoopSpec
 
 # what a loop file's name ends with (sources.files.is_loop_file decides; this only spares
@@ -215,7 +216,12 @@ class LoopSession(SessionState):
         marked = loop_marked(items)
         self.has_loops = bool(marked or self.loop_files or self.settings["revise"])
         if self.sharding is not None:  # the other shards' loops: deselected
-            marked = self.sharding.select(self.config, items, marked, bool(self.loop_files))
+            file_unit: FileUnit | None = None
+            if self.loop_files:
+                from pytest_loops.pytest_plugin.items import loop_unit
+
+                file_unit = loop_unit
+            marked = self.sharding.select(self.config, items, marked, file_unit)
         if self.has_loops:
             self.watch_reports()
         if self.collect_usage_errors:

@@ -10,6 +10,7 @@ so every job computes the same failure groups.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,6 +23,8 @@ DURATIONS_KEY = "loop_shard_durations"
 # workeroutput key: the units a worker ran
 UNITS_KEY = "loop_shard_units"
 FILE_KIND, MARKER_KIND, FAILURES_KIND = "loop file", "marker loop", "fix-loop"
+# a loop file's item -> (its unit's node id, the loops the unit runs), None for other items
+FileUnit = Callable[[pytest.Item], "tuple[str, tuple[str, ...]] | None"]
 
 
 class Sharding:
@@ -50,26 +53,21 @@ class Sharding:
     # -- loops: deselected when they are another shard's -------------------------------------
 
     def select(self, config: pytest.Config, items: list[pytest.Item], marked: list[pytest.Item],
-               loop_files: bool) -> list[pytest.Item]:
-        """Deselect the loops of the other shards; return the marked items kept."""
+               file_unit: FileUnit | None) -> list[pytest.Item]:
+        """Deselect the loops of the other shards; return the marked items kept.
+
+        ``file_unit`` tells a loop file's item's unit (``items.loop_unit``); None when
+        the session collected no loop file."""
         unit_of: dict[int, tuple[str, Unit]] = {}
         units: dict[str, Unit] = {}
         marked_ids = {id(item) for item in marked}
-        if loop_files:
-            from pytest_loops.pytest_plugin.items import CheckItem, LoopCollector, PipelineCollector
-
+        if file_unit is not None:
             for item in items:
-                if not isinstance(item, CheckItem):
+                identified = file_unit(item)
+                if identified is None:
                     continue
-                node: Any = item.loop
-                pipeline = node.parent if isinstance(node.parent, PipelineCollector) else None
-                if pipeline is not None:
-                    names = tuple(stage.name for stage in pipeline.pipeline.stages)
-                    node = pipeline
-                else:
-                    assert isinstance(node, LoopCollector)
-                    names = (node.spec.name,)
-                unit = units.setdefault(node.nodeid, Unit(node.nodeid, names))
+                nodeid, names = identified
+                unit = units.setdefault(nodeid, Unit(nodeid, names))
                 unit_of[id(item)] = (FILE_KIND, unit)
         for item in items:
             if id(item) in marked_ids and id(item) not in unit_of:

@@ -17,7 +17,8 @@ session, or by a per-command tag in their environment; nothing else is ever
 signalled. Where a cgroup hierarchy is writable, each command also gets a
 cgroup leaf of its own, which makes all this exact, and a watchdog process
 kills what is left if the harness itself is killed (see :mod:`pytest_loops.runtime.reaper`).
-Elsewhere only the process group is cleaned up.
+Elsewhere only the process group is cleaned up. Signalling, reaping and reading
+single processes by pid is :mod:`pytest_loops.runtime.pids`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import select
 import shlex
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -41,7 +41,18 @@ from pytest_loops.limits import create_fresh
 from pytest_loops.results import CommandResult
 from pytest_loops.runtime import reaper
 from pytest_loops.runtime.capture import Capture, close_parent_ends, grow_pipe, stdin_file
-from pytest_loops.runtime.reaper import Proc, read_small, read_stat, snapshot
+from pytest_loops.runtime.pids import (
+    enable_subreaper,
+    open_pidfd,
+    own_children,
+    pid_alive,
+    reap_if_exited,
+    signal_group,
+    signal_pid,
+    subreaper_enabled,
+    ticks_now,
+)
+from pytest_loops.runtime.reaper import Proc, read_stat, snapshot
 
 if TYPE_CHECKING:
     from pytest_loops.sandbox import Confinement
@@ -50,7 +61,6 @@ __all__ = ["ProcessRunner", "TerminationGuard", "TAG_VARIABLE", "DEFAULT_OUTPUT_
 
 TAG_VARIABLE = reaper.TAG_VARIABLE
 
-_PR_SET_CHILD_SUBREAPER = 36
 _POLL_MAX = 0.01  # seconds between exit checks: keeps deadlines precise to ~10 ms
 _SCAN_FIRST = 0.05  # first /proc walk: most commands that escape live longer; sooner costs short ones
 _SCAN_MAX = 0.2  # later walks further apart, to stay cheap on long commands
@@ -68,57 +78,6 @@ def _joined(procs: str, command: str) -> list[str]:
     return ["/bin/sh", "-c", _JOIN.format(procs=shlex.quote(procs), command=command)]
 
 _tags = itertools.count(1)  # with the pid, makes each command's tag unique
-_subreaper_lock = threading.Lock()
-_subreaper_tried = False
-_subreaper_enabled = False  # prctl succeeded: orphans of our commands become our children
-
-
-def _enable_subreaper() -> None:
-    """Become a child subreaper (Linux only), once per process; failures are ignored."""
-    global _subreaper_tried, _subreaper_enabled
-    if _subreaper_tried:
-        return
-    with _subreaper_lock:
-        if _subreaper_tried:
-            return
-        _subreaper_tried = True
-        if not sys.platform.startswith("linux"):
-            return
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            status = libc.prctl(
-                ctypes.c_int(_PR_SET_CHILD_SUBREAPER),
-                ctypes.c_ulong(1),
-                ctypes.c_ulong(0),
-                ctypes.c_ulong(0),
-                ctypes.c_ulong(0),
-            )
-            _subreaper_enabled = status == 0
-        except (OSError, AttributeError):  # no libc / no prctl: fall back to groups only
-            pass
-
-
-# --- the process table (read by reaper.snapshot) -------------------------------
-
-
-def _kill(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _killpg(pgid: int, sig: int) -> bool:
-    """Signal a process group; False when the group no longer exists."""
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
 
 
 def _one_line(text: str) -> str:
@@ -214,7 +173,7 @@ class _Running:
 
     def signal(self, sig: int, table: dict[int, Proc] | None) -> list[Proc]:
         """Send ``sig`` to the group and every live member; return the live members."""
-        if not self.group_gone and not _killpg(self.pid, sig) and self.proc.returncode is not None:
+        if not self.group_gone and not signal_group(self.pid, sig) and self.proc.returncode is not None:
             self.group_gone = True
         if self.cgroup is not None:
             if sig == signal.SIGKILL:
@@ -223,7 +182,7 @@ class _Running:
                 self.cgroup.signal(sig)
         live = [p for p in self.members(table).values() if not p.zombie]
         for entry in live:
-            _kill(entry.pid, sig)
+            signal_pid(entry.pid, sig)
         return live
 
     def alive(self) -> bool:
@@ -232,7 +191,7 @@ class _Running:
         if table is None:
             if self.proc.returncode is None:
                 return True
-            return not self.group_gone and _killpg(self.pid, 0)
+            return not self.group_gone and signal_group(self.pid, 0)
         return any(not p.zombie for p in self.members(table).values())
 
 
@@ -308,7 +267,7 @@ class ProcessRunner:
         problem = _cwd_problem(cwd)
         if problem:
             return failed(problem)
-        _enable_subreaper()
+        enable_subreaper()
         dog = reaper.watchdog()  # before the command: never taken for one of its children
         if self._strays:
             self._reap_strays(snapshot())
@@ -337,8 +296,8 @@ class ProcessRunner:
         running: _Running | None = None
         capture: Capture | None = None
         cgroup = reaper.new_cgroup()
-        children_before = _own_children() or set()
-        ticks_before = _ticks_now()
+        children_before = own_children() or set()
+        ticks_before = ticks_now()
         terminations = self._terminations
         thread = threading.get_ident()
         try:
@@ -472,7 +431,7 @@ class ProcessRunner:
         command costs no polling delay; elsewhere it polls with a short backoff.
         """
         proc = running.proc
-        pidfd = _open_pidfd(proc.pid)
+        pidfd = open_pidfd(proc.pid)
         delay = 0.001
         scan_gap = _SCAN_FIRST
         next_scan = time.monotonic() + scan_gap
@@ -530,7 +489,7 @@ class ProcessRunner:
             }
             live = proc.returncode is None or any(not p.zombie for p in members.values())
             if table is None and not live:  # no /proc: only the group can be asked
-                live = not running.group_gone and _killpg(running.pid, 0)
+                live = not running.group_gone and signal_group(running.pid, 0)
             if not live and not members:
                 break
             now = time.monotonic()
@@ -556,13 +515,13 @@ class ProcessRunner:
         its process group is empty, no other member was ever seen, and (we being a
         subreaper, so escaped orphans become our children) we have no child but the
         main processes of other running commands."""
-        if running.proc.poll() is None or running.terminated or not _subreaper_enabled:
+        if running.proc.poll() is None or running.terminated or not subreaper_enabled():
             return False
-        if any(pid != running.pid for pid in running.known) or _killpg(running.pid, 0):
+        if any(pid != running.pid for pid in running.known) or signal_group(running.pid, 0):
             return False
         if running.cgroup is not None and not running.cgroup.empty():
             return False
-        children = _own_children()
+        children = own_children()
         if children is None:
             return False
         others = {r.pid for r in list(self._active.values()) if r is not running} | {running.dog.pid}
@@ -588,7 +547,7 @@ class ProcessRunner:
         which belongs to its Popen object."""
         if entry.pid == main_pid or not entry.zombie or entry.ppid != os.getpid():
             return False
-        return _waitpid(entry.pid)
+        return reap_if_exited(entry.pid)
 
     def _reap_strays(self, table: dict[int, Proc] | None) -> None:
         if table is None:
@@ -599,69 +558,10 @@ class ProcessRunner:
             if entry is None or entry.start != start:
                 self._strays.pop(pid, None)
             elif entry.zombie and entry.ppid == me:
-                _waitpid(pid)
+                reap_if_exited(pid)
                 self._strays.pop(pid, None)
             elif not entry.zombie:
-                _kill(pid, signal.SIGKILL)
-
-
-
-def _ticks_now() -> int | None:
-    """Clock ticks since boot, the unit of a process's start time in /proc (rounded
-    down by one tick, so a process started right after this is never older)."""
-    try:
-        uptime = float(read_small("/proc/uptime").split()[0])
-        return max(0, int(uptime * os.sysconf("SC_CLK_TCK")) - 1)
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _own_children() -> set[int] | None:
-    """This process's children (all threads), from /proc; None when it cannot tell."""
-    try:
-        tasks = os.listdir("/proc/self/task")
-        children: set[int] = set()
-        for tid in tasks:
-            children.update(int(pid) for pid in read_small(f"/proc/self/task/{tid}/children", 1 << 20).split())
-        return children
-    except (OSError, ValueError):
-        return None
-
-
-def pid_alive(pid: int) -> bool:
-    """True while the process runs; a zombie (dead, not yet reaped) does not count."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-
-
-def _open_pidfd(pid: int) -> int | None:
-    """A file descriptor that becomes readable when `pid` exits (Linux >= 5.3), or None."""
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None:
-        return None
-    try:
-        return opener(pid)
-    except OSError:
-        return None
-
-
-def _waitpid(pid: int) -> bool:
-    """Reap ``pid`` if it has exited; True when it is gone."""
-    try:
-        return os.waitpid(pid, os.WNOHANG)[0] == pid
-    except ChildProcessError:
-        return True
+                signal_pid(pid, signal.SIGKILL)
 
 
 def _unlink(path: str) -> None:

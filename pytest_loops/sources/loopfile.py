@@ -4,18 +4,19 @@ Every file LoopFlow accepts parses here; lines pytest-loops does not act on are
 kept as :class:`~pytest_loops.spec.IgnoredLine` (with the reason), never an error.
 Real syntax errors raise :class:`~pytest_loops.errors.LoopFileError` naming
 file:line:column and the fix. The grammar, and what each line maps to, is
-documented in docs/loop-language.md.
+documented in docs/loop-language.md. The line patterns themselves, comments and
+near-miss suggestions are :mod:`pytest_loops.sources.loopsyntax`.
 """
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from collections.abc import Callable
 
 from pytest_loops.defaults import NO_PROGRESS_SIGNALS
 from pytest_loops.errors import LoopFileError
+from pytest_loops.sources import loopsyntax as syntax
 from pytest_loops.sources import phrases
 from pytest_loops.sources.loopdraft import (
     RIGOR_MAX_ITER,
@@ -60,99 +61,7 @@ _WHY = {
 }
 
 
-def _strip_comment(raw: str) -> str:
-    hash_at = raw.find("#")
-    if hash_at < 0 or '"' not in raw[:hash_at]:
-        return raw if hash_at < 0 else raw[:hash_at]
-    in_quote = False
-    for i, c in enumerate(raw):
-        if c == '"':
-            in_quote = not in_quote
-        elif c == "#" and not in_quote:
-            return raw[:i]
-    return raw
-
-
-def _tokenize(text: str) -> list[Line]:
-    lines = []
-    for no, raw in enumerate(text.split("\n"), 1):
-        code = _strip_comment(raw[:-1] if raw.endswith("\r") else raw)
-        stripped = code.strip()
-        if stripped:
-            lines.append(Line(no, len(code) - len(code.lstrip()), stripped))
-    return lines
-
-
-def _re(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern, re.I)
-
-
 # -- the parser -------------------------------------------------------------------------
-
-_LOOP = _re(r"loop\b(.*)$")
-_PIPELINE = _re(r"pipeline\b(.*)$")
-_FLOW = _re(r"flow\b(.*)$")
-_STAGE = _re(r"stage\b(.*)$")
-_STAGE_HEADER = _re(r"stage\s+(.+?):\s*$")
-_FLOW_STEP = _re(r"(?:then\s+)?(?:run|for\s+each)\b")
-_FLOW_RUN = _re(r'(?:then\s+)?run\s+"([^"]*)"(.*)$')
-_PARALLEL = _re(r"stages\s+in\s+parallel\s*:?\s*$")
-_CONFIG_BLOCK = _re(r"(?:git|observe|sandbox)\s*:?\s*$")
-_CONFIG_LINE = _re(
-    r"(?:use\s|run\s+with\s|runner\b|schedule\s*:|notify\s*:|mode\s*:|runs\s+as\s*:|models\s*:|"
-    r"(?:then\s+)?each\s+cycle\s*:|recommend\s+skills\s+with\s+ctx\b|"
-    r"ctx\s+may\s+use\b|live\s*[:=])"
-)
-_TARGET = _re(r"target\s*:(.*)$")
-_RIGOR = _re(r"rigor\s*:(.*)$")
-_RIGOR_ON = ("structured ai-assisted", "agentic engineering")
-
-# a loop-body line written at the top level: almost always a missing indent
-_BODY_AT_TOP = _re(r"(?:goal\s*:|done\s+when\b|look\s+at\s*:|check\s*:|verify\s*:|after\s+\S+\s+tr(?:ies|y)\b|"
-                   r"when\s+[^:]*:|remember\s+in\b)")
-
-_GOAL = _re(r"goal\s*:(.*)$")
-_DONE = _re(r"done\s+when\b\s*:?(.*)$")
-_LOOK = _re(r"(?:look\s+at|look\s+in|files|context|in)\s*:(.*)$")
-_CHECK = _re(r"(check|verify)\s*:(.*)$")
-_BAR = _re(r"the\s+bar\s*:(.*)$")
-_BLOCK = _re(r"(git|hooks)\s*:?\s*$")
-_POLICY = _re(r"(?:allow|ask\s+me\s+before)\b")
-_CYCLE = _re(r"(?:then\s+)?each\s+cycle\s*:")
-_ALSO = _re(r"also(?:\s+do)?\s*:")
-_SKILLS = _re(r"(?:use\s+skills?\s*:|skills\s*:|use\s+skills\s+recommended\s+by\s+ctx\b|"
-              r"top\s+up\s+skills\s+from\s+ctx\b|use\s+tools\s+from\b|plan\s+from\b)")
-_EXAMPLES = _re(r"examples?\s*:(.*)$")
-_KNOWLEDGE = _re(r"knowledge\s*:(.*)$")
-_MEMORY = _re(r"(?:remember|keep\s+a\s+memory)\s+in\b(.*)$")
-_HUMAN_PLAN = _re(r"a\s+human\s+approves\s+the\s+plan\s+first\s*$")
-_HUMAN_REVIEW = _re(r"a\s+human\s+reviews\s+before\s+stopping\s*$")
-_HUMAN_GATE = _re(r"a\s+human\s+approves\s+before\s+(.+)$")
-_MODELS = _re(r"models\s*:")
-_WHEN = _re(r"when\s+(.+?)\s*:(.*)$")
-_AFTER = _re(r"after\s+(\S+)\s+tr(?:ies|y)\b\s*:?(.*)$")
-# our own lines
-_BUDGET = _re(r"budget\s*:(.*)$")
-_NO_PROGRESS = _re(r"stop\s+when\s+nothing\s+changes\b(.*)$")
-_ESCALATE = _re(r"escalate\s+after\b(.*)$")
-_SAME_FAILURE = _re(r"stop\s+when\s+the\s+same\s+failure\s+repeats\b(.*)$")
-_SIGNAL = _re(r"no\s+progress\s+signal\s*:(.*)$")
-_COUNT_TRIES = _re(r"\s*(?:for\s+)?(\S+)\s+(?:tries|try|iterations?)\s*$")
-_REVISE = _re(r"revise\s+with\b\s*:?(.*)$")
-_ADAPTER = _re(r"context\s+adapter\s*:(.*)$")
-_LISTS = _re(r"(protect|scope|watch)\s*:(.*)$")
-
-_PASS_COND = _re(r"it\s+passes(?:\s+and\s+(?:the\s+)?goal\s+is\s+met)?$")
-_FAIL_COND = _re(r"it\s+(?:fails|breaks)$")
-_BLOCKED_COND = _re(r"(?:it\s+is\s+|it\s+gets\s+)?(?:blocked|stuck)$")
-_ASK_HUMAN = _re(r"\bask\s+(?:a\s+|the\s+)?human\b")
-_STOP = _re(r"\bstop\b")
-_WARN = _re(r'\bstop\s+and\s+warn\s+(?:"([^"]*)"|([^",]+))')
-
-_TYPO_KEYS = ["goal", "look at", "look in", "files", "context", "check", "verify", "also",
-              "use skills", "skills", "examples", "knowledge", "budget", "protect", "scope",
-              "watch", "silence", "each cycle", "models", "hooks", "the bar", "grants"]
-_TYPO_STARTS = ["done when", "remember in", "revise with", "escalate after", "stop when"]
 
 
 def _ignore(why: str) -> Callable[..., None]:
@@ -167,7 +76,7 @@ class _Parser(FileDraft):
 
     def __init__(self, text: str, path: str) -> None:
         super().__init__(path)
-        self.lines = _tokenize(text)
+        self.lines = syntax.tokenize(text)
 
     # -- errors and bookkeeping ---------------------------------------------------------
 
@@ -220,22 +129,22 @@ class _Parser(FileDraft):
                 raise self.error("unexpected indentation at the top level", line, fix=(
                     "start `loop`, `pipeline`, `flow` and config lines in column 1; "
                     "indent only the lines inside a definition"))
-            m = _LOOP.match(text)
+            m = syntax.LOOP.match(text)
             if m:
                 i = self.parse_loop(i, m.start(1))
                 continue
-            m = _PIPELINE.match(text)
+            m = syntax.PIPELINE.match(text)
             if m:
                 i = self.parse_pipeline(i, m.start(1))
                 continue
-            m = _FLOW.match(text)
+            m = syntax.FLOW.match(text)
             if m:
                 i = self.parse_flow(i, m.start(1))
                 continue
-            if _STAGE.match(text):
+            if syntax.STAGE.match(text):
                 raise self.error("a `stage` outside a pipeline", line,
                                  fix='put stages under a `pipeline "name":` line, indented by two spaces')
-            if _CONFIG_BLOCK.match(text):
+            if syntax.CONFIG_BLOCK.match(text):
                 end = self.children(i, 0)
                 self.config.extend(IgnoredLine(ln.no, ln.text, WHY_CONFIG) for ln in lines[i:end])
                 i = end
@@ -249,25 +158,25 @@ class _Parser(FileDraft):
         text = line.text
         end = self.children(i, 0)
         known = True
-        if m := _TARGET.match(text):
+        if m := syntax.TARGET.match(text):
             target = m.group(1).strip().strip('"').strip()
             if target:
                 self.cwd = os.path.normpath(os.path.join(self.filedir, target))
                 self.cwd_where = self.where(line)
             self.config.append(IgnoredLine(line.no, text, WHY_TARGET))
-        elif m := _RIGOR.match(text):
-            if " ".join(m.group(1).split()).lower() in _RIGOR_ON:
+        elif m := syntax.RIGOR.match(text):
+            if " ".join(m.group(1).split()).lower() in syntax.RIGOR_ON:
                 self.rigor = self.where(line, "rigor")
                 self.config.append(IgnoredLine(line.no, text, WHY_RIGOR))
             else:
                 self.config.append(IgnoredLine(line.no, text, WHY_CONFIG))
-        elif _CONFIG_LINE.match(text):
+        elif syntax.CONFIG_LINE.match(text):
             self.config.append(IgnoredLine(line.no, text, WHY_CONFIG))
         elif self.own_line(self.defaults, line):
             pass
         else:
             known = False
-            if _BODY_AT_TOP.match(text):
+            if syntax.BODY_AT_TOP.match(text):
                 raise self.error("a loop line at the top level", line,
                                  fix="indent it under its `loop` or `stage` line (two spaces deeper)")
             self.ignored.extend(IgnoredLine(ln.no, ln.text, WHY_UNKNOWN) for ln in self.lines[i:end])
@@ -302,7 +211,7 @@ class _Parser(FileDraft):
         j = 0
         while j < len(body):
             line = body[j]
-            if _PARALLEL.match(line.text):
+            if syntax.PARALLEL.match(line.text):
                 self.ignored.append(IgnoredLine(line.no, line.text, WHY_PARALLEL))
                 group_end = self.children(j, line.indent, body)
                 k = j + 1
@@ -319,10 +228,10 @@ class _Parser(FileDraft):
 
     def parse_stage(self, draft: PipelineDraft, body: list[Line], j: int, label: str, limit: int) -> int:
         line = body[j]
-        if not _STAGE.match(line.text):
+        if not syntax.STAGE.match(line.text):
             raise self.error(f"expected a `stage` line inside {label}, got {line.text!r}", line,
                              fix='indent it under its stage, or start a stage with `stage "name":`')
-        m = _STAGE_HEADER.match(line.text)
+        m = syntax.STAGE_HEADER.match(line.text)
         if not m:
             try:
                 phrases.check_quotes(line.text)
@@ -354,12 +263,12 @@ class _Parser(FileDraft):
         steps: list[str] = []
         notes: list[IgnoredLine] = []
         for line in self.lines[i + 1:end]:
-            if _FLOW_STEP.match(line.text):
+            if syntax.FLOW_STEP.match(line.text):
                 try:
                     phrases.check_quotes(line.text)
                 except Problem as exc:
                     raise self.problem(exc, line, 0) from None
-            m = _FLOW_RUN.match(line.text)
+            m = syntax.FLOW_RUN.match(line.text)
             if m:
                 steps.append(m.group(1))
                 if not m.group(2).strip().rstrip(":").strip():
@@ -378,19 +287,19 @@ class _Parser(FileDraft):
         i = 0
         while i < len(lines):
             line = lines[i]
-            m = _BLOCK.match(line.text)
+            m = syntax.BLOCK.match(line.text)
             if m:
                 end = self.children(i, line.indent, lines)
                 why = _WHY["git" if m.group(1).lower() == "git" else "hooks"]
                 body.ignored.extend(IgnoredLine(ln.no, ln.text, why) for ln in lines[i:end])
                 i = end
                 continue
-            m = _DONE.match(line.text)
+            m = syntax.DONE.match(line.text)
             if m:
                 pred = self.predicate(line, m.group(1), m.start(1))
                 body.checks.append((pred, "done when " + m.group(1).strip(), line))
                 nxt = lines[i + 1] if i + 1 < len(lines) else None
-                bar = _BAR.match(nxt.text) if nxt is not None and nxt.indent > line.indent else None
+                bar = syntax.BAR.match(nxt.text) if nxt is not None and nxt.indent > line.indent else None
                 if bar:
                     if pred.kind is CheckKind.HOOK:
                         pred.options["bar"] = bar.group(1).strip() or None
@@ -413,7 +322,7 @@ class _Parser(FileDraft):
 
     def body_line(self, body: Body, line: Line) -> None:
         text = line.text
-        head = _HEAD.match(text)
+        head = syntax.HEAD.match(text)
         for pattern, handler in _DISPATCH.get(head.group(0).lower() if head else "", ()):
             m = pattern.match(text)
             if m:
@@ -421,7 +330,7 @@ class _Parser(FileDraft):
                 return
         if self.own_line(body, line):
             return
-        hint = _near_miss(text)
+        hint = syntax.near_miss(text)
         if hint:
             raise self.error(f"unknown line {text!r}", line, fix=f"did you mean `{hint}`?")
         body.ignored.append(IgnoredLine(line.no, text, WHY_UNKNOWN))
@@ -486,13 +395,13 @@ class _Parser(FileDraft):
             phrases.check_quotes(actions)
         except Problem as exc:
             raise self.problem(exc, line, m.start(2)) from None
-        if _PASS_COND.match(cond):
+        if syntax.PASS_COND.match(cond):
             why = "when_pass"
-        elif _FAIL_COND.match(cond):
+        elif syntax.FAIL_COND.match(cond):
             body.has_fail = True
             why = "when_fail"
-        elif _BLOCKED_COND.match(cond):
-            if _ASK_HUMAN.search(actions):
+        elif syntax.BLOCKED_COND.match(cond):
+            if syntax.ASK_HUMAN.search(actions):
                 body.settings["escalate_when_blocked"] = Setting(True, self.where(line))
                 return
             why = "when_blocked"
@@ -511,10 +420,10 @@ class _Parser(FileDraft):
             phrases.check_quotes(actions)
         except Problem as exc:
             raise self.problem(exc, line, m.start(2)) from None
-        stop, ask = _STOP.search(actions), _ASK_HUMAN.search(actions)
+        stop, ask = syntax.STOP.search(actions), syntax.ASK_HUMAN.search(actions)
         if stop:
             body.settings["max_iter"] = Setting(n, self.where(line))
-            warn = _WARN.search(actions)
+            warn = syntax.WARN.search(actions)
             if warn:
                 message = (warn.group(1) if warn.group(1) is not None else warn.group(2)).strip()
                 if message:
@@ -526,23 +435,23 @@ class _Parser(FileDraft):
 
     # (pattern, handler) in order; `_DISPATCH` picks the candidates by a line's first word
     handlers: list[tuple[re.Pattern[str], Callable[..., None]]] = [
-        (_GOAL, on_goal),
-        (_LOOK, on_look),
-        (_CHECK, on_check),
-        (_POLICY, _ignore("policy")),
-        (_CYCLE, _ignore("cycle")),
-        (_ALSO, _ignore("also")),
-        (_SKILLS, _ignore("skills")),
-        (_EXAMPLES, on_hints),
-        (_KNOWLEDGE, on_knowledge),
-        (_MEMORY, on_memory),
-        (_HUMAN_PLAN, _ignore("human_plan")),
-        (_HUMAN_REVIEW, on_human_review),
-        (_HUMAN_GATE, on_gate),
-        (_MODELS, _ignore("models")),
-        (_WHEN, on_when),
-        (_AFTER, on_after),
-        (_BAR, _ignore("bar")),
+        (syntax.GOAL, on_goal),
+        (syntax.LOOK, on_look),
+        (syntax.CHECK, on_check),
+        (syntax.POLICY, _ignore("policy")),
+        (syntax.CYCLE, _ignore("cycle")),
+        (syntax.ALSO, _ignore("also")),
+        (syntax.SKILLS, _ignore("skills")),
+        (syntax.EXAMPLES, on_hints),
+        (syntax.KNOWLEDGE, on_knowledge),
+        (syntax.MEMORY, on_memory),
+        (syntax.HUMAN_PLAN, _ignore("human_plan")),
+        (syntax.HUMAN_REVIEW, on_human_review),
+        (syntax.HUMAN_GATE, on_gate),
+        (syntax.MODELS, _ignore("models")),
+        (syntax.WHEN, on_when),
+        (syntax.AFTER, on_after),
+        (syntax.BAR, _ignore("bar")),
     ]
 
     # -- our own lines (loop bodies and file defaults) --------------------------------
@@ -595,7 +504,7 @@ class _Parser(FileDraft):
         if found is not None:
             body.settings.update((key, Setting(value, self.where(line))) for key, value in found)
             return True
-        m = _BUDGET.match(text)
+        m = syntax.BUDGET.match(text)
         if m:
             try:
                 seconds = phrases.duration_seconds(m.group(1))
@@ -603,7 +512,7 @@ class _Parser(FileDraft):
                 raise self.problem(exc, line, m.start(1) + len(m.group(1)) - len(m.group(1).lstrip())) from None
             body.settings["budget_seconds"] = Setting(seconds, self.where(line))
             return True
-        m = _SIGNAL.match(text)
+        m = syntax.SIGNAL.match(text)
         if m:
             value = m.group(1).strip().lower()
             if value not in NO_PROGRESS_SIGNALS:
@@ -611,25 +520,25 @@ class _Parser(FileDraft):
                                  fix=f"write one of: {', '.join(NO_PROGRESS_SIGNALS)}")
             body.settings["no_progress_signal"] = Setting(value, self.where(line))
             return True
-        for pattern, key, example in ((_NO_PROGRESS, "no_progress_k", "stop when nothing changes for 2 tries"),
-                                      (_SAME_FAILURE, "no_progress_k",
+        for pattern, key, example in ((syntax.NO_PROGRESS, "no_progress_k", "stop when nothing changes for 2 tries"),
+                                      (syntax.SAME_FAILURE, "no_progress_k",
                                        "stop when the same failure repeats for 2 tries"),
-                                      (_ESCALATE, "escalate_after", "escalate after 4 tries")):
+                                      (syntax.ESCALATE, "escalate_after", "escalate after 4 tries")):
             m = pattern.match(text)
             if m:
-                tail = _COUNT_TRIES.match(m.group(1))
+                tail = syntax.COUNT_TRIES.match(m.group(1))
                 if not tail:
                     raise self.error(f"could not read {text!r}", line, fix=f"write `{example}`")
                 n = self.count(line, tail.group(1), m.start(1) + tail.start(1), example)
                 body.settings[key] = Setting(n, self.where(line))
                 if key == "no_progress_k":  # which signal: the state, the failure, or both lines
-                    signal = "failure" if pattern is _SAME_FAILURE else "state"
+                    signal = "failure" if pattern is syntax.SAME_FAILURE else "state"
                     old = body.settings.get("no_progress_signal")
                     if old is not None and old.value != signal:
                         signal = "both"
                     body.settings["no_progress_signal"] = Setting(signal, self.where(line))
                 return True
-        m = _REVISE.match(text)
+        m = syntax.REVISE.match(text)
         if m:
             command = self.quoted_or_bare(line, m.group(1), m.start(1))
             if not command:
@@ -637,7 +546,7 @@ class _Parser(FileDraft):
                                  fix='write `revise with "python fix.py"`')
             body.settings["revise"] = Setting(command, self.where(line))
             return True
-        m = _ADAPTER.match(text)
+        m = syntax.ADAPTER.match(text)
         if m:
             command = self.quoted_or_bare(line, m.group(1), m.start(1))
             if not command:
@@ -645,7 +554,7 @@ class _Parser(FileDraft):
                                  fix='write `context adapter: "python -m ctx.adapters.loopflow"`')
             body.settings["context_adapter"] = Setting(command, self.where(line))
             return True
-        m = _LISTS.match(text)
+        m = syntax.LISTS.match(text)
         if m:
             key = m.group(1).lower()
             items = phrases.split_items(m.group(2))
@@ -664,34 +573,12 @@ class _Parser(FileDraft):
             return True
         return False
 
-_HEAD = re.compile(r"[A-Za-z]+")
-_FIRST_WORDS = {
-    _GOAL: ("goal",), _LOOK: ("look", "files", "context", "in"), _CHECK: ("check", "verify"),
-    _POLICY: ("allow", "ask"), _CYCLE: ("each", "then"), _ALSO: ("also",),
-    _SKILLS: ("use", "skills", "top", "plan"), _EXAMPLES: ("example", "examples"), _KNOWLEDGE: ("knowledge",),
-    _MEMORY: ("remember", "keep"), _HUMAN_PLAN: ("a",), _HUMAN_REVIEW: ("a",), _HUMAN_GATE: ("a",),
-    _MODELS: ("models",), _WHEN: ("when",), _AFTER: ("after",), _BAR: ("the",),
-}
+
+# the handlers a loop-body line may match, by its first word
 _DISPATCH: dict[str, list[tuple[re.Pattern[str], Callable[..., None]]]] = {}
 for _pattern, _handler in _Parser.handlers:
-    for _word in _FIRST_WORDS[_pattern]:
+    for _word in syntax.FIRST_WORDS[_pattern]:
         _DISPATCH.setdefault(_word, []).append((_pattern, _handler))
-
-
-def _near_miss(text: str) -> str | None:
-    """The keyword a mistyped line probably meant (``doen when`` -> ``done when``), or None."""
-    lower = " ".join(text.lower().split())
-    if ":" in lower:
-        key = lower.split(":", 1)[0].strip()
-        if key and key.count(" ") <= 2:
-            match = difflib.get_close_matches(key, _TYPO_KEYS, n=1, cutoff=0.75)
-            if match and match[0] != key:
-                return match[0] + ":"
-    start = " ".join(lower.split(" ", 2)[:2])
-    match = difflib.get_close_matches(start, _TYPO_STARTS, n=1, cutoff=0.8)
-    if match and match[0] != start:
-        return match[0]
-    return None
 
 
 def parse_loop_text(text: str, path: str = "<string>") -> LoopFile:
