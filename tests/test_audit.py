@@ -1912,3 +1912,30 @@ def test_library_code_that_tells_or_outlives_the_check_is_flagged(rule: str, aft
 def test_ordinary_uses_of_the_same_names_are_not_tells(name: str) -> None:
     after = TELLS_GENUINE[name]
     assert audit(None, after, ADD_LITERALS) == []
+
+
+@pytest.mark.parametrize("line", [
+    "__path__ = [os.path.join(os.path.dirname(__file__), 'node_modules')]",
+    "__path__.insert(0, os.path.dirname(__file__) + '/.hypothesis')",
+    "__path__ = pkgutil.extend_path(__path__, __name__)",
+    "calc.__path__ = ['node_modules']",
+    "spec = importlib.util.spec_from_file_location('m', 'node_modules/m.py')",
+    "mod = importlib.machinery.SourceFileLoader('m', 'node_modules/m.py').load_module()",
+    "runpy.run_path('node_modules/m.py')",
+])
+def test_library_code_that_loads_modules_from_where_it_chooses_is_flagged(line: str) -> None:
+    """A package search path or a loader pointed at a file: the module the judge imports
+    by name can come from a directory nobody audits or copies (node_modules, caches)."""
+    after = f"import importlib.machinery\nimport importlib.util\nimport os\nimport pkgutil\nimport runpy\n\n{line}\n"
+    assert flagged(audit("", after)) == [("import-path", 7)]
+
+
+@pytest.mark.parametrize("line", [
+    "path = os.path.dirname(__file__)",
+    "spec = importlib.util.find_spec('json')",
+    "names = [m.name for m in pkgutil.iter_modules()]",
+    "data = pkgutil.get_data(__name__, 'table.json')",
+])
+def test_reading_where_a_module_is_is_not_loading_one(line: str) -> None:
+    after = f"import importlib.util\nimport os\nimport pkgutil\n\n{line}\n"
+    assert flagged(audit("", after)) == []

@@ -38,6 +38,13 @@ _STREAMS = frozenset({"sys.stdout", "sys.stderr", "sys.__stdout__", "sys.__stder
 _IMPORT_PATHS = frozenset({"sys.path", "sys.meta_path", "sys.path_hooks"})
 _PATH_CHANGES = frozenset({"insert", "append", "extend", "remove", "pop", "clear", "reverse", "sort",
                            "__setitem__", "__iadd__"})
+# loading a module from a file the code names, past the import path the judge copies
+_FILE_LOADERS = frozenset({
+    "pkgutil.extend_path", "importlib.util.spec_from_file_location", "importlib.util.spec_from_loader",
+    "importlib.machinery.SourceFileLoader", "importlib.machinery.SourcelessFileLoader",
+    "importlib.machinery.ExtensionFileLoader", "importlib.machinery.FileFinder", "runpy.run_path",
+    "zipimport.zipimporter", "imp.load_source", "imp.load_compiled", "imp.load_module",
+})
 _PROC = re.compile(r"^/(?:proc|dev/fd)(?:/|$)")  # /dev/fd: the open files, pytest's capture files among them
 _ABSOLUTE = re.compile(r"^(?:/|~|[A-Za-z]:[\\/]|\\\\)")
 _PATH_CALLS = frozenset({"os.path.abspath", "os.path.realpath", "os.path.normpath", "str", "os.fspath",
@@ -234,6 +241,15 @@ class _Probes:
                 self.import_path(target, node.args[2:], node.lineno, exempt)
         elif name == "site.addsitedir":
             self.import_path(name, node.args[:1], node.lineno, exempt)
+        elif name in _FILE_LOADERS and self.audit.library and not exempt:
+            self.audit.flag([node.lineno], "import-path",
+                            f"library code loads code from a file it names ({name}), past the import "
+                            f"path, so what runs is not what the tests import by name")
+        elif isinstance(func, ast.Attribute) and func.attr in _PATH_CHANGES \
+                and _package_path(self.audit.qualname(func.value)) and self.audit.library and not exempt:
+            self.audit.flag([node.lineno], "import-path",
+                            "library code changes a package's search path (__path__), so its modules "
+                            "can come from anywhere")
         elif isinstance(func, ast.Attribute) and func.attr in _PATH_CHANGES:
             base = self.audit.qualname(func.value)
             if base in _IMPORT_PATHS:
@@ -266,6 +282,10 @@ class _Probes:
                 name = base
         if name in _STREAMS:
             self.stream(name, stmt.lineno, exempt)
+        elif _package_path(name) and self.audit.library and not exempt:
+            self.audit.flag([stmt.lineno], "import-path",
+                            "library code sets a package's search path (__path__), so its modules can "
+                            "come from anywhere")
         elif name in _IMPORT_PATHS:
             value = getattr(stmt, "value", None)
             self.import_path(name, [value] if value is not None else [], stmt.lineno, exempt, extend=True)
@@ -380,3 +400,8 @@ def _flat(target: ast.expr) -> Iterator[ast.expr]:
 def probe(audit: _Audit, tree: ast.Module) -> None:
     """Add this module's findings for one parsed file to ``audit``."""
     _Probes(audit, tree).run()
+
+
+def _package_path(name: str | None) -> bool:
+    """``__path__`` or ``something.__path__``."""
+    return bool(name) and (name == "__path__" or name.endswith(".__path__"))  # type: ignore[union-attr]
