@@ -22,7 +22,7 @@ from pytest_loops.results import CommandResult
 from pytest_loops.runtime import reaper
 from pytest_loops.runtime.process import ProcessRunner
 from pytest_loops.runtime.protect import TreeGuard
-from pytest_loops.runtime.protect import guard as guard_module
+from pytest_loops.runtime.protect import ancestry as ancestry_module
 from pytest_loops.spec import Check, LoopSpec
 
 
@@ -89,11 +89,11 @@ def guarded(tmp_path: Path) -> tuple[TreeGuard, Path]:
 def test_quiet_ancestors_are_not_stat_ed_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     guard, parent = guarded(tmp_path)
     try:
-        if guard._ancestor_journal is None:
+        if guard.ancestry.journal is None:
             pytest.skip("no inotify here: every look stats the ancestors")
         seen: list[str] = []
-        real = guard_module._entry
-        monkeypatch.setattr(guard_module, "_entry", lambda path: seen.append(path) or real(path))
+        real = ancestry_module._entry
+        monkeypatch.setattr(ancestry_module, "_entry", lambda path: seen.append(path) or real(path))
         assert guard.ancestor_changes() == []
         assert not [p for p in seen if os.path.basename(p) in ("conftest.py", "pytest.ini", "tox.ini")]
         (parent / "unrelated.txt").write_text("not configuration\n")

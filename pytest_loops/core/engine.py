@@ -19,7 +19,6 @@ spawning.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import tempfile
@@ -31,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from pytest_loops.core import contextfile, ctxadapter, fanout, guards, isolation
+from pytest_loops.core import contextfile, ctxadapter, fanout, guards, isolation, revisestep
 from pytest_loops.core.context import (
     CommandRunner,
     Fingerprint,
@@ -40,7 +39,6 @@ from pytest_loops.core.context import (
     LoopRun,
     RunPaths,
     hold_run_log,
-    loop_env,
     resolve_paths,
     with_python_on_path,
 )
@@ -49,12 +47,11 @@ from pytest_loops.core.revise import CANNOT_START_EXIT_CODES, build_prompt, writ
 from pytest_loops.core.state import LoopState, ResumePlan, Step, resume_plan, stop_leftovers
 from pytest_loops.core.usage import record_usage, spent_guard, spent_seen
 from pytest_loops.deadline import DeadlineReached
-from pytest_loops.errors import LoopUsageError
 from pytest_loops.limits import write_fresh
 from pytest_loops.results import CheckResult, CommandResult, IterationRecord, LoopResult
 from pytest_loops.runtime.cleanroom import note_failed_tests
 from pytest_loops.runtime.importguard import imports_guarded
-from pytest_loops.spec import Check, CheckKind, LoopSpec, Pipeline
+from pytest_loops.spec import Check, LoopSpec, Pipeline
 from pytest_loops.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -443,7 +440,7 @@ class Engine:
         if ctx.closure_dir is not None:
             self._observe_closure(loop, ctx)
         if not state.decide(*decided):
-            _verify_cannot_start(loop, record)
+            revisestep.verify_cannot_start(loop, record)
             state.to(Step.GUARDS)
             measured = loop.fingerprint is not None
             state.measure(record, self._measure(loop) if measured else None, measured)
@@ -617,7 +614,7 @@ class Engine:
         record.revise_duration_s = self.clock() - r0
         record_usage(ctx.usage_dir, record)
         self.pm.hook.pytest_loop_revise_finished(spec=spec, run=loop.run, record=record,
-                                                 exit_code=_exit_of(outcome))
+                                                 exit_code=revisestep.exit_of(outcome))
         passed = watch.after_revise()
         record.protected_changes += [v.describe() for v in passed.violations]
         record.caches_cleared = len(passed.caches_cleared)
@@ -657,45 +654,9 @@ class Engine:
 
     def _ask_adapter(self, loop: _Loop, ctx: LoopContext,
                      record: IterationRecord) -> ctxadapter.AdapterAnswer:
-        """Run the loop's context adapter (:mod:`pytest_loops.core.ctxadapter`) before this
-        revise step: its answer, and what follows from it in ``ctx.revise_env`` (LOOP_MCP_CONFIG)
-        and the run log. A bad answer is one line there, or (``on_failure == "stop"``) bad input."""
-        spec, options = loop.spec, self.adapter
-        command = str(spec.context_adapter)
-        permissions, notes = ctxadapter.granted(spec.grants, options.own_model)
-        answer = ctxadapter.AdapterAnswer(command=command, notes=notes)
-        request = ctxadapter.build_request(spec, iteration=ctx.iteration, failure_file=ctx.failure_file,
-                                           permissions=permissions, own_model=options.own_model)
-        env = {**self.env, **loop_env(spec, ctx), "LOOP_FAILURE_FILE": str(ctx.failure_file)}
-        left = ctx.time_left()
-        timeout = options.timeout if left is None else max(0.01, min(options.timeout, left))
-        try:
-            answer.payload = ctxadapter.call(command, request, cwd=loop.workdir, env=env, timeout=timeout)
-        except ctxadapter.AdapterFailed as exc:
-            line = f"the context adapter {command!r} gave no usable answer: {exc}"
-            if self.scrub is not None:
-                line = self.scrub(line)
-            if options.on_failure == "stop":
-                raise LoopUsageError(line, location=spec.origin.get("context_adapter") or spec.source,
-                                     fix="fix the adapter, or let the loop go on without it "
-                                         "(context_adapter_failure=skip)") from None
-            answer.error = line
-        servers, more = ctxadapter.mcp_servers(answer.payload, permissions, options)
-        answer.notes += more
-        if servers:
-            path = ctx.iteration_dir / ctxadapter.MCP_CONFIG_NAME
-            text = json.dumps({"mcpServers": servers}, indent=2) + "\n"
-            if self._write(path, lambda: write_fresh(path, self.scrub(text) if self.scrub else text)):
-                answer.mcp_config = path
-                ctx.revise_env["LOOP_MCP_CONFIG"] = str(path)
-        answer.harness_install = ctxadapter.harness_install(answer.payload, permissions)
-        record.context_adapter = {
-            "command": command, "error": answer.error, "notes": list(answer.notes),
-            "mcp_config": str(answer.mcp_config) if answer.mcp_config else None,
-            "mcp_servers": sorted(servers), "harness_install": answer.harness_install,
-            "version": (answer.payload or {}).get("version"),
-        }
-        return answer
+        """Run the loop's context adapter before this revise step (:func:`revisestep.ask_adapter`)."""
+        return revisestep.ask_adapter(loop, ctx, record, options=self.adapter, env=self.env, scrub=self.scrub,
+                                      write=self._write)
 
     def _watching(self, loop: _Loop, ctx: LoopContext, record: IterationRecord) -> Any:
         """The live view of the revise step (:mod:`pytest_loops.core.live`), when anything shows it."""
@@ -715,30 +676,7 @@ class Engine:
     def _audit(self, loop: _Loop, ctx: LoopContext, record: IterationRecord,
                failed: list[CheckResult]) -> tuple[Verdict | None, str]:
         """The diff audit over every in-scope file changed since the loop started."""
-        from pytest_loops.runtime.audit import FileChange, failing_literals
-        from pytest_loops.runtime.audit.binary import binary_findings
-
-        watch = loop.watch
-        for check in failed:
-            loop.literals |= failing_literals(_read_text(check.output_file) or check.output_tail)
-        ctx.audit_literals = frozenset(loop.literals)
-        changes = watch.changes_since_start()
-        diff = [FileChange(rel, watch.start_text(rel), None if how == "deleted" else
-                           _read_text(str(watch.root) + "/" + rel)) for rel, how in changes if rel.endswith(".py")]
-        hook = self.pm.hook.pytest_loop_audit(diff=diff, context=ctx) if diff else []
-        found = [f for batch in hook or [] for f in batch or []]
-        found += binary_findings(str(watch.root), [c for c in changes if c[0] in loop.revised], self.audit_allow)
-        if not found:
-            return None, ""
-        from pytest_loops.runtime.protect import printable
-
-        lines = [printable(f.describe() if hasattr(f, "describe") else str(f)) for f in found]
-        record.audit_findings = lines
-        if self.audit == "warn":
-            return None, ""
-        record.guard = "audit"
-        shown = "; ".join(lines[:3]) + (f" and {len(lines) - 3} more" if len(lines) > 3 else "")
-        return Verdict.ESCALATE, f"the diff audit flagged the revise step's changes: {shown}"
+        return revisestep.audit(loop, ctx, record, failed, pm=self.pm, mode=self.audit, allow=self.audit_allow)
 
     # -- several loops ------------------------------------------------------------
 
@@ -751,50 +689,6 @@ class Engine:
             if not result.succeeded:
                 break
         return results
-
-
-_CHECK_ORIGINS = {"command line": "--verify", "environment": "PYTEST_LOOPS_VERIFY"}
-
-
-def _verify_cannot_start(loop: _Loop, record: IterationRecord) -> None:
-    """A check command the shell could not start (126 not executable, 127 not found) in
-    the first iteration, before any revise step: bad input (LoopUsageError, exit 64), so
-    no revise step is paid for against a check that can never pass. Later (after a
-    revise step ran, or in a resumed run) it is an ordinary failed check."""
-    if record.iter != 1 or loop.state.records or loop.plan.revise is not None:
-        return
-    kinds = (CheckKind.COMMAND, CheckKind.FINDS_NOTHING)
-    seeded = set(loop.first_results or ())  # the caller ran those: not a command of ours
-    by_name = {c.name: c for c in loop.spec.checks if c.kind in kinds and not c.hidden and c.name not in seeded}
-    for result in record.checks:
-        check = by_name.get(result.name)
-        if check is None or result.passed or result.timed_out or result.exit_code not in CANNOT_START_EXIT_CODES:
-            continue
-        origin = loop.spec.origin.get("verify", "")
-        what = "not found" if result.exit_code == 127 else "found but not executable"
-        said = [ln.strip() for ln in result.output_tail.splitlines() if ln.strip()]
-        shown = f" ({said[-1][:160]})" if said else ""
-        raise LoopUsageError(
-            f"the check {check.command or check.name!r} cannot run: its shell exited {result.exit_code} "
-            f"({what}){shown} in the first iteration, before any revise step",
-            location=check.source or _CHECK_ORIGINS.get(origin, origin) or loop.spec.source,
-            fix="install the program, give its full path, make it executable, or fix the command")
-
-
-def _exit_of(outcome: Any) -> int | None:
-    if isinstance(outcome, CommandResult):
-        return outcome.exit_code
-    return outcome if isinstance(outcome, int) and not isinstance(outcome, bool) else None
-
-
-def _read_text(path: str | None, limit: int = 1 << 20) -> str:
-    if not path:
-        return ""
-    try:
-        with open(path, "rb") as f:
-            return f.read(limit).decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 def _relative(path: Path, root: Path) -> str | None:

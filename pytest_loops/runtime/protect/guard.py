@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import stat
@@ -13,17 +12,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_loops.deadline import DeadlineReached, ShouldStop
+from pytest_loops.runtime.protect import room
+from pytest_loops.runtime.protect.ancestry import Ancestry
 from pytest_loops.runtime.protect.drift import AuditedTree, clear_new_bytecode
 from pytest_loops.runtime.protect.gitpaths import GIT_ATTRIBUTES, GIT_REASON, GitPaths
 from pytest_loops.runtime.protect.interpreter import InterpreterGuard
 from pytest_loops.runtime.protect.rules import (
-    ANCESTOR_NAMES,
     AUDIT_MAX_BYTES,
     CACHE_REASON,
     CONFIG_NAMES,
     DEFAULT_TEST_FILES,
     IGNORED_DIRS,
-    MEMORY_FILE_BYTES,
     MEMORY_TOTAL_BYTES,
     PYCACHE,
     SHADOW_MODULES,
@@ -32,28 +31,24 @@ from pytest_loops.runtime.protect.rules import (
     harness_config,
     matches,
 )
-from pytest_loops.runtime.protect.store import TextStore, store_prefix, sweep_stale_stores
+from pytest_loops.runtime.protect.store import TextStore, kept_bytes, kept_digest, store_prefix, sweep_stale_stores
 from pytest_loops.runtime.protect.syspath import OutsideModules, PathMetadataGuard, judged_dirs, shadowed_module
 from pytest_loops.runtime.protect.tree import (
     Entry,
     RevisePass,
     Stored,
     Violation,
-    _ancestor_dirs,
     _entry,
     _executable,
-    _hash_copy,
     _how,
-    _makedirs,
     _noise,
     _parent,
-    _place,
     _real_parents,
     _remove,
     _restore_path,
     _same_mode,
-    _write_new,
     clear_bytecode_of,
+    copy_in,
     file_digest,
     printable,
     sweep_readonly,
@@ -105,15 +100,11 @@ class TreeGuard:
         self.start_venvs: frozenset[str] | None = None  # the venvs at loop start (None: still walking it)
         self.shadows: Container[str] = SHADOW_MODULES  # top-level names a new module may not take
         self.metadata: PathMetadataGuard | None = None  # distribution metadata on the judged sys.path
-        self.ancestors: dict[str, Entry | None] = {}
-        self.ancestor_store: dict[str, Stored] = {}
-        self._ancestor_dirs = _ancestor_dirs(self.root, extra_ancestors)
-        self.git = GitPaths(self.root)  # .git/config, hooks, attributes: watched like the ancestors
+        # configuration in ancestor directories; .git/config, hooks, attributes watched alike
+        self.ancestry = Ancestry(self.root, extra_ancestors, journal=journal)
+        self.git = self.ancestry.git
         self._store_dir: str | None = None
         self._journal: DirectoryJournal | None = None
-        # the ancestor directories' own journal: while it reports no event naming a
-        # configuration file, their configuration files are not stat-ed again
-        self._ancestor_journal: DirectoryJournal | None = None
         self._journal_reason: str | None = None
         self.started = False
         self.should_stop = should_stop
@@ -355,54 +346,6 @@ class TreeGuard:
         self._scan_dir("", changes)
         return changes
 
-    def _ancestor_state(self, names_quiet: bool = False) -> dict[str, Entry | None]:
-        """The ancestors' configuration files and git's paths now; ``names_quiet``: the
-        ancestors' journal saw no event about a configuration file since the last look,
-        so those are as recorded at loop start (git's paths are stat-ed all the same)."""
-        if names_quiet:
-            names = {os.path.join(d, n): self.ancestors.get(os.path.join(d, n)) for d in self._ancestor_dirs
-                     for n in ANCESTOR_NAMES}
-        else:
-            names = {os.path.join(d, n): _entry(os.path.join(d, n)) for d in self._ancestor_dirs
-                     for n in ANCESTOR_NAMES}
-        return {**names, **self.git.state()}
-
-    def _watch_ancestors(self) -> None:
-        """Watch the ancestor directories (before their files are first read): every one,
-        or none, when one cannot be (a link, a network file system, inotify's limits)."""
-        if not self.use_journal or not self._ancestor_dirs:
-            return
-        from pytest_loops.progress.journal import DirectoryJournal, JournalLost
-
-        try:
-            journal = DirectoryJournal(self._ancestor_dirs[0])
-        except JournalLost:
-            return
-        try:
-            if all(journal.watch(d) for d in self._ancestor_dirs[1:]) \
-                    and not any(os.path.islink(d) for d in self._ancestor_dirs):
-                self._ancestor_journal = journal
-                return
-        except JournalLost:
-            pass
-        journal.close()
-
-    def _ancestors_quiet(self) -> bool:
-        """True when the ancestors' journal vouches that no configuration file in an
-        ancestor directory was created, changed, moved or removed since the last look."""
-        journal = self._ancestor_journal
-        if journal is None:
-            return False
-        from pytest_loops.progress.journal import JournalLost
-
-        try:
-            changes = journal.drain(lambda _path, name: name not in ANCESTOR_NAMES)
-        except (JournalLost, DeadlineReached):
-            self._ancestor_journal = None
-            journal.close()
-            return False
-        return not (changes.touched or changes.relisted or changes.gone)
-
     # -- the loop's life ---------------------------------------------------------------
 
     def _deadline(self, doing: str) -> None:
@@ -457,33 +400,20 @@ class TreeGuard:
         if self.use_interpreter:
             self.interpreter = InterpreterGuard(self._inside, self._stop_now)
             self.interpreter.begin(journal=self.use_journal)
-        self._watch_ancestors()
-        self.ancestors = self._ancestor_state()
-        for path, found in self.ancestors.items():
+        self.ancestry.watch()
+        self.ancestry.start = self.ancestry.state()
+        for path, found in self.ancestry.start.items():
             if found is not None and found.kind == "f" and self._store_dir:
                 dst = os.path.join(self._store_dir, "@ancestors", path.lstrip("/"))
                 stored = self._copy_in(path, dst, found)
                 if stored is not None:
-                    self.ancestor_store[path] = stored
+                    self.ancestry.store[path] = stored
 
     def _copy_in(self, src: str, dst: str, entry: Entry) -> Stored | None:
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        try:
-            digest, size = _hash_copy(src, dst, self._stop_now)
-        except OSError:
-            return None
-        data = None
-        if size <= MEMORY_FILE_BYTES and self._memory_left >= size:
-            try:
-                with open(dst, "rb") as f:
-                    data = f.read()
-            except OSError:
-                data = None
-            if data is not None and "sha256:" + hashlib.sha256(data).hexdigest() == digest:
-                self._memory_left -= size
-            else:
-                data = None
-        return Stored(dst, digest, size, stat.S_IMODE(entry.mode), data)
+        stored = copy_in(src, dst, entry, self._memory_left, self._stop_now)
+        if stored is not None and stored.data is not None:
+            self._memory_left -= stored.size
+        return stored
 
     def _store(self, rel: str, src: str) -> None:
         assert self._store_dir is not None
@@ -570,7 +500,7 @@ class TreeGuard:
                 else f"{reason}: made by a check"
             violations.append(Violation(rel, _how(old, new), why, restored=False))
         violations += [Violation(v.path, v.how, f"{v.why}: changed by a check", restored=False)
-                       for v in self._ancestor_violations()]
+                       for v in self.ancestry.violations()]
         found = [self._undo(v) for v in violations]
         if found:
             self._refresh()  # what undoing changed is nobody's change
@@ -625,7 +555,7 @@ class TreeGuard:
         result.caches_cleared += clear_bytecode_of(self.root, [rel for rel, _ in result.in_scope])
         if sweep:
             violations += sweep_readonly(self.root, self.store, self._in_venv, {v.path for v in violations})
-        violations += self._ancestor_violations()
+        violations += self.ancestry.violations()
         result.violations = [self._undo(v) for v in violations]
         if self.metadata is not None:
             result.violations += self.metadata.check()
@@ -670,21 +600,11 @@ class TreeGuard:
 
     def start_digest(self, rel: str, entry: Entry) -> str | None:
         """A file's loop-start digest, when it is as it was at the start (by its entry)."""
-        if self.start.get(rel) != entry:
-            return None
-        stored = self.store.get(rel)
-        if stored is not None:
-            return stored.digest
-        return self.texts.digest(rel) if self.texts is not None else None
+        return kept_digest(self.store.get(rel), self.texts, rel) if self.start.get(rel) == entry else None
 
     def start_bytes(self, rel: str, entry: Entry) -> bytes | None:
         """A file's loop-start bytes, when it is as it was at the start (by its entry)."""
-        if self.start.get(rel) != entry:
-            return None
-        stored = self.store.get(rel)
-        if stored is not None and stored.data is not None:
-            return stored.data
-        return self.texts.read(rel) if self.texts is not None else None
+        return kept_bytes(self.store.get(rel), self.texts, rel) if self.start.get(rel) == entry else None
 
     def _violation(self, rel: str, old: Entry | None, new: Entry | None) -> str | None:
         """Why this change is not the revise step's to make (None: it is)."""
@@ -702,7 +622,7 @@ class TreeGuard:
         """What outside the tree changed since the loop started: configuration files in
         ancestor directories, the judging interpreter's start-up files and test runner,
         and distribution metadata in the tree's directories on its path (undone too)."""
-        found = [v.describe() for v in self._ancestor_violations()]
+        found = [v.describe() for v in self.ancestry.violations()]
         if self.metadata is not None:
             found += [v.describe() for v in self.metadata.check()]
         if self.interpreter is not None:  # file by file: what the journal missed is found here
@@ -712,26 +632,11 @@ class TreeGuard:
     def _inside(self, path: str) -> bool:
         return path == self.root or path.startswith(self.root + os.sep)
 
-    def _ancestor_violations(self) -> list[Violation]:
-        found = []
-        now = self._ancestor_state(names_quiet=self._ancestors_quiet())
-        for path in sorted(self.ancestors.keys() | now.keys()):  # a directory before its files
-            old, new, git = self.ancestors.get(path), now.get(path), self.git.owns(path)
-            if old == new or git and self.git.same_bytes(path, old, new, self.ancestor_store.get(path)):
-                continue
-            found.append(Violation(path, _how(old, new), GIT_REASON if git else "configuration pytest reads "
-                                   "from an ancestor directory", restored=False))
-        if found and self._ancestor_journal is not None:
-            # a change that stays must be found on every later look: stat them from now on
-            self._ancestor_journal.close()
-            self._ancestor_journal = None
-        return found
-
     # -- undoing -------------------------------------------------------------------------
 
     def _undo(self, v: Violation) -> Violation:
         if v.path.startswith("/"):
-            ok = GitPaths.restore(v.path, self.ancestor_store.get(v.path), self.ancestors.get(v.path))
+            ok = GitPaths.restore(v.path, self.ancestry.store.get(v.path), self.ancestry.start.get(v.path))
         else:
             ok = self._restore_rel(v.path)
         return Violation(v.path, v.how, v.why, restored=ok)
@@ -754,75 +659,20 @@ class TreeGuard:
                       if s.data is None and file_digest(s.path) != s.digest)
 
     def build_clean_room(self, dest: str, *, link_venvs: bool = True) -> None:
-        """``dest`` as the tree was at loop start with only the in-scope changes applied:
-        read-only files from the store (hard-linked where the file system allows: the
-        store is not used again, and they are compared with their digests after the
-        judged run), in-scope files copied from the working tree."""
+        """``dest`` as the tree was at loop start with only the in-scope changes applied
+        (:func:`~pytest_loops.runtime.protect.room.build_clean_room`)."""
         self._refresh()
-        os.makedirs(dest, exist_ok=True)
-        made: set[str] = set()
-        for rel, entry in self.state.items():
-            if entry.kind != "f" or f"{PYCACHE}/" in rel or self._in_venv(rel):
-                continue
-            start = self.start.get(rel)
-            if start is not None and self.readonly_reason(rel, start, new=False) is not None:
-                continue  # from the store, below
-            if self._violation(rel, start, entry) is not None:
-                continue  # never a read-only path from the working tree
-            # a copy, never a link: what the judged run writes must not reach the tree
-            _makedirs(os.path.dirname(os.path.join(dest, rel)), made)
-            try:
-                shutil.copyfile(os.path.join(self.root, rel), os.path.join(dest, rel), follow_symlinks=False)
-                os.chmod(os.path.join(dest, rel), stat.S_IMODE(entry.mode))
-            except OSError:
-                continue
-        for rel, stored in self.store.items():
-            start = self.start.get(rel)
-            if start is not None and not self._in_venv(rel) \
-                    and self.readonly_reason(rel, start, new=False) is not None:
-                if stored.data is not None:
-                    _write_new(os.path.join(dest, rel), stored.data, stored.mode, made)
-                else:
-                    _place(stored.path, os.path.join(dest, rel), stored.mode, made)
-        for venv in self.venvs if link_venvs else ():  # the interpreter a check names, as watched
-            if venv in self.start_dirs or any(r.startswith(venv + "/") for r in self.start):
-                target = os.path.join(dest, venv)
-                _makedirs(os.path.dirname(target), made)
-                try:
-                    os.symlink(os.path.join(self.root, venv), target)
-                except OSError:
-                    pass
-        for rel, entry in self.start.items():  # links present at loop start, as they were
-            if entry.kind == "l" and not self._in_venv(rel):
-                target = os.path.join(dest, rel)
-                _makedirs(os.path.dirname(target), made)
-                try:
-                    os.symlink(entry.target, target)
-                except OSError:
-                    pass
+        room.build_clean_room(self, dest, link_venvs=link_venvs)
 
-    def readonly_digests(self, room: str) -> list[str]:
+    def readonly_digests(self, room_root: str) -> list[str]:
         """Read-only files in the clean room that differ from the store (the code under
         test changed them while it was being judged)."""
-        changed = []
-        for rel, stored in self.store.items():
-            if self._in_venv(rel) or self.readonly_reason(rel, self.start.get(rel), new=False) is None:
-                continue
-            if file_digest(os.path.join(room, rel)) != stored.digest:
-                changed.append(rel)
-        return sorted(changed)
+        return room.readonly_digests(self, room_root)
 
     def start_text(self, rel: str) -> str | None:
         """A file's text at loop start (from the store), None if not kept or not text."""
-        stored = self.store.get(rel)
-        if stored is None:
-            data = self.texts.read(rel) if self.texts is not None else None
-            return None if data is None else data.decode("utf-8", "replace")
-        try:
-            with open(stored.path, "rb") as f:
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return None
+        data = kept_bytes(self.store.get(rel), self.texts, rel)
+        return None if data is None else data.decode("utf-8", "replace")
 
     @property
     def journal_reason(self) -> str | None:
@@ -831,9 +681,7 @@ class TreeGuard:
 
     def close(self) -> None:
         self._drop_journal("the guard is closed")
-        if self._ancestor_journal is not None:
-            self._ancestor_journal.close()
-            self._ancestor_journal = None
+        self.ancestry.close()
         if self.interpreter is not None:
             self.interpreter.close()
         if self.texts is not None:

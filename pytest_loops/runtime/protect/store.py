@@ -8,6 +8,8 @@ import shutil
 import stat
 import tempfile
 
+from pytest_loops.runtime.protect.tree import Stored
+
 STORE_PREFIX = "pytest-loops-store-"
 
 
@@ -148,3 +150,23 @@ class TextStore:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def kept_digest(stored: Stored | None, texts: TextStore | None, key: str) -> str | None:
+    """The loop-start digest of a file the store or the text store holds."""
+    if stored is not None:
+        return stored.digest
+    return texts.digest(key) if texts is not None else None
+
+
+def kept_bytes(stored: Stored | None, texts: TextStore | None, key: str) -> bytes | None:
+    """The loop-start bytes of a file the store (in memory or its copy) or the text store holds."""
+    if stored is None:
+        return texts.read(key) if texts is not None else None
+    if stored.data is not None:
+        return stored.data
+    try:
+        with open(stored.path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None

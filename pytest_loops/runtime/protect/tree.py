@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from pytest_loops.deadline import DeadlineReached, ShouldStop
-from pytest_loops.runtime.protect.rules import COPY_BLOCK, IGNORED_DIRS
+from pytest_loops.runtime.protect.rules import COPY_BLOCK, IGNORED_DIRS, MEMORY_FILE_BYTES
 
 # --- the state of a tree ------------------------------------------------------------
 
@@ -355,3 +355,23 @@ def sweep_readonly(root: str, store: Mapping[str, Stored], in_venv: Callable[[st
             found.append(Violation(rel, "modified" if entry else "deleted",
                                    "changed through another name (a hard link)", restored=False))
     return found
+
+
+def copy_in(src: str, dst: str, entry: Entry, memory_left: int, should_stop: ShouldStop | None) -> Stored | None:
+    """``src`` copied to ``dst`` with its digest; its bytes kept in memory too when small
+    and ``memory_left`` allows (read back and checked against the digest)."""
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    try:
+        digest, size = _hash_copy(src, dst, should_stop)
+    except OSError:
+        return None
+    data = None
+    if size <= MEMORY_FILE_BYTES and memory_left >= size:
+        try:
+            with open(dst, "rb") as f:
+                data = f.read()
+        except OSError:
+            data = None
+        if data is not None and "sha256:" + hashlib.sha256(data).hexdigest() != digest:
+            data = None
+    return Stored(dst, digest, size, stat.S_IMODE(entry.mode), data)
