@@ -505,6 +505,68 @@ def test_verify_never_raises_and_says_why_in_one_line(tmp_path):
         assert "\n" not in str(info.value)
 
 
+def verdicts_of_every_kind(tmp_path: Path) -> dict[str, tuple[Path, dict]]:
+    """A .tine of each kind verify tells apart, with the keys to check it."""
+    hmac_key = b"0123456789abcdef0123"
+    signer, pub = keygen(tmp_path, "signer")
+    files = {
+        "vouched": (Path(write_tine(make_result(2), tmp_path / "vouched.tine")), {}),
+        "hmac": (Path(write_tine(make_result(2), tmp_path / "hmac.tine", hmac_key=hmac_key)), {"hmac_key": hmac_key}),
+        "hmac, other key": (tmp_path / "hmac.tine", {"hmac_key": b"another-key-of-16+bytes"}),
+        "hmac, no key": (tmp_path / "hmac.tine", {}),
+        "ed25519": (Path(write_tine(make_result(1), tmp_path / "ed.tine", ed25519_key_path=str(signer))),
+                    {"pubkey_path": str(pub)}),
+        "ed25519, hmac key": (tmp_path / "ed.tine", {"hmac_key": hmac_key}),
+    }
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    os.environ["OPENTINE_COMPRESS"] = "0"
+    try:
+        tampered = Path(write_tine(make_result(2), plain / "tampered.tine"))
+    finally:
+        del os.environ["OPENTINE_COMPRESS"]
+    data = json.loads(tampered.read_text())
+    for step in data["graph"]["steps"].values():
+        if step["kind"] == "done":
+            step["outputs"]["verdict"] = "SUCCESS"
+    tampered.write_text(json.dumps(data))
+    files["tampered"] = (tampered, {})
+    files.update({label: (path, {}) for label, path in bad_files(tmp_path / "bad", files["vouched"][0]).items()})
+    return files
+
+
+def test_verify_reads_each_file_once_and_says_what_the_public_verbs_say(tmp_path, monkeypatch):
+    """verify reads a file once through opentine's reader (merge checks thousands); its
+    answer is, word for word, the one of opentine's public verbs, which read it thrice."""
+    import opentine._artifact_io as artifact_io
+
+    from pytest_loops.artifacts import tineread
+
+    (tmp_path / "bad").mkdir()
+    files = verdicts_of_every_kind(tmp_path)
+    reads: list[str] = []
+    real_read = artifact_io.read_artifact_bytes
+
+    def counted(path, *args, **kwargs):
+        reads.append(str(path))
+        return real_read(path, *args, **kwargs)
+
+    monkeypatch.setattr(artifact_io, "read_artifact_bytes", counted)
+    once = {label: tineread.verify_and_summarize(path, **keys) for label, (path, keys) in files.items()}
+    reads.clear()
+    assert tineread.verify_tine(files["hmac"][0], hmac_key=files["hmac"][1]["hmac_key"])[0]
+    assert reads == [str(files["hmac"][0])]
+
+    monkeypatch.setattr(tineread, "_read_once", lambda path: (None, None))
+    reads.clear()
+    assert tineread.verify_tine(files["hmac"][0], hmac_key=files["hmac"][1]["hmac_key"])[0]
+    assert len(reads) == 3  # what the public verbs cost: each reads the path again
+    public = {label: tineread.verify_and_summarize(path, **keys) for label, (path, keys) in files.items()}
+    assert once == public
+    assert [label for label, (ok, _, _) in once.items() if ok] == ["vouched", "hmac", "hmac, no key", "ed25519"]
+    assert once["vouched"][2] is not None and once["vouched"][2]["verdict"] == "MAX_ITER"
+
+
 def test_a_foreign_tine_without_our_steps_is_not_ours(tmp_path):
     from opentine import Run, RunStatus, StepKind
 
