@@ -79,8 +79,11 @@ LIBRARIES: dict[str, tuple[dict[str, str], list[Bug]]] = {
         Bug("src/cachetools/__init__.py", "LRUCache.__setitem__()", "            order.move_to_end(key)\n"
             "        else:\n            order[key] = None",
             "            pass\n        else:\n            order[key] = None", "missing call"),
-        Bug("src/cachetools/keys.py", "typedkey()", "    return key + tuple(map(type, args))\n\n\ndef typedmethodkey",
-            "    return key + tuple(map(type, key))\n\n\ndef typedmethodkey", "wrong variable"),
+        Bug("src/cachetools/keys.py", "typedkey()",
+            "        key += tuple([type(v) for _, v in sorted_kwargs])\n    else:\n        key = args\n"
+            "    return key + tuple(map(type, args))\n\n\ndef typedmethodkey",
+            "        key += tuple([v for _, v in sorted_kwargs])\n    else:\n        key = args\n"
+            "    return key + tuple(map(type, args))\n\n\ndef typedmethodkey", "missing call"),
     ]),
     "toolz": ({}, [
         Bug("toolz/itertoolz.py", "frequencies()", "        d[item] += 1\n    return dict(d)",
