@@ -505,7 +505,7 @@ def test_verify_never_raises_and_says_why_in_one_line(tmp_path):
         assert "\n" not in str(info.value)
 
 
-def verdicts_of_every_kind(tmp_path: Path) -> dict[str, tuple[Path, dict]]:
+def verdicts_of_every_kind(tmp_path: Path, monkeypatch) -> dict[str, tuple[Path, dict]]:
     """A .tine of each kind verify tells apart, with the keys to check it."""
     hmac_key = b"0123456789abcdef0123"
     signer, pub = keygen(tmp_path, "signer")
@@ -520,11 +520,9 @@ def verdicts_of_every_kind(tmp_path: Path) -> dict[str, tuple[Path, dict]]:
     }
     plain = tmp_path / "plain"
     plain.mkdir()
-    os.environ["OPENTINE_COMPRESS"] = "0"
-    try:
+    with monkeypatch.context() as patch:
+        patch.setenv("OPENTINE_COMPRESS", "0")
         tampered = Path(write_tine(make_result(2), plain / "tampered.tine"))
-    finally:
-        del os.environ["OPENTINE_COMPRESS"]
     data = json.loads(tampered.read_text())
     for step in data["graph"]["steps"].values():
         if step["kind"] == "done":
@@ -543,7 +541,7 @@ def test_verify_reads_each_file_once_and_says_what_the_public_verbs_say(tmp_path
     from pytest_loops.artifacts import tineread
 
     (tmp_path / "bad").mkdir()
-    files = verdicts_of_every_kind(tmp_path)
+    files = verdicts_of_every_kind(tmp_path, monkeypatch)
     reads: list[str] = []
     real_read = artifact_io.read_artifact_bytes
 
