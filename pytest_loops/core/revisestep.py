@@ -69,16 +69,28 @@ def audit(loop: Any, ctx: LoopContext, record: IterationRecord, failed: list[Che
     """The diff audit over every in-scope file changed since the loop started."""
     from pytest_loops.runtime.audit import FileChange, failing_literals
     from pytest_loops.runtime.audit.binary import binary_findings
+    from pytest_loops.runtime.audit.encoding import decode_source, encoding_finding
 
     watch = loop.watch
     for check in failed:
         loop.literals |= failing_literals(read_text(check.output_file) or check.output_tail)
     ctx.audit_literals = frozenset(loop.literals)
     changes = watch.changes_since_start()
-    diff = [FileChange(rel, watch.start_text(rel), None if how == "deleted" else
-                       read_text(str(watch.root) + "/" + rel)) for rel, how in changes if rel.endswith(".py")]
+    diff: list[FileChange] = []
+    found: list[Any] = []
+    for rel, how in changes:
+        if not rel.endswith(".py"):
+            continue
+        # sources are read as Python reads them (their coding line), not as UTF-8
+        before = watch.loop_start_bytes(rel)
+        after = None if how == "deleted" else read_bytes(str(watch.root) + "/" + rel) or b""
+        diff.append(FileChange(rel, None if before is None else decode_source(before),
+                               None if after is None else decode_source(after)))
+        odd = None if after is None else encoding_finding(rel, after, before)
+        if odd is not None:
+            found.append(odd)
     hook = pm.hook.pytest_loop_audit(diff=diff, context=ctx) if diff else []
-    found = [f for batch in hook or [] for f in batch or []]
+    found += [f for batch in hook or [] for f in batch or []]
     found += binary_findings(str(watch.root), [c for c in changes if c[0] in loop.revised], allow)
     if not found:
         return None, ""
@@ -122,13 +134,18 @@ def verify_cannot_start(loop: Any, record: IterationRecord) -> None:
 
 
 def read_text(path: str | None, limit: int = 1 << 20) -> str:
+    data = read_bytes(path, limit)
+    return "" if data is None else data.decode("utf-8", "replace")
+
+
+def read_bytes(path: str | None, limit: int = 1 << 20) -> bytes | None:
     if not path:
-        return ""
+        return None
     try:
         with open(path, "rb") as f:
-            return f.read(limit).decode("utf-8", "replace")
+            return f.read(limit)
     except OSError:
-        return ""
+        return None
 
 
 def exit_of(outcome: Any) -> int | None:

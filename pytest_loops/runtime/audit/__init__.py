@@ -61,6 +61,8 @@ hookimpl = pluggy.HookimplMarker("pytest")
 
 
 def _audit_file(change: FileChange, lits: frozenset[LitKey]) -> list[Finding]:
+    from pytest_loops.runtime.audit.decisions import decisions
+    from pytest_loops.runtime.audit.equality import equality
     from pytest_loops.runtime.audit.fallback import _Fallback
     from pytest_loops.runtime.audit.literals import _parse
     from pytest_loops.runtime.audit.probes import probe
@@ -78,6 +80,8 @@ def _audit_file(change: FileChange, lits: frozenset[LitKey]) -> list[Finding]:
             spellings(audit)
             probe(audit, tree)
             tells(audit, tree)
+            equality(audit, tree)
+            decisions(audit, tree)
             return list(audit.findings.values())
         except RecursionError:  # pathologically nested code: fall back to lines
             audit = _Audit(change, lits)

@@ -671,8 +671,12 @@ class TreeGuard:
 
     def start_text(self, rel: str) -> str | None:
         """A file's text at loop start (from the store), None if not kept or not text."""
-        data = kept_bytes(self.store.get(rel), self.texts, rel)
+        data = self.loop_start_bytes(rel)
         return None if data is None else data.decode("utf-8", "replace")
+
+    def loop_start_bytes(self, rel: str) -> bytes | None:
+        """A file's bytes at loop start (from the store), None if not kept."""
+        return kept_bytes(self.store.get(rel), self.texts, rel)
 
     @property
     def journal_reason(self) -> str | None:
