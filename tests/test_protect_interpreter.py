@@ -307,3 +307,47 @@ def test_a_guard_that_begins_sweeps_and_names_its_store(tmp_path: Path, monkeypa
         assert store.name.startswith(f"{STORE_PREFIX}{os.getpid()}-")
     assert not stale.exists()
     assert list(temp.iterdir()) == []
+
+
+@pytest.mark.parametrize("line", [
+    "import fakehack; fakehack.install()",
+    "import os; ok = True; ok and __import__('fakehack').install()",
+    "import sys; exec('import os\\nif True:\\n import fakehack')",
+], ids=["import", "__import__", "exec of a string"])
+def test_a_module_a_pth_file_imports_is_put_back(line: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A .pth file that was there at loop start runs its import lines at every start
+    (``distutils-precedence.pth`` imports ``_distutils_hack``): the module it imports is
+    the judge's, and an edit to it is put back."""
+    site = tmp_path / "site-packages"
+    (site / "fakehack").mkdir(parents=True)
+    module = site / "fakehack" / "__init__.py"
+    module.write_text("def install():\n    pass\n")
+    (site / "hack.pth").write_text(line + "\n")
+    monkeypatch.setattr(interpreter, "site_dirs", lambda: [str(site)])
+    monkeypatch.setattr(interpreter, "JUDGE_PACKAGES", ())
+    monkeypatch.setattr(sys, "path", [str(site)])
+    guard = InterpreterGuard(lambda p: False)
+    guard.begin(journal=False)
+    try:
+        module.write_text("import calc\ncalc.add = lambda a, b: a + b\ndef install():\n    pass\n")
+
+        violations, _ = guard.check(full=True)
+    finally:
+        guard.close()
+
+    assert [(v.path, v.how, v.why, v.restored) for v in violations] == [
+        (str(module), "modified", RUNNER_WHY, True)]
+    assert module.read_text() == "def install():\n    pass\n"
+
+
+@pytest.mark.parametrize(("text", "names"), [
+    ("import a, b.c; from d.e import f\n", ["a", "b", "d"]),
+    ("/some/path\n# import nothing\nimport x\n", ["x"]),
+    ("import(\n", []),
+    ("import os; exec('import y; exec(\"import z\")')\n", ["os", "y", "z"]),
+    ("import os; __import__(name)\n", ["os"]),
+])
+def test_the_modules_of_a_pth_file(text: str, names: list[str], tmp_path: Path) -> None:
+    pth = tmp_path / "x.pth"
+    pth.write_text(text)
+    assert interpreter._pth_imports(str(pth)) == names

@@ -109,6 +109,41 @@ def _plugin_modules(dist_dir: str) -> list[str] | None:
     return modules
 
 
+def _pth_imports(path: str) -> list[str]:
+    """The top-level modules the ``import`` lines of a ``.pth`` file import: the
+    interpreter runs those lines at every start, so the modules are part of the judge as
+    much as the ``.pth`` file (``distutils-precedence.pth`` runs ``_distutils_hack``, an
+    editable install's runs its finder)."""
+    import ast
+
+    data = _read_small(path) or b""
+    names: list[str] = []
+    sources = [raw.strip() for raw in data.decode("utf-8", "replace").splitlines()
+               if raw.startswith(("import ", "import\t"))]  # site.py runs only these; the rest are paths
+    while sources and len(names) < 100:
+        try:
+            tree = ast.parse(sources.pop())
+        except (SyntaxError, ValueError):
+            continue  # site.py cannot run it either
+        for node in ast.walk(tree):
+            found: list[str] = []
+            if isinstance(node, ast.Import):
+                found = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found = [node.module]
+            elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                    and isinstance(node.args[0].value, str):
+                func = node.func
+                called = func.id if isinstance(func, ast.Name) else (
+                    func.attr if isinstance(func, ast.Attribute) else "")
+                if called in ("__import__", "import_module"):
+                    found = [node.args[0].value]
+                elif called == "exec":  # coverage's: exec('import os ... import coverage ...')
+                    sources.append(node.args[0].value)
+            names += [n.split(".", 1)[0] for n in found if n.split(".", 1)[0].isidentifier()]
+    return list(dict.fromkeys(names))
+
+
 def _read_small(path: str) -> bytes | None:
     try:
         with open(path, "rb") as f:
@@ -242,12 +277,15 @@ class InterpreterGuard:
         return dirs
 
     def _runner_paths(self) -> list[str]:
-        """The judge's packages and every installed pytest plugin's."""
+        """The judge's packages, every installed pytest plugin's, and the modules the
+        start-up ``.pth`` files import."""
         names = list(JUDGE_PACKAGES)
         for directory in self.listed:
             for name in sorted(self.listed[directory]):
                 if name.endswith(DIST_SUFFIXES):
                     names += _plugin_modules(os.path.join(directory, name)) or []
+                elif name.endswith(".pth"):
+                    names += _pth_imports(os.path.join(directory, name))
         paths: list[str] = []
         for name in dict.fromkeys(names):
             paths += [p for p in _package_paths(name) if not self.inside(p) and p not in paths]
