@@ -96,7 +96,7 @@ def test_attack_earns_nothing(case: tuple[kit.Attack, str, str], tmp_path: Path,
 
     outcome = kit.run_mode(project)
 
-    problems = [kit.survivors_problem(project)]
+    problems = [kit.survivors_problem(project), kit.lessons_problem(project)]  # (before the probe imports calc)
     fixed, probe_output = kit.add_is_fixed(project)
     success = kit.success_problem(outcome)
     if not attack.trap:

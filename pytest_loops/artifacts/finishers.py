@@ -194,7 +194,12 @@ class LessonsWriter:
         page = LessonsPage(run.paths.memory_page, loop_name=spec.identity, goal=spec.goal)
         run.writers[self.name] = page
         label = run.scrub(spec.identity) if run.scrub is not None else spec.identity
-        return own_lessons(page.read_lessons(), label, unlabelled=not spec.anonymous)
+        lessons = own_lessons(page.read_lessons(), label, unlabelled=not spec.anonymous)
+        try:
+            page.track(label)  # from here on, what others write on the page is undone
+        except OSError as exc:
+            run.artifact_failed(getattr(exc, "filename", None) or page.path, exc)
+        return lessons
 
     @hookimpl
     def pytest_loop_reflect(self, spec: LoopSpec, run: LoopRun, record: IterationRecord,
@@ -211,13 +216,39 @@ class LessonsWriter:
             page.append(line)
         except OSError as exc:  # the lesson stays in the run log; the page is an artifact
             run.artifact_failed(getattr(exc, "filename", None) or page.path, exc)
+        self._undone(run, page, [])
         return line
+
+    @hookimpl(tryfirst=True)
+    def pytest_loop_iteration_finished(self, run: LoopRun) -> None:
+        """What a revise step or a check wrote on the page during the iteration is undone
+        (before the run log's line for it, which records what was removed)."""
+        page = run.writers.get(self.name)
+        if page is not None:
+            self._undone(run, page, self._undo(run, page))
 
     @hookimpl
     def pytest_loop_finished(self, run: LoopRun) -> None:
         page = run.writers.pop(self.name, None)
         if page is not None:
+            self._undo(run, page)  # the clean room and the last writers ran since
             page.close()
+
+    @staticmethod
+    def _undo(run: LoopRun, page: Any) -> list[str]:
+        try:
+            return list(page.undo_foreign())
+        except OSError as exc:
+            run.artifact_failed(getattr(exc, "filename", None) or page.path, exc)
+            return []
+
+    @staticmethod
+    def _undone(run: LoopRun, page: Any, removed: list[str]) -> None:
+        removed = [*page.removed, *removed]
+        page.removed.clear()
+        if removed:  # into the run log's summary (its header is part of it)
+            kept = run.header.setdefault("lessons_page_restored", [])
+            kept += removed[: max(0, 50 - len(kept))]
 
 
 class TineWriter:
