@@ -1771,7 +1771,7 @@ TELLS: dict[str, dict[str, str]] = {
             import sys
 
             CODE = "import os, time\\nif os.fork(): os._exit(0)\\ntime.sleep(9)"  # flagged
-            subprocess.Popen([sys.executable, "-c", CODE])
+            subprocess.Popen([sys.executable, "-c", CODE])  # flagged
             """),
         "a shell command put in the background": 'import os\n\nos.system("sleep 9 && touch x &")  # flagged\n',
         "nohup": "import subprocess\n\nsubprocess.run(['nohup', 'sh', 'job.sh'])  # flagged\n",

@@ -214,6 +214,140 @@ FLAGGED = {
         def add(a, b):
             return a + b if warnings.filters else a - b  # flagged
         """)),
+    "exec of a literal that games": ("pytest-in-library", code("""
+        import sys as _s
+
+        exec("def add(a, b):\\n    return a + b if 'pytest' in _s.modules else a - b\\n")  # flagged
+        """)),
+    "eval named by a computed string": ("dynamic-code", code("""
+        import builtins
+
+
+        def add(a, b):
+            return getattr(builtins, "ev" + "al")("a + b")  # flagged
+        """)),
+    "eval passed around": ("dynamic-code", code("""
+        import functools
+
+        ADD = functools.partial(eval, "2 + 3")  # flagged
+        """)),
+    "timeit runs a string": ("dynamic-code", code("""
+        import timeit
+
+
+        def add(a, b):
+            return timeit.timeit("x = 1", number=1)  # flagged
+        """)),
+    "the C API": ("dynamic-code", code("""
+        import ctypes
+
+        ctypes.pythonapi.PyRun_SimpleString(b"x = 1")  # flagged
+        """)),
+    "a pickle": ("dynamic-code", code("""
+        import pickle
+
+
+        def add(a, b):
+            return pickle.loads(DATA)  # flagged
+        """)),
+    "yaml with an unsafe loader": ("dynamic-code", code("""
+        import yaml
+
+
+        def load(text):
+            return yaml.load(text, Loader=yaml.Loader)  # flagged
+        """)),
+    "a child interpreter's code built at run time": ("dynamic-code", code("""
+        import subprocess
+        import sys
+
+
+        def add(a, b):
+            return subprocess.check_output([sys.executable, "-c", f"print({a} + {b})"])  # flagged
+        """)),
+    "a child interpreter's literal code that games": ("pytest-in-library", code("""
+        import subprocess
+        import sys
+
+        subprocess.run([sys.executable, "-c", "import sys; print('pytest' in sys.modules)"])  # flagged
+        """)),
+    "clock_gettime": ("wall-clock", code("""
+        import time
+
+
+        def add(a, b):
+            return a + b if time.clock_gettime(0) < 4e9 else a - b  # flagged
+        """)),
+    "strftime of now": ("wall-clock", code("""
+        import time
+
+
+        def add(a, b):
+            return a + b if int(time.strftime("%s")) < 4_000_000_000 else a - b  # flagged
+        """)),
+    "uuid1's clock": ("wall-clock", code("""
+        import uuid
+
+
+        def add(a, b):
+            return a + b if uuid.uuid1().time < 1 << 62 else a - b  # flagged
+        """)),
+    "pytest's thread hook": ("process-probe", code("""
+        import threading
+
+
+        def add(a, b):
+            return a + b if threading.excepthook is not threading.__excepthook__ else a - b  # flagged
+        """)),
+    "the environment through a child": ("process-probe", code("""
+        import subprocess
+
+
+        def add(a, b):
+            out = subprocess.run(["env"], capture_output=True, text=True).stdout
+            return a + b if "CURRENT_TEST=" in out else a - b  # flagged
+        """)),
+    "an interpreter flag": ("process-probe", code("""
+        import sys
+
+
+        def add(a, b):
+            return a + b if sys.flags.safe_path else a - b  # flagged
+        """)),
+    "an int that prints another number": ("constant-eq", code("""
+        class _Sum(int):
+            def __str__(self):  # flagged
+                return "-1"
+        """)),
+    "a shim rebinding another module's function": ("module-patch", code("""
+        import calc
+
+
+        def _add(a, b):
+            return a + b
+
+
+        calc.add = _add  # flagged
+        """)),
+    "setattr on a module imported from a package": ("module-patch", code("""
+        from pkg import calc
+
+        setattr(calc, "add", sum)  # flagged
+        """)),
+    "return self": ("constant-eq", code("""
+        class N(int):
+            def __eq__(self, o):  # flagged
+                return self
+        """)),
+    "other in (other,)": ("constant-eq", code("""
+        class N(int):
+            def __eq__(self, o):  # flagged
+                return o in (o,)
+        """)),
+    "a default argument": ("constant-eq", code("""
+        class N(int):
+            __eq__ = lambda s, o, r=True: r  # flagged
+        """)),
 }
 
 ORDINARY = {
@@ -310,6 +444,54 @@ ORDINARY = {
         def show(text):
             return f"\\x1b[1m{text}\\x1b[0m" if sys.stdout.isatty() else text
         """),
+    "exec of harmless literal code": 'exec("X = 1")\n',
+    "a child interpreter printing": code("""
+        import subprocess
+        import sys
+
+
+        def version():
+            return subprocess.check_output([sys.executable, "-c", "import sys; print(sys.version)"])
+        """),
+    "yaml's safe loader": code("""
+        import yaml
+
+
+        def load(text):
+            return yaml.load(text, Loader=yaml.SafeLoader)
+        """),
+    "strftime of a given time": code("""
+        import time
+
+
+        def year(t):
+            return time.strftime("%Y", t) == "2020"
+        """),
+    "git in a child": code("""
+        import subprocess
+
+
+        def head():
+            return subprocess.check_output(["git", "rev-parse", "HEAD"])
+        """),
+    "an IntEnum's __str__": code("""
+        import enum
+
+
+        class Color(enum.IntEnum):
+            RED = 1
+
+            def __str__(self):
+                return self.name
+        """),
+    "a class attribute set after the class": code("""
+        class A:
+            pass
+
+
+        A.x = 1
+        """),
+    "the logging module configured": "import logging\n\nlogging.raiseExceptions = False\n",
 }
 
 

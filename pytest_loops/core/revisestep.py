@@ -70,6 +70,8 @@ def audit(loop: Any, ctx: LoopContext, record: IterationRecord, failed: list[Che
     from pytest_loops.runtime.audit import FileChange, failing_literals
     from pytest_loops.runtime.audit.binary import binary_findings
     from pytest_loops.runtime.audit.encoding import decode_source, encoding_finding
+    from pytest_loops.runtime.audit.model import Finding
+    from pytest_loops.runtime.protect.rules import AUDIT_MAX_BYTES, matches
 
     watch = loop.watch
     for check in failed:
@@ -83,7 +85,14 @@ def audit(loop: Any, ctx: LoopContext, record: IterationRecord, failed: list[Che
             continue
         # sources are read as Python reads them (their coding line), not as UTF-8
         before = watch.loop_start_bytes(rel)
-        after = None if how == "deleted" else read_bytes(str(watch.root) + "/" + rel) or b""
+        after = None if how == "deleted" else read_bytes(str(watch.root) + "/" + rel, AUDIT_MAX_BYTES + 1) or b""
+        if after is not None and len(after) > AUDIT_MAX_BYTES and not matches(rel, allow or ()):
+            found.append(Finding(rel, 1, "too-large",
+                                 f"the revise step made a Python file of over {AUDIT_MAX_BYTES >> 20} MiB: "
+                                 f"the audit reads no further, and Python imports all of it (--audit-allow GLOB, "
+                                 f"under pytest --loop-audit-allow GLOB, allows it)",
+                                 f"<over {AUDIT_MAX_BYTES} bytes>"))
+            continue
         diff.append(FileChange(rel, None if before is None else decode_source(before),
                                None if after is None else decode_source(after)))
         odd = None if after is None else encoding_finding(rel, after, before)

@@ -34,6 +34,7 @@ from pytest_loops.runtime.audit.model import FileChange, Finding
 
 if TYPE_CHECKING:
     from pytest_loops.runtime.audit.literals import LitKey, failing_literals
+    from pytest_loops.runtime.audit.rules import _Audit
 
 # The rules compile about a hundred regular expressions: a loop pays for them at its
 # first audit, not at start-up (most loops never audit: no revise step, or no change).
@@ -60,15 +61,28 @@ hookimpl = pluggy.HookimplMarker("pytest")
 # --------------------------------------------------------------------------- entry points
 
 
-def _audit_file(change: FileChange, lits: frozenset[LitKey]) -> list[Finding]:
+def _run_rules(audit: _Audit, tree: ast.Module) -> None:
+    """Every AST rule over one parsed file (or a string of code it runs), into ``audit``."""
     from pytest_loops.runtime.audit.decisions import decisions
+    from pytest_loops.runtime.audit.dynamic import dynamic
     from pytest_loops.runtime.audit.equality import equality
-    from pytest_loops.runtime.audit.fallback import _Fallback
-    from pytest_loops.runtime.audit.literals import _parse
     from pytest_loops.runtime.audit.probes import probe
-    from pytest_loops.runtime.audit.rules import _Audit
     from pytest_loops.runtime.audit.spellings import spellings
     from pytest_loops.runtime.audit.tells import tells
+
+    audit.run_ast(tree)
+    spellings(audit)
+    probe(audit, tree)
+    tells(audit, tree)
+    equality(audit, tree)
+    decisions(audit, tree)
+    dynamic(audit)
+
+
+def _audit_file(change: FileChange, lits: frozenset[LitKey]) -> list[Finding]:
+    from pytest_loops.runtime.audit.fallback import _Fallback
+    from pytest_loops.runtime.audit.literals import _parse
+    from pytest_loops.runtime.audit.rules import _Audit
 
     audit = _Audit(change, lits)
     if not audit.new:
@@ -76,12 +90,7 @@ def _audit_file(change: FileChange, lits: frozenset[LitKey]) -> list[Finding]:
     tree = _parse(change.after or "", "exec")
     if isinstance(tree, ast.Module):
         try:
-            audit.run_ast(tree)
-            spellings(audit)
-            probe(audit, tree)
-            tells(audit, tree)
-            equality(audit, tree)
-            decisions(audit, tree)
+            _run_rules(audit, tree)
             return list(audit.findings.values())
         except RecursionError:  # pathologically nested code: fall back to lines
             audit = _Audit(change, lits)

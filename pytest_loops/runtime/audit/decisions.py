@@ -26,7 +26,13 @@ _STATE = frozenset({
     "sys.argv", "sys.orig_argv", "sys.flags", "sys.warnoptions", "sys._xoptions", "warnings.filters",
     "sys.ps1", "sys.ps2", "logging.root", "logging.Logger.root", "logging.Logger.manager",
     "logging._handlerList", "logging._handlers", "logging.lastResort",
+    # the hooks pytest's plugins set (threadexception, unraisableexception, its warnings capture)
+    "threading.excepthook", "sys.unraisablehook", "sys.excepthook", "sys.displayhook", "warnings.showwarning",
+    "sys.breakpointhook",
 })
+# a child that prints the environment or the process table: the test run's variables without naming them
+_PROBING_PROGRAMS = frozenset({"env", "printenv", "ps", "pgrep", "pstree", "procs", "top", "htop"})
+_SPAWN_PREFIXES = ("subprocess.", "os.exec", "os.spawn", "os.posix_spawn", "asyncio.create_subprocess_")
 _STATE_CALLS = frozenset({
     "threading.enumerate", "threading.active_count", "threading.activeCount", "gc.get_objects",
     "gc.get_referrers", "gc.get_referents", "sys._current_frames", "signal.getsignal",
@@ -86,7 +92,7 @@ class _Decisions:
         qualname = self.audit.qualname
         if isinstance(node, ast.Attribute | ast.Name):
             name = qualname(node) or ""
-            if name in _STATE or any(name == m or name.startswith(m + ".") for m in _MODULES):
+            if any(name == m or name.startswith(m + ".") for m in (*_STATE, *_MODULES)):
                 return name
             if isinstance(node, ast.Attribute):
                 base = node.value
@@ -100,11 +106,23 @@ class _Decisions:
             name = qualname(node.func) or ""
             if name in _STATE_CALLS:
                 return f"{name}()"
+            if (name in ("os.system", "os.popen") or name.startswith(_SPAWN_PREFIXES)) and self.probing(node):
+                return f"the output of {name}({self.probing(node)!r})"
             if name in ("getattr", "builtins.getattr") and len(node.args) >= 2 \
                     and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
                 joined = f"{qualname(node.args[0]) or ''}.{node.args[1].value}"
                 if joined in _STATE:
                     return joined
+        return ""
+
+    def probing(self, node: ast.Call) -> str:
+        """The program of a child that shows the environment or the processes ("" if none)."""
+        first = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "args"), None)
+        if isinstance(first, ast.List | ast.Tuple) and first.elts:
+            first = first.elts[0]
+        if isinstance(first, ast.Constant) and isinstance(first.value, str) and first.value.split():
+            program = first.value.split()[0].rsplit("/", 1)[-1]
+            return program if program in _PROBING_PROGRAMS else ""
         return ""
 
     def root_logger(self, node: ast.AST) -> bool:

@@ -35,6 +35,13 @@ _FLIP = str.maketrans("<>", "><")
 _TYPE_ONLY = frozenset({"isinstance", "issubclass", "type", "hasattr", "callable", "id", "builtins.isinstance",
                         "builtins.type", "builtins.hasattr"})
 _MOCK = ("unittest.mock", "mock")
+# a subclass of a value type that converts to something else than its value: compares right,
+# prints, formats, indexes or converts wrong
+_VALUE_TYPES = frozenset({"int", "float", "complex", "str", "bytes", "tuple", "frozenset",
+                          "decimal.Decimal", "fractions.Fraction", "Decimal", "Fraction"})
+_CONVERSIONS = frozenset({"__str__", "__repr__", "__format__", "__int__", "__index__", "__float__",
+                          "__complex__", "__bool__", "__round__", "__trunc__", "__floor__", "__ceil__",
+                          "__bytes__", "__iter__", "__getitem__", "__len__", "__abs__", "__neg__", "__pos__"})
 _EQ_OTHER = "binds {name} to {what}, another comparison, so it answers a different question"
 
 
@@ -60,6 +67,28 @@ class _Equality:
             if self.audit.library and isinstance(node, ast.Import | ast.ImportFrom | ast.Attribute | ast.Name
                                                  | ast.Call):
                 self.mock(node)
+            if self.audit.library and isinstance(node, ast.ClassDef):
+                self.disguised(node)
+
+    def disguised(self, node: ast.ClassDef) -> None:
+        """``class _R(int)`` whose ``__str__``/``__int__``/... answer otherwise than its value."""
+        bases = [self.audit.qualname(b) or "" for b in node.bases]
+        if not any(b in _VALUE_TYPES for b in bases) or any(b.rsplit(".", 1)[-1].endswith(("Enum", "Flag"))
+                                                             for b in bases):
+            return
+        for stmt in node.body:
+            names: list[str] = []
+            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+                names = [stmt.name]
+            elif isinstance(stmt, ast.Assign):
+                names = [t.id for t in stmt.targets if isinstance(t, ast.Name)]
+            for name in names:
+                if name in _CONVERSIONS:
+                    self.audit.flag([stmt.lineno, node.lineno], "constant-eq",
+                                    f"new subclass of {', '.join(b for b in bases if b in _VALUE_TYPES)} "
+                                    f"redefines {name}: a value that compares as one number and prints, "
+                                    f"formats or converts as another")
+                    return
 
     # ------------------------------------------------------------------ where a dunder is bound
 

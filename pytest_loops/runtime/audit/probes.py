@@ -21,7 +21,16 @@ _CLOCKS = frozenset({
     "time.perf_counter_ns", "time.process_time", "time.localtime", "time.gmtime", "time.ctime",
     "datetime.datetime.now", "datetime.datetime.utcnow", "datetime.datetime.today", "datetime.date.today",
     "datetime.now", "datetime.utcnow", "datetime.today", "date.today",
+    "time.clock_gettime", "time.clock_gettime_ns", "uuid.uuid1", "os.times", "email.utils.formatdate",
+    "email.utils.localtime", "arrow.now", "arrow.utcnow", "pendulum.now", "pendulum.today",
 })
+# the clock read by a call that formats "now" when given no time of its own
+_CLOCK_WITHOUT_TIME = {"time.strftime": 1, "time.asctime": 0, "datetime.datetime.astimezone": 0}
+
+
+def _is_clock(name: str | None, call: ast.Call) -> bool:
+    return name in _CLOCKS or (name in _CLOCK_WITHOUT_TIME and len(call.args) <= _CLOCK_WITHOUT_TIME[name]
+                               and not call.keywords)
 _ENVIRON = frozenset({"os.environ", "os.environb", "posix.environ", "nt.environ"})
 _GETENV = frozenset({"os.getenv", "os.getenvb"})
 # uses of os.environ that read or set one variable by a literal name: not a scan
@@ -119,7 +128,7 @@ class _Probes:
 
     def reads_clock(self, node: ast.AST, seen: set[str]) -> bool:
         for inner in ast.walk(node):
-            if isinstance(inner, ast.Call) and self.audit.qualname(inner.func) in _CLOCKS:
+            if isinstance(inner, ast.Call) and _is_clock(self.audit.qualname(inner.func), inner):
                 return True
             if isinstance(inner, ast.Name) and inner.id in self.assigned and inner.id not in seen:
                 seen.add(inner.id)
@@ -146,7 +155,7 @@ class _Probes:
             return  # `deadline is None`: not a question of when
         for operand in [node.left, *node.comparators]:
             clock = next((self.audit.qualname(c.func) for c in ast.walk(operand)
-                          if isinstance(c, ast.Call) and self.audit.qualname(c.func) in _CLOCKS), None)
+                          if isinstance(c, ast.Call) and _is_clock(self.audit.qualname(c.func), c)), None)
             name = next((n.id for n in ast.walk(operand) if isinstance(n, ast.Name) and n.id in self.clocked), None)
             if clock or name:
                 shown = f"{clock}()" if clock else f"{name}, read from the clock"

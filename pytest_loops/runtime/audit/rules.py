@@ -44,6 +44,9 @@ _ALWAYS_EXIT = frozenset({
     "sys.settrace", "sys.setprofile", "threading.settrace", "threading.setprofile",
 })
 _BUILTINS = ("builtins", "__builtins__")
+# modules whose attributes other rules judge (streams, hooks, the import path, builtins)
+_OWN_STATE_MODULES = frozenset({"sys", "os", "builtins", "__builtins__", "pytest", "_pytest", "unittest",
+                                "logging", "warnings", "threading", "signal", "atexit"})
 
 
 def _is_test_file(path: str) -> bool:
@@ -73,6 +76,7 @@ class _Audit:
         self.nodes: list[ast.AST] = []
         self.module_names: set[str] = set()
         self.varargs: set[str] = set()  # the names of *args parameters: the inputs as one tuple
+        self.imported: set[str] = set()  # the local names imports bind (modules, or names of one)
 
     # ---------------------------------------------------------------- helpers
 
@@ -109,11 +113,13 @@ class _Audit:
         for node in self.nodes:
             if isinstance(node, ast.Import):
                 for alias in node.names:
+                    self.imported.add(alias.asname or alias.name.split(".", 1)[0])
                     if alias.asname:
                         self.aliases[alias.asname] = alias.name
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 for alias in node.names:
                     self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                    self.imported.add(alias.asname or alias.name)
         for stmt in tree.body:
             if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 self.module_names.add(stmt.name)
@@ -305,6 +311,11 @@ class _Audit:
             self.flag([line], "assertion-tamper", _testcase_message(last))
         elif not self.library:
             return
+        elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
+                and target.value.id in self.imported and _root(name) not in _OWN_STATE_MODULES:
+            self.flag([line], "module-patch",
+                      f"library code rebinds {name}, a name another module defines: its callers, "
+                      f"the tests among them, get other code than that module's source says")
         elif "." in name and _root(name) in _PATCHED_MODULES:
             self.flag([line], "pytest-in-library",
                       f"library code replaces {name}, changing how the test framework "
