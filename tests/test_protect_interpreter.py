@@ -351,3 +351,28 @@ def test_the_modules_of_a_pth_file(text: str, names: list[str], tmp_path: Path) 
     pth = tmp_path / "x.pth"
     pth.write_text(text)
     assert interpreter._pth_imports(str(pth)) == names
+
+
+def test_the_judging_venvs_settings_are_put_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``include-system-site-packages`` flipped in the judging venv's pyvenv.cfg would put
+    directories nobody watches on the judge's path: the file is kept and put back."""
+    prefix = tmp_path / "venv"
+    site = prefix / "lib" / "site-packages"
+    site.mkdir(parents=True)
+    cfg = prefix / "pyvenv.cfg"
+    cfg.write_text("home = /usr/bin\ninclude-system-site-packages = false\n")
+    monkeypatch.setattr(sys, "prefix", str(prefix))
+    monkeypatch.setattr(sys, "base_prefix", "/usr")
+    monkeypatch.setattr(interpreter, "site_dirs", lambda: [str(site)])
+    monkeypatch.setattr(interpreter, "JUDGE_PACKAGES", ())
+    monkeypatch.setattr(sys, "path", [str(site)])
+    guard = InterpreterGuard(lambda p: False)
+    guard.begin(journal=False)
+    try:
+        cfg.write_text("home = /usr/bin\ninclude-system-site-packages = true\n")
+        violations, _ = guard.check(full=True)
+    finally:
+        guard.close()
+
+    assert [(v.path, v.how, v.restored) for v in violations] == [(str(cfg), "modified", True)]
+    assert "= false" in cfg.read_text()

@@ -20,6 +20,7 @@ from pytest_loops.runtime.protect.interpreter import InterpreterGuard
 from pytest_loops.runtime.protect.rules import (
     AUDIT_MAX_BYTES,
     CACHE_REASON,
+    CI_DIRS,
     CONFIG_NAMES,
     DEFAULT_TEST_FILES,
     IGNORED_DIRS,
@@ -28,6 +29,7 @@ from pytest_loops.runtime.protect.rules import (
     SHADOW_MODULES,
     STARTUP_NAMES,
     TEST_DIR,
+    TOOL_CONFIG_NAMES,
     harness_config,
     matches,
 )
@@ -177,6 +179,8 @@ class TreeGuard:
             return self.observed[rel]
         if name in CONFIG_NAMES:
             return "configuration pytest reads"
+        if name in TOOL_CONFIG_NAMES or rel.startswith(CI_DIRS):
+            return "configuration of the tools that check the code (linters, CI, commit hooks)"
         if name in STARTUP_NAMES or name.endswith(".pth"):
             return "run by the interpreter at start-up"
         if name == "pyvenv.cfg":

@@ -207,6 +207,12 @@ class InterpreterGuard:
             self.listed[directory] = names
             for name in names:
                 self._record(os.path.join(directory, name))
+        # a virtual environment's settings: include-system-site-packages flipped puts
+        # directories nobody watches on the judge's path
+        venv_cfg = os.path.join(sys.prefix, "pyvenv.cfg")
+        if sys.prefix != sys.base_prefix and os.path.isfile(venv_cfg) and not self.inside(venv_cfg):
+            self._watch(sys.prefix)
+            self._record(venv_cfg)
         for path in self._runner_paths():
             if os.path.isfile(path):
                 self._record(path)

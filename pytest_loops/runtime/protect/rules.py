@@ -20,6 +20,21 @@ CONFIG_NAMES = frozenset({
     "pyproject.toml", "tox.ini", "setup.cfg", "setup.py", "noxfile.py", ".coveragerc",
     "Makefile", "makefile", "GNUmakefile", "justfile", "Justfile", "Taskfile.yml",
 })
+# What judges the code besides pytest: the linters' and type checkers' settings (a check
+# `ruff check .` passes once ruff.toml excludes the file), and what runs the checks later:
+# CI pipelines and commit hooks (`pytest || true` in CI, a hook that breaks the code again
+# at the next commit). Read-only like pytest's configuration.
+TOOL_CONFIG_NAMES = frozenset({
+    "ruff.toml", ".ruff.toml", ".flake8", "mypy.ini", ".mypy.ini", ".pylintrc", "pylintrc", "pyrightconfig.json",
+    ".isort.cfg", ".bandit", ".pydocstyle", ".pycodestyle", ".yamllint", ".yamllint.yml", ".eslintrc",
+    ".eslintrc.js", ".eslintrc.cjs", ".eslintrc.json", ".eslintrc.yml", ".eslintrc.yaml", "eslint.config.js",
+    "eslint.config.mjs", "jest.config.js", "jest.config.ts", "vitest.config.ts", "vitest.config.js",
+    ".pre-commit-config.yaml", ".pre-commit-hooks.yaml", ".gitlab-ci.yml", ".travis.yml", "azure-pipelines.yml",
+    "bitbucket-pipelines.yml", "Jenkinsfile", "appveyor.yml", ".appveyor.yml", "cloudbuild.yaml",
+})
+# directories whose files are CI pipelines (at the root of the tree)
+CI_DIRS = (".github/workflows/", ".github/actions/", ".circleci/", ".buildkite/", ".gitlab/", ".woodpecker/",
+           ".forgejo/workflows/", ".gitea/workflows/")
 ANCESTOR_NAMES = frozenset({
     "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml",
     "pyproject.toml", "tox.ini", "setup.cfg",
