@@ -598,3 +598,43 @@ def test_declared_encoding_needs_a_coding_line() -> None:
     assert declared_encoding(HIDDEN) == "utf-7"
     assert declared_encoding(b"# coding: bogus\n") is None
     assert decode_source(b"# coding: bogus\nx = '\xff'\n") == "# coding: bogus\nx = '\ufffd'\n"
+
+
+# ---------------------------------------------------------------------- doctests in the code
+
+DOCTESTED = code('''
+    def add(a, b):
+        """Add two numbers.
+
+        >>> add(2, 3)
+        5
+        """
+        return a - b
+    ''')
+
+
+@pytest.mark.parametrize(("after", "line"), [
+    (DOCTESTED.replace("    5\n", "    -1\n"), 5),
+    (DOCTESTED.replace("    >>> add(2, 3)\n    5\n", ""), 1),
+    (DOCTESTED.replace(">>> add(2, 3)\n    5", ">>> add(2, 3) == 5 or True\n    True"), 5),
+], ids=["the expectation changed", "the example removed", "the example rewritten"])
+def test_a_doctest_changed_to_pass_is_flagged(after: str, line: int) -> None:
+    findings = audit(DOCTESTED, after)
+
+    assert [(f.rule, f.line) for f in findings] == [("doctest-expectation", line)], findings
+    assert "add(2, 3)" in findings[0].message
+
+
+@pytest.mark.parametrize("after", [
+    DOCTESTED.replace("return a - b", "return a + b"),
+    DOCTESTED.replace("Add two numbers.", "Return the sum of two numbers."),
+    DOCTESTED.replace("    5\n", "    5\n    >>> add(1, 1)\n    2\n"),
+], ids=["the code fixed", "the prose reworded", "an example added"])
+def test_a_doctest_kept_is_no_finding(after: str) -> None:
+    assert audit(DOCTESTED, after) == []
+
+
+def test_doctests_in_test_files_are_the_test_rules_business() -> None:
+    weakened = DOCTESTED.replace("    5\n", "    -1\n")
+    assert weakened != DOCTESTED
+    assert audit(DOCTESTED, weakened, path="tests/test_calc.py") == []

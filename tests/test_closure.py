@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_loops.core.closure import HELPER_REASON, READ_REASON, read_closure
+from pytest_loops.core.closure import HELPER_REASON, READ_REASON, TESTS_REASON, read_closure
 from pytest_loops.sandbox import Tier, survey
 
 TIERS = survey()
@@ -79,8 +79,8 @@ def test_the_recorder_sees_the_golden_file_and_the_helper(tmp_path: Path) -> Non
                           cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stdout  # the bug
     observed = read_closure(out, str(root))
-    assert observed == {"expected.json": READ_REASON, "helpers.py": HELPER_REASON}
-    # the code under test, the test file and pytest's own reads are not in it
+    assert observed == {"expected.json": READ_REASON, "helpers.py": HELPER_REASON, "test_calc.py": TESTS_REASON}
+    # the code under test and pytest's own reads are not in it
     assert "calc.py" not in observed and "pyproject.toml" not in observed
 
 
@@ -157,6 +157,68 @@ def test_the_genuine_fix_succeeds(tmp_path: Path, tier: str) -> None:
     assert plain_pytest(root) == 0
     logs = list(root.glob(".pytest-loops/runs/*.json"))
     assert logs
+
+
+CHECK_TEST = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+USAGE = "Adding:\n\n>>> from calc import add\n>>> add(2, 3)\n5\n"
+
+
+def other_names_project(root: Path) -> Path:
+    """Tests pytest finds by the project's own names: ``python_files = check_*.py`` and a
+    doctest text file (pytest's default ``test*.txt``)."""
+    root.mkdir(parents=True)
+    (root / "calc.py").write_text(CALC)
+    (root / "check_calc.py").write_text(CHECK_TEST)
+    (root / "test_usage.txt").write_text(USAGE)
+    (root / "pyproject.toml").write_text("[tool.pytest.ini_options]\npythonpath = ['.']\n"
+                                         "python_files = ['check_*.py']\n")
+    return root
+
+
+@pytest.mark.parametrize("tier", TIER_PARAMS)
+def test_tests_by_other_names_are_read_only(tmp_path: Path, tier: str) -> None:
+    """The files pytest collected tests from in the first verify are read-only whatever
+    their names; weakening them is refused, and they are as they were afterwards."""
+    root = other_names_project(tmp_path / "p")
+    weaken = ("import pathlib\nfor name, old, new in (('check_calc.py', '== 5', '== -1'), "
+              "('test_usage.txt', '\\n5\\n', '\\n-1\\n')):\n"
+              "    p = pathlib.Path(name)\n    p.write_text(p.read_text().replace(old, new))\n")
+    (root / "revise.py").write_text(weaken)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) or k == "PYTEST_LOOPS_SANDBOX_WRITABLE"}
+    env["PYTEST_LOOPS_SANDBOX"] = tier
+    done = subprocess.run([sys.executable, "-m", "pytest_loops", "run", "--verify",
+                           "python -m pytest -q -p no:cacheprovider", "--revise", "python revise.py",
+                           "--max-iter", "2", "--no-progress-k", "0"], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=240)
+
+    assert done.returncode != 0 and "SUCCESS" not in done.stdout, done.stdout + done.stderr
+    assert (root / "check_calc.py").read_text() == CHECK_TEST
+    assert (root / "test_usage.txt").read_text() == USAGE
+
+
+@pytest.mark.parametrize("tier", TIER_PARAMS)
+def test_a_doctest_of_the_code_weakened_is_refused(tmp_path: Path, tier: str) -> None:
+    """With --doctest-modules the test is the code's own docstring: the file stays in scope
+    (it is the code under repair) and the audit holds the example to what it expected."""
+    root = tmp_path / "p"
+    root.mkdir()
+    (root / "calc.py").write_text('def add(a, b):\n    """\n    >>> add(2, 3)\n    5\n    """\n    return a - b\n')
+    (root / "pyproject.toml").write_text("[tool.pytest.ini_options]\naddopts = '--doctest-modules'\n"
+                                         "testpaths = ['calc.py']\n")
+    old, new = ">>> add(2, 3)\n    5", ">>> add(2, 3)\n    -1"
+    weaken = f"import pathlib\np = pathlib.Path('calc.py')\np.write_text(p.read_text().replace({old!r}, {new!r}))\n"
+    (root / "revise.py").write_text(weaken)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) or k == "PYTEST_LOOPS_SANDBOX_WRITABLE"}
+    env["PYTEST_LOOPS_SANDBOX"] = tier
+    done = subprocess.run([sys.executable, "-m", "pytest_loops", "run", "--verify",
+                           "python -m pytest -q -p no:cacheprovider", "--revise", "python revise.py",
+                           "--max-iter", "2", "--no-progress-k", "0"], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=240)
+
+    assert done.returncode == 5, done.stdout + done.stderr
+    assert "changed what the doctest example `>>> add(2, 3)` of add expects" in done.stdout
 
 
 def run_fix_loop(root: Path, revise: str, tier: str, *args: str) -> subprocess.CompletedProcess[str]:

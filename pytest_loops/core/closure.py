@@ -16,6 +16,7 @@ from pytest_loops.limits import read_own_text
 
 READ_REASON = "read by the tests (seen in the first verify)"
 HELPER_REASON = "a helper module only the tests import (seen in the first verify)"
+TESTS_REASON = "a file pytest collected tests from (seen in the first verify)"
 MAX_RECORD_BYTES = 8 << 20
 
 
@@ -36,7 +37,7 @@ def read_closure(directory: Path, root: str) -> dict[str, str]:
             continue
         if not isinstance(data, dict):
             continue
-        for key, reason in (("helpers", HELPER_REASON), ("read", READ_REASON)):
+        for key, reason in (("tests", TESTS_REASON), ("helpers", HELPER_REASON), ("read", READ_REASON)):
             paths = data.get(key)
             if not isinstance(paths, list):
                 continue

@@ -14,6 +14,10 @@ pytest-xdist worker too) writes one ``closure-<pid>.json`` there when it ends:
 - ``read``: files inside the tree that test code opened for reading (the innermost
   frame of the tree's own code on the stack is a test file or a conftest, and the
   file is not a module being imported);
+- ``tests``: the files pytest collected tests from: test modules whatever their names
+  (``python_files = check_*.py``), doctest text files (``test*.txt``, ``--doctest-glob``);
+  not a module whose docstrings hold doctests (``--doctest-modules``): that is the code
+  under repair, whose examples the diff audit holds to what they expected;
 - ``helpers``: modules of the tree that only test code imports and that use a test
   framework themselves (``pytest``, ``unittest``, ``hypothesis``): assertion and
   expectation helpers. A module only the tests import but that uses no test
@@ -52,6 +56,7 @@ class Recorder:
         self.out_dir = out_dir
         self.patterns = patterns
         self.read: set[str] = set()
+        self.collected: set[str] = set()
         self.active = True
         self._tests: dict[str, bool] = {}
 
@@ -101,6 +106,16 @@ class Recorder:
                 return
             frame = frame.f_back
 
+    def collect(self, items: list[Any]) -> None:
+        """The files the collected tests come from (see the module docstring)."""
+        for item in items[:_MAX_PATHS]:
+            path = getattr(item, "path", None)
+            if path is None or type(getattr(item, "parent", None)).__name__ == "DoctestModule":
+                continue
+            full = os.path.realpath(str(path))
+            if self.inside(full) and os.path.isfile(full):
+                self.collected.add(full)
+
     # -- at the end ----------------------------------------------------------------------
 
     def helpers(self) -> list[str]:
@@ -127,7 +142,8 @@ class Recorder:
 
     def write(self) -> None:
         self.active = False
-        data = {"root": self.root, "read": sorted(self.read), "helpers": self.helpers()}
+        data = {"root": self.root, "read": sorted(self.read), "helpers": self.helpers(),
+                "tests": sorted(self.collected)}
         try:
             os.makedirs(self.out_dir, exist_ok=True)
             path = os.path.join(self.out_dir, f"closure-{os.getpid()}.json")
@@ -193,6 +209,11 @@ def start(root: str, patterns: tuple[str, ...] | None = None, out: str | None = 
     _recorder = Recorder(root, out, patterns or ("test_*.py", "*_test.py"))
     sys.addaudithook(_recorder.hook)
     return _recorder
+
+
+def collected(items: list[Any]) -> None:
+    if _recorder is not None and _recorder.active:
+        _recorder.collect(items)
 
 
 def finish() -> None:

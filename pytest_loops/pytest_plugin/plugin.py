@@ -246,6 +246,14 @@ def _fix_loop_requested(config: pytest.Config) -> bool:
     return bool(getattr(known, row.dest, None) or os.environ.get(str(row.env)) or ini_value(config, "revise"))
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The files the tests were collected from: read-only for the loop, whatever their names."""
+    if _closure_started:
+        from pytest_loops.pytest_plugin import closure
+
+        closure.collected(list(session.items))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """An xdist worker's record is written before it tells the controller it finished."""

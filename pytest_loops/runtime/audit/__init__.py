@@ -85,12 +85,15 @@ def _audit_file(change: FileChange, lits: frozenset[LitKey]) -> list[Finding]:
     from pytest_loops.runtime.audit.rules import _Audit
 
     audit = _Audit(change, lits)
-    if not audit.new:
-        return []
+    if not audit.new and ">>>" not in (change.before or ""):
+        return []  # (lines only removed: a doctest example among them is still a finding)
     tree = _parse(change.after or "", "exec")
     if isinstance(tree, ast.Module):
+        from pytest_loops.runtime.audit.doctests import doctests
+
         try:
             _run_rules(audit, tree)
+            doctests(audit, tree, change.before)
             return list(audit.findings.values())
         except RecursionError:  # pathologically nested code: fall back to lines
             audit = _Audit(change, lits)
