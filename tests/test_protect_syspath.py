@@ -184,6 +184,31 @@ def test_a_new_package_named_like_any_installed_module_is_a_shadow(guarded) -> N
     guard.close()
 
 
+def test_a_copy_of_the_src_package_at_the_root_is_a_shadow(guarded) -> None:
+    """src layout: a corrected copy of ``src/mypkg`` at the root is what ``python -m pytest``
+    imports first, while the package that ships keeps the bug: refused and removed. New
+    modules inside the real package, and other new modules at the root, are the project's."""
+    root, make = guarded
+    (root / "src" / "mypkg").mkdir(parents=True)
+    (root / "src" / "mypkg" / "__init__.py").write_text("def add(a, b):\n    return a - b\n")
+    (root / "src" / "tool.py").write_text("")
+    guard = make()
+    (root / "mypkg").mkdir()
+    (root / "mypkg" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")
+    (root / "tool.py").write_text("")
+    (root / "src" / "mypkg" / "extra.py").write_text("")
+    (root / "newhelper.py").write_text("")
+
+    result = guard.after_revise()
+
+    assert sorted(v.describe() for v in result.violations) == [
+        "mypkg/__init__.py (added: would shadow the module 'mypkg')",
+        "tool.py (added: would shadow the module 'tool')"]
+    assert not (root / "mypkg" / "__init__.py").exists() and (root / "newhelper.py").exists()
+    assert (root / "src" / "mypkg" / "extra.py").exists()
+    guard.close()
+
+
 def test_outside_modules_leave_out_the_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "tree"
     (root / "src").mkdir(parents=True)

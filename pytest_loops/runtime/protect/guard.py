@@ -34,7 +34,14 @@ from pytest_loops.runtime.protect.rules import (
     matches,
 )
 from pytest_loops.runtime.protect.store import TextStore, kept_bytes, kept_digest, store_prefix, sweep_stale_stores
-from pytest_loops.runtime.protect.syspath import OutsideModules, PathMetadataGuard, judged_dirs, shadowed_module
+from pytest_loops.runtime.protect.syspath import (
+    AnyOf,
+    OutsideModules,
+    PathMetadataGuard,
+    judged_dirs,
+    shadowed_module,
+    tree_modules,
+)
 from pytest_loops.runtime.protect.tree import (
     Entry,
     RevisePass,
@@ -383,8 +390,9 @@ class TreeGuard:
         self.start = dict(self.state)
         self.start_dirs = frozenset(self.dirs)
         self.start_venvs = frozenset(self.venvs)
-        self.shadows = OutsideModules(self.root, fixed=SHADOW_MODULES, extra=[
-            str(p) for v in self.venvs for p in Path(self.root, v).glob("lib/python*/site-packages")])
+        self.shadows = AnyOf(OutsideModules(self.root, fixed=SHADOW_MODULES, extra=[
+            str(p) for v in self.venvs for p in Path(self.root, v).glob("lib/python*/site-packages")]),
+            tree_modules(self.metadata.dirs, self.root))
         sweep_stale_stores()
         self._store_dir = tempfile.mkdtemp(prefix=store_prefix())
         for rel, entry in self.state.items():

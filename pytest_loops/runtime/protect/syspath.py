@@ -195,6 +195,43 @@ class PathMetadataGuard:
         return found
 
 
+def tree_modules(dirs: Iterable[str], root: str) -> frozenset[str]:
+    """The top-level modules the tree's directories on the judged path hold at loop start
+    other than the root (``src/mypkg``): a new module of the same name elsewhere on the
+    path (``mypkg/`` copied to the root, which ``python -m pytest`` puts first) is what
+    the tests would import instead, while the package that ships keeps the bug."""
+    names: set[str] = set()
+    for directory in dirs:
+        if os.path.realpath(directory) == os.path.realpath(root):
+            continue  # the root's own modules: a new one there shadows nothing of the tree's
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if entry.name.isidentifier() and os.path.isfile(os.path.join(entry.path, "__init__.py")):
+                        names.add(entry.name)
+                    continue
+            except OSError:
+                continue
+            stem = module_stem(entry.name)
+            if stem and stem.isidentifier():
+                names.add(stem)
+    return frozenset(names)
+
+
+class AnyOf:
+    """A name container that holds what any of its parts holds."""
+
+    def __init__(self, *parts: Container[str]) -> None:
+        self.parts = parts
+
+    def __contains__(self, name: object) -> bool:
+        return any(name in part for part in self.parts)
+
+
 class OutsideModules:
     """Whether a top-level module name is importable by the judging interpreter without
     the tree (see the module docstring). Answers are cached; the path is taken at
