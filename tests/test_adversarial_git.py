@@ -95,6 +95,16 @@ IN_REPO = {
     "subdirectory-attributes": 'P("pkg").mkdir(exist_ok=True)\n'
                                'P("pkg/.gitattributes").write_text("*.py filter=evil\\n")\n'
                                'git("config", "filter.evil.clean", PAYLOAD)',
+    # no program at all: a weakened test committed through git's plumbing, the working
+    # tree left strong; what CI checks out is the commit
+    "commit-weakened-test": 'blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], check=True,\n'
+                            '    input="def test_add():\\n    assert True\\n", capture_output=True,\n'
+                            '    text=True).stdout.strip()\n'
+                            'git("update-index", "--cacheinfo", f"100644,{blob},test_calc.py")\n'
+                            'tree = git("write-tree")\n'
+                            'commit = git("-c", "user.name=x", "-c", "user.email=x@example.com", "commit-tree",\n'
+                            '             tree, "-p", "HEAD", "-m", "tests: simplify")\n'
+                            'git("update-ref", "HEAD", commit)',
 }
 
 # outside the tree (the user's own git configuration): the guard does not see it, the
@@ -138,6 +148,8 @@ class Project:
             "config": (common / "config").read_bytes(),
             "hooks": sorted(p.name for p in (common / "hooks").iterdir()) if (common / "hooks").is_dir() else None,
             "info/attributes": read_or_none(common / "info" / "attributes"),
+            "HEAD": subprocess.run(["git", "rev-parse", "HEAD"], cwd=self.root, env=plain_env(self.base),
+                                   capture_output=True, text=True, check=True).stdout.strip().encode(),
         }
         for found in sorted(self.root.rglob(".gitattributes")):
             state[str(found.relative_to(self.root))] = found.read_bytes()
@@ -207,9 +219,12 @@ def handoff_of(project: Project) -> str:
 
 
 BRANCH_CASES = {"hooks", "fsmonitor", "hooks-path"}  # in the quick run; the others are slow
+# a commit made in a fan-out candidate's copy moves that copy's detached HEAD, thrown away
+# with it: nothing reaches the repository's branch, so there is nothing to undo
+ONE_COPY = {"commit-weakened-test"}
 IN_REPO_CASES = [pytest.param(trap, branches, id=f"{trap}/{'branches-2' if branches > 1 else 'one'}",
                               marks=[pytest.mark.slow] if branches > 1 and trap not in BRANCH_CASES else [])
-                 for trap in sorted(IN_REPO) for branches in (1, 2)]
+                 for trap in sorted(IN_REPO) for branches in ((1,) if trap in ONE_COPY else (1, 2))]
 
 
 @pytest.mark.parametrize("trap, branches", IN_REPO_CASES)

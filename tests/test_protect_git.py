@@ -90,7 +90,9 @@ def test_a_hooks_directory_replaced_by_a_link_is_a_directory_again(repo: Path, t
     assert (evil / "post-checkout").exists()  # the link was removed, never followed
 
 
-def test_git_own_work_and_same_bytes_are_no_change(repo: Path) -> None:
+def test_staging_and_same_bytes_are_no_change(repo: Path) -> None:
+    """The index is git's (and other tools') to refresh; a file rewritten with its own bytes
+    is no change."""
     config = repo / ".git" / "config"
     with TreeGuard(repo, interpreter=False) as guard:
         guard.begin()
@@ -98,7 +100,6 @@ def test_git_own_work_and_same_bytes_are_no_change(repo: Path) -> None:
         def commit_and_touch() -> None:
             (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
             git(repo, "add", "calc.py")
-            git(repo, "commit", "-qm", "fix")
             data = config.read_bytes()
             config.unlink()
             config.write_bytes(data)  # a new inode, the same bytes
@@ -172,3 +173,49 @@ def test_objects_are_never_walked(repo: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(os, "listdir", spy)
     GitPaths(str(repo.resolve())).state()
     assert listed == [str(repo.resolve() / ".git" / "hooks")]  # one listing: hooks/, never objects/
+
+
+@pytest.mark.parametrize("how", ["commit", "plumbing", "new branch", "reset"])
+def test_a_commit_behind_the_loops_back_is_undone(repo: Path, how: str) -> None:
+    """A weakened test committed on the branch (the working tree left as it was) would be
+    what CI checks out: the branch's refs and HEAD are read-only, put back when moved."""
+    head = (repo / ".git" / "HEAD").read_bytes()
+    branch = next((repo / ".git" / "refs" / "heads").iterdir())
+    tip = branch.read_bytes()
+    with TreeGuard(repo, interpreter=False) as guard:
+        guard.begin()
+
+        def move() -> None:
+            (repo / "weak.txt").write_text("x\n")
+            if how == "commit":
+                git(repo, "add", "weak.txt")
+                git(repo, "commit", "-qm", "weaken")
+            elif how == "plumbing":
+                env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+                tree = subprocess.run(["git", "write-tree"], cwd=repo, env=env, capture_output=True, text=True,
+                                      check=True).stdout.strip()
+                commit = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com",
+                                         "commit-tree", tree, "-p", "HEAD", "-m", "weaken"], cwd=repo, env=env,
+                                        capture_output=True, text=True, check=True).stdout.strip()
+                git(repo, "update-ref", f"refs/heads/{branch.name}", commit)
+            elif how == "new branch":
+                git(repo, "checkout", "-q", "-b", "weakened")
+            else:
+                git(repo, "commit", "-q", "--allow-empty", "-m", "one")
+                git(repo, "reset", "-q", "--soft", "HEAD~1")
+                git(repo, "commit", "-q", "--allow-empty", "-m", "two")
+
+        found = revise(guard, move)
+
+    assert found and all(v.why == GIT_REASON and v.restored for v in found if ".git" in v.path), found
+    assert (repo / ".git" / "HEAD").read_bytes() == head
+    assert branch.read_bytes() == tip
+    assert not (repo / ".git" / "refs" / "heads" / "weakened").exists()
+
+
+def test_the_branch_files_are_git_paths(repo: Path) -> None:
+    paths = GitPaths(os.path.realpath(repo))
+    state = paths.state()
+    assert os.path.join(paths.common or "", "HEAD") in state
+    assert any(p.startswith(os.path.join(paths.common or "", "refs", "heads") + os.sep) for p in state)
+    assert not any(p.endswith(os.sep + "index") for p in state)  # other tools refresh it

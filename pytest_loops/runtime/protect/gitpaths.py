@@ -1,4 +1,4 @@
-"""The git files that name programs git runs: read-only for the revise step.
+"""The git files that name programs git runs, and the branch: read-only for the revise step.
 
 The tree guard never walks ``.git`` (object stores are big and change under git's
 own hands). What it must watch there is small: the repository's ``config`` (and
@@ -8,6 +8,10 @@ file of a linked worktree and the ``commondir`` file it leads to, and the
 (those inside the tree are read-only by name, :data:`GIT_ATTRIBUTES`). The ``.git``
 of every directory from the loop's directory up to the top (up to ``/`` outside a
 repository) is watched too: a new one would change which repository git finds.
+And the branch: ``HEAD``, ``packed-refs`` and the files under ``refs/heads`` (up to
+:data:`MAX_BRANCHES`): a commit made behind the loop's back (a weakened test committed
+through git's plumbing, the working tree left strong) would be what CI checks out, while
+the loop judged the working tree. The index is not watched: other tools refresh it.
 
 :class:`GitPaths` finds them once, without running git (a ``.git`` file's
 ``gitdir:`` line is followed, and a linked worktree's ``commondir``), and reports
@@ -25,7 +29,8 @@ import stat
 from pytest_loops.runtime.protect.tree import Entry, Stored, _entry, _remove, _restore_path, file_digest
 
 GIT_ATTRIBUTES = ".gitattributes"
-GIT_REASON = "git configuration, hooks and attributes: they name programs git runs"
+GIT_REASON = "git configuration, hooks, attributes and branches: programs git runs, and what is committed"
+MAX_BRANCHES = 2000  # files under refs/heads looked at per revise step
 _GITDIR_BYTES = 4096
 
 
@@ -79,15 +84,18 @@ class GitPaths:
             self.common = _common_of(self.gitdir)
             fixed += [os.path.join(self.common, name) for name in ("config", "config.worktree", "info",
                                                                    os.path.join("info", "attributes"), "hooks")]
+            fixed += [os.path.join(self.gitdir, "HEAD"), os.path.join(self.common, "packed-refs")]
             if self.gitdir != self.common:
                 fixed += [os.path.join(self.gitdir, name) for name in ("commondir", "config.worktree")]
         self.hooks = os.path.join(self.common, "hooks") if self.common else None
+        self.heads = os.path.join(self.common, "refs", "heads") if self.common else None
         self.fixed = list(dict.fromkeys(fixed))
         self._known = frozenset(self.fixed)
 
     def owns(self, path: str) -> bool:
         """Whether ``path`` is one of the git paths (a hook file included)."""
-        return path in self._known or (self.hooks is not None and os.path.dirname(path) == self.hooks)
+        return path in self._known or (self.hooks is not None and os.path.dirname(path) == self.hooks) or (
+            self.heads is not None and path.startswith(self.heads + os.sep))
 
     def state(self) -> dict[str, Entry | None]:
         """Each git path's entry now (None: absent), every file in ``hooks/`` included."""
@@ -101,6 +109,16 @@ class GitPaths:
             for name in names:
                 path = os.path.join(self.hooks, name)
                 found[path] = _entry(path)
+        if self.heads is not None:
+            count = 0
+            for dirpath, dirnames, filenames in os.walk(self.heads):
+                dirnames.sort()
+                for name in sorted(filenames):
+                    if count >= MAX_BRANCHES:
+                        return found
+                    path = os.path.join(dirpath, name)
+                    found[path] = _entry(path)
+                    count += 1
         return found
 
     @staticmethod
