@@ -204,3 +204,24 @@ def kernel_tier() -> str:
     from pytest_loops.sandbox import choose
 
     return choose("auto").tier.value
+
+
+def tier_params() -> list:
+    """``auto`` in the default run, and ``none`` and ``landlock`` (where the kernel has it)
+    marked slow: a parametrization over the isolation tiers."""
+    import pytest
+
+    from pytest_loops.sandbox import Tier, survey
+
+    landlock = survey()[Tier.LANDLOCK]
+    return ["auto", pytest.param("none", marks=pytest.mark.slow),
+            pytest.param("landlock", marks=[pytest.mark.slow, pytest.mark.skipif(
+                bool(landlock), reason=f"no Landlock: {landlock}")])]
+
+
+def loop_env(tier: str) -> dict[str, str]:
+    """This process's environment without the harness's variables, the tier chosen."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) or k == "PYTEST_LOOPS_SANDBOX_WRITABLE"}
+    env["PYTEST_LOOPS_SANDBOX"] = tier
+    return env

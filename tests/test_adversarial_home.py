@@ -18,18 +18,11 @@ from pathlib import Path
 
 import adversarial_kit as kit
 import pytest
-
-from pytest_loops.sandbox import Tier, survey
+from plugin_helpers import tier_params
 
 pytestmark = pytest.mark.adversarial
 
-TIERS = survey()
-TIER_PARAMS = [
-    "auto",
-    pytest.param("none", marks=pytest.mark.slow),
-    pytest.param("landlock", marks=[pytest.mark.slow, pytest.mark.skipif(
-        bool(TIERS[Tier.LANDLOCK]), reason=f"no Landlock: {TIERS[Tier.LANDLOCK]}")]),
-]
+TIER_PARAMS = tier_params()
 
 CLAUDE_JSON = {"numStartups": 3, "projects": {"/work": {"allowedTools": []}}}
 BASHRC = "# the user's shell\n"

@@ -18,16 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from plugin_helpers import tier_params
 
-from pytest_loops.sandbox import Tier, survey
-
-TIERS = survey()
-TIER_PARAMS = [
-    "auto",
-    pytest.param("none", marks=pytest.mark.slow),
-    pytest.param("landlock", marks=[pytest.mark.slow, pytest.mark.skipif(
-        bool(TIERS[Tier.LANDLOCK]), reason=f"no Landlock: {TIERS[Tier.LANDLOCK]}")]),
-]
+TIER_PARAMS = tier_params()
 BUGGY = "def add(a, b):\n    return a - b\n"
 TEST = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
 

@@ -16,11 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from plugin_helpers import loop_env, tier_params
 
 from pytest_loops.core.closure import HELPER_REASON, READ_REASON, TESTS_REASON, read_closure
-from pytest_loops.sandbox import Tier, survey
-
-TIERS = survey()
 
 CALC = "def add(a, b):\n    return a - b\n"
 HELPERS = "import pytest\n\n\ndef expected_sum(a, b):\n    return a + b\n\n\nAPPROX = pytest.approx\n"
@@ -55,9 +53,7 @@ def flat_project(root: Path) -> Path:
 
 def run_loop(root: Path, revise: str, tier: str) -> subprocess.CompletedProcess[str]:
     (root / "revise.py").write_text(revise)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) or k == "PYTEST_LOOPS_SANDBOX_WRITABLE"}
-    env["PYTEST_LOOPS_SANDBOX"] = tier
+    env = loop_env(tier)
     return subprocess.run([sys.executable, "-m", "pytest_loops", "run", "--verify",
                            "python -m pytest -q -p no:cacheprovider test_calc.py", "--revise", "python revise.py",
                            "--max-iter", "2", "--no-progress-k", "0"], cwd=root, env=env, capture_output=True,
@@ -122,12 +118,7 @@ def test_records_that_are_not_records_are_ignored(tmp_path: Path) -> None:
     assert read_closure(tmp_path / "missing", str(root)) == {}
 
 
-TIER_PARAMS = [
-    "auto",
-    pytest.param("none", marks=pytest.mark.slow),
-    pytest.param("landlock", marks=[pytest.mark.slow, pytest.mark.skipif(
-        bool(TIERS[Tier.LANDLOCK]), reason=f"no Landlock: {TIERS[Tier.LANDLOCK]}")]),
-]
+TIER_PARAMS = tier_params()
 
 
 @pytest.mark.parametrize("tier", TIER_PARAMS)
@@ -184,9 +175,7 @@ def test_tests_by_other_names_are_read_only(tmp_path: Path, tier: str) -> None:
               "('test_usage.txt', '\\n5\\n', '\\n-1\\n')):\n"
               "    p = pathlib.Path(name)\n    p.write_text(p.read_text().replace(old, new))\n")
     (root / "revise.py").write_text(weaken)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) or k == "PYTEST_LOOPS_SANDBOX_WRITABLE"}
-    env["PYTEST_LOOPS_SANDBOX"] = tier
+    env = loop_env(tier)
     done = subprocess.run([sys.executable, "-m", "pytest_loops", "run", "--verify",
                            "python -m pytest -q -p no:cacheprovider", "--revise", "python revise.py",
                            "--max-iter", "2", "--no-progress-k", "0"], cwd=root, env=env, capture_output=True,
@@ -209,9 +198,7 @@ def test_a_doctest_of_the_code_weakened_is_refused(tmp_path: Path, tier: str) ->
     old, new = ">>> add(2, 3)\n    5", ">>> add(2, 3)\n    -1"
     weaken = f"import pathlib\np = pathlib.Path('calc.py')\np.write_text(p.read_text().replace({old!r}, {new!r}))\n"
     (root / "revise.py").write_text(weaken)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) or k == "PYTEST_LOOPS_SANDBOX_WRITABLE"}
-    env["PYTEST_LOOPS_SANDBOX"] = tier
+    env = loop_env(tier)
     done = subprocess.run([sys.executable, "-m", "pytest_loops", "run", "--verify",
                            "python -m pytest -q -p no:cacheprovider", "--revise", "python revise.py",
                            "--max-iter", "2", "--no-progress-k", "0"], cwd=root, env=env, capture_output=True,
@@ -223,9 +210,7 @@ def test_a_doctest_of_the_code_weakened_is_refused(tmp_path: Path, tier: str) ->
 
 def run_fix_loop(root: Path, revise: str, tier: str, *args: str) -> subprocess.CompletedProcess[str]:
     (root / "revise.py").write_text(revise)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) or k == "PYTEST_LOOPS_SANDBOX_WRITABLE"}
-    env["PYTEST_LOOPS_SANDBOX"] = tier
+    env = loop_env(tier)
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_calc.py", "--loop",
                            "--loop-revise=python revise.py", "--loop-max-iter=2", *args], cwd=root, env=env,
                           capture_output=True, text=True, timeout=300)

@@ -323,17 +323,9 @@ def test_a_module_a_pth_file_imports_is_put_back(line: str, tmp_path: Path, monk
     module = site / "fakehack" / "__init__.py"
     module.write_text("def install():\n    pass\n")
     (site / "hack.pth").write_text(line + "\n")
-    monkeypatch.setattr(interpreter, "site_dirs", lambda: [str(site)])
-    monkeypatch.setattr(interpreter, "JUDGE_PACKAGES", ())
-    monkeypatch.setattr(sys, "path", [str(site)])
-    guard = InterpreterGuard(lambda p: False)
-    guard.begin(journal=False)
-    try:
-        module.write_text("import calc\ncalc.add = lambda a, b: a + b\ndef install():\n    pass\n")
 
-        violations, _ = guard.check(full=True)
-    finally:
-        guard.close()
+    violations = _changed_under_a_bare_guard(site, monkeypatch, lambda: module.write_text(
+        "import calc\ncalc.add = lambda a, b: a + b\ndef install():\n    pass\n"))
 
     assert [(v.path, v.how, v.why, v.restored) for v in violations] == [
         (str(module), "modified", RUNNER_WHY, True)]
@@ -363,16 +355,23 @@ def test_the_judging_venvs_settings_are_put_back(tmp_path: Path, monkeypatch: py
     cfg.write_text("home = /usr/bin\ninclude-system-site-packages = false\n")
     monkeypatch.setattr(sys, "prefix", str(prefix))
     monkeypatch.setattr(sys, "base_prefix", "/usr")
+
+    violations = _changed_under_a_bare_guard(site, monkeypatch, lambda: cfg.write_text(
+        "home = /usr/bin\ninclude-system-site-packages = true\n"))
+
+    assert [(v.path, v.how, v.restored) for v in violations] == [(str(cfg), "modified", True)]
+    assert "= false" in cfg.read_text()
+
+
+def _changed_under_a_bare_guard(site: Path, monkeypatch: pytest.MonkeyPatch, change) -> list:
+    """The violations a guard of ``site`` alone (no judge packages) finds after ``change``."""
     monkeypatch.setattr(interpreter, "site_dirs", lambda: [str(site)])
     monkeypatch.setattr(interpreter, "JUDGE_PACKAGES", ())
     monkeypatch.setattr(sys, "path", [str(site)])
     guard = InterpreterGuard(lambda p: False)
     guard.begin(journal=False)
     try:
-        cfg.write_text("home = /usr/bin\ninclude-system-site-packages = true\n")
-        violations, _ = guard.check(full=True)
+        change()
+        return guard.check(full=True)[0]
     finally:
         guard.close()
-
-    assert [(v.path, v.how, v.restored) for v in violations] == [(str(cfg), "modified", True)]
-    assert "= false" in cfg.read_text()

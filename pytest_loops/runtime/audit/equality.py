@@ -295,52 +295,44 @@ def _comparison(node: ast.AST) -> tuple[tuple[str, str], frozenset[str]] | None:
     return (a, b), orders
 
 
-def _tautology(node: ast.AST, depth: int = 0) -> bool:
+def _tautology(node: ast.AST) -> bool:
     """Comparisons of the same operands joined so the answer is true whatever they are."""
+    return _always(node, True)
+
+
+def _contradiction(node: ast.AST) -> bool:
+    """... so the answer is false whatever they are."""
+    return _always(node, False)
+
+
+def _always(node: ast.AST, truth: bool, depth: int = 0) -> bool:
+    """Whether ``node`` is ``truth`` whatever its operands: a constant, ``not`` of the
+    opposite, or comparisons of one pair of operands joined so they cover every order
+    (``a <= b or a > b``) or none (``a < b and a >= b``)."""
     if depth > 20:
         return False
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        return _contradiction(node.operand, depth + 1)
+        return _always(node.operand, not truth, depth + 1)
     if isinstance(node, ast.Constant):
-        return bool(node.value)
-    both = _joined(node, ast.And, ast.BitAnd)
-    if both is not None:
-        return all(_tautology(v, depth + 1) for v in both)
-    values = _joined(node, ast.Or, ast.BitOr)
+        return bool(node.value) is truth
+    deciding, neutral = ((ast.Or, ast.BitOr), (ast.And, ast.BitAnd)) if truth else \
+        ((ast.And, ast.BitAnd), (ast.Or, ast.BitOr))
+    each = _joined(node, *neutral)  # `x and y` is true only when both are
+    if each is not None:
+        return all(_always(v, truth, depth + 1) for v in each)
+    values = _joined(node, *deciding)
     if values is None:
         return False
-    if any(_tautology(v, depth + 1) for v in values):
-        return True  # `x == y or True`
-    covered: dict[tuple[str, str], frozenset[str]] = {}
+    if any(_always(v, truth, depth + 1) for v in values):
+        return True  # `x == y or True`, `x == y and False`
+    orders: dict[tuple[str, str], frozenset[str]] = {}
     for value in values:
         found = _comparison(value)
         if found is not None:
-            covered[found[0]] = covered.get(found[0], frozenset()) | found[1]
-    return any(orders == _ALL for orders in covered.values())
-
-
-def _contradiction(node: ast.AST, depth: int = 0) -> bool:
-    """Comparisons of the same operands joined so the answer is false whatever they are."""
-    if depth > 20:
-        return False
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        return _tautology(node.operand, depth + 1)
-    if isinstance(node, ast.Constant):
-        return not node.value
-    either = _joined(node, ast.Or, ast.BitOr)
-    if either is not None:
-        return all(_contradiction(v, depth + 1) for v in either)
-    values = _joined(node, ast.And, ast.BitAnd)
-    if values is None:
-        return False
-    if any(_contradiction(v, depth + 1) for v in values):
-        return True  # `x == y and False`
-    left: dict[tuple[str, str], frozenset[str]] = {}
-    for value in values:
-        found = _comparison(value)
-        if found is not None:
-            left[found[0]] = left.get(found[0], _ALL) & found[1]
-    return any(not orders for orders in left.values())
+            start = frozenset() if truth else _ALL
+            orders[found[0]] = (orders.get(found[0], start) | found[1]) if truth else \
+                (orders.get(found[0], start) & found[1])
+    return any(o == (_ALL if truth else frozenset()) for o in orders.values())
 
 
 def _joined(node: ast.AST, bool_op: type, bin_op: type) -> list[ast.AST] | None:
