@@ -76,7 +76,7 @@ def _run_rules(audit: _Audit, tree: ast.Module) -> None:
     tells(audit, tree)
     equality(audit, tree)
     decisions(audit, tree)
-    dynamic(audit)
+    dynamic(audit, _run_rules)
 
 
 def _audit_file(change: FileChange, lits: frozenset[LitKey]) -> list[Finding]:

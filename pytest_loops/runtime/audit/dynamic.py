@@ -21,6 +21,7 @@ there. So, in library code:
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 from pytest_loops.runtime.audit.rules import _Audit
 
@@ -47,8 +48,9 @@ _MAX_DEPTH = 3  # exec("exec('...')"): strings in strings, audited this deep
 
 
 class _Dynamic:
-    def __init__(self, audit: _Audit) -> None:
+    def __init__(self, audit: _Audit, run_rules: Callable[[_Audit, ast.Module], None]) -> None:
         self.audit = audit
+        self.run_rules = run_rules
         self.called: set[int] = set()  # the func nodes of calls: a reference there is a call
 
     def run(self) -> None:
@@ -104,7 +106,6 @@ class _Dynamic:
     def nested(self, code: str | bytes, line: int, how: str, *, child: bool = False) -> None:
         """Audit ``code`` (run by the call at ``line``) with every rule, as new code whose
         findings are the call's; a string the audit cannot parse is a finding itself."""
-        from pytest_loops.runtime.audit import _run_rules
         from pytest_loops.runtime.audit.literals import _parse
         from pytest_loops.runtime.audit.model import FileChange
 
@@ -119,7 +120,7 @@ class _Dynamic:
         inner.aliases.update(self.audit.aliases)
         inner.imported |= self.audit.imported
         try:
-            _run_rules(inner, tree)
+            self.run_rules(inner, tree)
         except RecursionError:
             self.flag(line, f"runs a string the audit cannot read as code ({how})")
             return
@@ -164,6 +165,7 @@ class _Dynamic:
         return None
 
 
-def dynamic(audit: _Audit) -> None:
-    """Report the code-in-strings of the audited file (see the module's doc)."""
-    _Dynamic(audit).run()
+def dynamic(audit: _Audit, run_rules: Callable[[_Audit, ast.Module], None]) -> None:
+    """Report the code-in-strings of the audited file (see the module's doc); ``run_rules``
+    audits a string of code it runs."""
+    _Dynamic(audit, run_rules).run()

@@ -15,23 +15,18 @@ from pytest_loops.deadline import DeadlineReached, ShouldStop
 from pytest_loops.runtime.protect import room
 from pytest_loops.runtime.protect.ancestry import Ancestry
 from pytest_loops.runtime.protect.drift import AuditedTree, clear_new_bytecode
-from pytest_loops.runtime.protect.gitpaths import GIT_ATTRIBUTES, GIT_REASON, GitPaths
+from pytest_loops.runtime.protect.gitpaths import GitPaths
 from pytest_loops.runtime.protect.homeconfig import HomeConfigGuard
 from pytest_loops.runtime.protect.interpreter import InterpreterGuard
+from pytest_loops.runtime.protect.reasons import readonly_reason
 from pytest_loops.runtime.protect.rules import (
     AUDIT_MAX_BYTES,
     CACHE_REASON,
-    CI_DIRS,
-    CONFIG_NAMES,
     DEFAULT_TEST_FILES,
     IGNORED_DIRS,
     MEMORY_TOTAL_BYTES,
-    PYCACHE,
     SHADOW_MODULES,
-    STARTUP_NAMES,
     TEST_DIR,
-    TOOL_CONFIG_NAMES,
-    harness_config,
     matches,
 )
 from pytest_loops.runtime.protect.store import TextStore, kept_bytes, kept_digest, store_prefix, sweep_stale_stores
@@ -40,7 +35,6 @@ from pytest_loops.runtime.protect.syspath import (
     OutsideModules,
     PathMetadataGuard,
     judged_dirs,
-    shadowed_module,
     tree_modules,
 )
 from pytest_loops.runtime.protect.tree import (
@@ -175,44 +169,7 @@ class TreeGuard:
         return self._reasons[key]
 
     def _reason(self, rel: str, entry: Entry | None, *, new: bool) -> str | None:
-        if self._in_venv(rel):
-            return "a virtual environment"
-        if f"{PYCACHE}/" in rel or rel.endswith((".pyc", ".pyo")):
-            return CACHE_REASON
-        name = rel.rsplit("/", 1)[-1]
-        if entry is not None and entry.kind == "l":
-            return "a symbolic link"
-        if self.protect and matches(rel, self.protect):
-            return "protected by the loop's protect setting"
-        if rel in self.observed:
-            return self.observed[rel]
-        if name in CONFIG_NAMES:
-            return "configuration pytest reads"
-        if name in TOOL_CONFIG_NAMES or rel.startswith(CI_DIRS):
-            return "configuration of the tools that check the code (linters, CI, commit hooks)"
-        if name in STARTUP_NAMES or name.endswith(".pth"):
-            return "run by the interpreter at start-up"
-        if name == "pyvenv.cfg":
-            return "would make a virtual environment of its directory"
-        parts = rel.split("/")
-        if any(TEST_DIR.match(p) for p in parts[:-1]):
-            return "under a test directory"
-        if matches(rel, self.test_files):
-            return "a test file"
-        if name.endswith((".loop", ".loop.yaml", ".loop.yml")) or rel in self.readonly_files:
-            return "a loop definition, or a file a check runs"
-        if harness_config(rel):
-            return "the harness's configuration, read by its next run"
-        if name == GIT_ATTRIBUTES:
-            return GIT_REASON
-        if new and name == "__init__.py" and "/".join(parts[:-1]) in self._test_ancestors():
-            return "a new package around the tests: pytest would import it before them"
-        shadowed = shadowed_module(self.root, parts, self.shadows, self.start_dirs) if new else None
-        if shadowed is not None:
-            return f"would shadow the module {shadowed!r}"
-        if self.scope and not matches(rel, self.scope):
-            return "outside the loop's scope"
-        return None
+        return readonly_reason(self, rel, entry, new=new)
 
     def _test_ancestors(self) -> frozenset[str]:
         """The directories (``""``: the root) that hold tests at loop start, at any depth."""
