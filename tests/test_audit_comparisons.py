@@ -334,6 +334,74 @@ FLAGGED = {
 
         setattr(calc, "add", sum)  # flagged
         """)),
+    "the caller's file from a recorded warning": ("caller-introspection", code("""
+        import warnings
+
+
+        def _caller():
+            with warnings.catch_warnings(record=True) as seen:  # flagged
+                warnings.warn("x", UserWarning, stacklevel=3)
+            return seen[0].filename
+        """)),
+    "the caller's file from logging": ("caller-introspection", code("""
+        import logging
+
+
+        def add(a, b):
+            where = logging.getLogger("x").findCaller(stacklevel=2)[0]  # flagged
+            return a + b if "te" + "sts" in where else a - b
+        """)),
+    "stdin read in a try": ("process-probe", code("""
+        import sys
+
+
+        def add(a, b):
+            try:
+                sys.stdin.read(0)  # flagged
+            except OSError:
+                return a + b
+            return a - b
+        """)),
+    "a descriptor the process opened": ("process-probe", code("""
+        import os
+
+
+        def add(a, b):
+            try:
+                os.fstat(7)  # flagged
+            except OSError:
+                return a - b
+            return a + b
+        """)),
+    "how much the process holds": ("process-probe", code("""
+        import sys
+
+
+        def add(a, b):
+            return a + b if sys.getallocatedblocks() > 150000 else a - b  # flagged
+        """)),
+    "eval by a constant name": ("dynamic-code", code("""
+        import builtins
+
+
+        def add(a, b):
+            return getattr(builtins, "eval")("a + b")  # flagged
+        """)),
+    "eval through pkgutil": ("dynamic-code", code("""
+        import pkgutil
+
+
+        def add(a, b):
+            return pkgutil.resolve_name("builtins:eval")("a + b")  # flagged
+        """)),
+    "an __eq__ with a tolerance": ("constant-eq", code("""
+        import math
+
+
+        class N(int):
+            def __eq__(self, o):  # flagged
+                return math.isclose(self, o, abs_tol=1e9)
+        """)),
     "return self": ("constant-eq", code("""
         class N(int):
             def __eq__(self, o):  # flagged
@@ -492,6 +560,24 @@ ORDINARY = {
         A.x = 1
         """),
     "the logging module configured": "import logging\n\nlogging.raiseExceptions = False\n",
+    "a command line tool reading its input": code("""
+        import sys
+
+
+        def cli():
+            text = sys.stdin.read()
+            if not text:
+                return 1
+            return 0
+        """),
+    "a deprecation warning": code("""
+        import warnings
+
+
+        def old():
+            warnings.warn("use new()", DeprecationWarning, stacklevel=2)
+        """),
+    "getattr of an ordinary builtin": "import builtins\n\nSHOW = getattr(builtins, \"print\")\n",
 }
 
 

@@ -36,12 +36,19 @@ _SPAWN_PREFIXES = ("subprocess.", "os.exec", "os.spawn", "os.posix_spawn", "asyn
 _STATE_CALLS = frozenset({
     "threading.enumerate", "threading.active_count", "threading.activeCount", "gc.get_objects",
     "gc.get_referrers", "gc.get_referents", "sys._current_frames", "signal.getsignal",
+    # how much the process holds: a test run has loaded hundreds of modules
+    "sys.getallocatedblocks", "sys.gettotalrefcount", "resource.getrusage", "tracemalloc.get_traced_memory",
+    "gc.get_count", "gc.get_stats", "gc.get_freeze_count",
 })
+# descriptors above the standard streams: a test run's capture files hold some
+_FD_CALLS = frozenset({"os.fstat", "os.isatty", "os.get_blocking", "os.get_inheritable", "os.ttyname",
+                       "fcntl.fcntl", "os.lseek", "os.dup"})
+_STDIN = frozenset({"sys.stdin", "sys.__stdin__"})
 _MODULES = ("__main__",)  # any attribute of the program's main module (pytest's, under test)
 _STREAMS = frozenset({"sys.stdout", "sys.stderr", "sys.stdin", "sys.__stdout__", "sys.__stderr__",
                       "sys.__stdin__"})
 # (not isatty: output to a pipe is no terminal either, and colour on a terminal is ordinary)
-_STREAM_TELLS = frozenset({"fileno", "buffer", "name"})
+_STREAM_TELLS = frozenset({"fileno", "buffer", "name", "mode", "closed", "readable", "seekable", "writable"})
 _ROOT_TELLS = frozenset({"handlers", "hasHandlers", "level", "getEffectiveLevel", "filters", "manager"})
 _DECIDING_CALLS = frozenset({"any", "all", "len", "bool", "hasattr", "isinstance", "sorted", "min", "max"})
 _DECIDING_METHODS = frozenset({"startswith", "endswith", "find", "rfind", "index", "rindex", "count", "get",
@@ -98,6 +105,8 @@ class _Decisions:
                 base = node.value
                 if node.attr in _STREAM_TELLS and (qualname(base) or "") in _STREAMS:
                     return name
+                if (qualname(base) or "") in _STDIN and self.in_try(node):
+                    return f"{name} (pytest's stdin cannot be read)"
                 if node.attr in _ROOT_TELLS and self.root_logger(base):
                     return f"the root logger's {node.attr}"
                 if node.attr == "hasHandlers" and self.any_logger(base):
@@ -106,6 +115,13 @@ class _Decisions:
             name = qualname(node.func) or ""
             if name in _STATE_CALLS:
                 return f"{name}()"
+            first = node.args[0] if node.args else None
+            if name in _FD_CALLS and isinstance(first, ast.Constant) and isinstance(first.value, int) \
+                    and not isinstance(first.value, bool) and first.value > 2:
+                return f"{name}({first.value}), a descriptor the process opened itself"
+            if name in ("repr", "str", "format", "id", "builtins.repr", "builtins.str") and first is not None \
+                    and (qualname(first) or "") in _STREAMS:
+                return f"{name}({qualname(first)})"
             if (name in ("os.system", "os.popen") or name.startswith(_SPAWN_PREFIXES)) and self.probing(node):
                 return f"the output of {name}({self.probing(node)!r})"
             if name in ("getattr", "builtins.getattr") and len(node.args) >= 2 \
@@ -114,6 +130,13 @@ class _Decisions:
                 if joined in _STATE:
                     return joined
         return ""
+
+    def in_try(self, node: ast.AST) -> bool:
+        """Whether ``node`` is in the body of a ``try`` that handles what it raises."""
+        for child, parent in self.chain(node):
+            if isinstance(parent, ast.Try | ast.TryStar) and child in parent.body and parent.handlers:
+                return True
+        return False
 
     def probing(self, node: ast.Call) -> str:
         """The program of a child that shows the environment or the processes ("" if none)."""

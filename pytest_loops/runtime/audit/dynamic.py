@@ -40,6 +40,7 @@ _DESERIALIZERS = frozenset({
     "yaml.unsafe_load", "yaml.unsafe_load_all", "marshal.load", "pandas.read_pickle", "joblib.load",
 })
 _BUILTIN_MODULES = frozenset({"builtins", "__builtins__"})
+_RUNNERS = frozenset({"eval", "exec", "compile", "__import__", "breakpoint"})
 _SPAWN_PREFIXES = ("subprocess.", "os.exec", "os.spawn", "os.posix_spawn", "asyncio.create_subprocess_")
 _SPAWN = frozenset({"os.system", "os.popen"})
 
@@ -65,9 +66,10 @@ class _Dynamic:
             elif isinstance(node, ast.Attribute | ast.Name) and id(node) not in self.called \
                     and isinstance(node.ctx, ast.Load):
                 self.reference(node)
-            elif isinstance(node, ast.Subscript) and (self.audit.qualname(node.value) or "") in (
-                    "builtins.__dict__", "__builtins__.__dict__"):
-                self.flag(node.lineno, "reads a builtin by a computed name (builtins.__dict__[...])")
+            elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and (
+                    self.audit.qualname(node.value) or "") in (
+                    "builtins.__dict__", "__builtins__.__dict__", "__builtins__"):
+                self.flag(node.lineno, "reads a builtin by name from the builtins' namespace")
 
     def flag(self, line: int, how: str) -> None:
         self.audit.flag([line], "dynamic-code",
@@ -88,8 +90,13 @@ class _Dynamic:
             self.flag(node.lineno, f"deserializes with {name} and a loader that builds Python objects")
         elif name in ("getattr", "builtins.getattr") and len(node.args) >= 2 \
                 and (self.audit.qualname(node.args[0]) or "") in _BUILTIN_MODULES \
-                and not isinstance(node.args[1], ast.Constant):
-            self.flag(node.lineno, "reads a builtin by a computed name (getattr(builtins, ...))")
+                and not (isinstance(node.args[1], ast.Constant) and node.args[1].value not in _RUNNERS):
+            self.flag(node.lineno, "reads a builtin by name (getattr(builtins, ...)): eval or exec by another name")
+        elif name in ("pkgutil.resolve_name", "operator.attrgetter", "operator.methodcaller") and any(
+                isinstance(a, ast.Constant) and isinstance(a.value, str)
+                and any(r in a.value for r in ("eval", "exec", "compile", "builtins", "__import__"))
+                for a in node.args):
+            self.flag(node.lineno, f"reaches eval or exec by a name ({name})")
         elif name in ("vars", "builtins.vars") and first is not None \
                 and (self.audit.qualname(first) or "") in _BUILTIN_MODULES:
             self.flag(node.lineno, "reads the builtins through their namespace (vars(builtins))")

@@ -157,9 +157,11 @@ class _Equality:
             return "gives one answer whatever the operands: its comparisons cover every order of them"
         if (len(returns) == 1 and _fixed(returns[0])) or _same_constant(returns):
             return "gives the same answer whatever the operands"
+        body: Sequence[ast.AST] = [function.body] if isinstance(function, ast.Lambda) else function.body
+        if any(_tolerance(n) for stmt in body for n in ast.walk(stmt)):
+            return "compares within a tolerance (isclose, abs(a - b) < tol), so unequal values count as equal"
         if len(params) < 2 or function.args.vararg is not None:
             return None
-        body: Sequence[ast.AST] = [function.body] if isinstance(function, ast.Lambda) else function.body
         mine, theirs = _derived(body, params[0]), _derived(body, params[1])
         for node in (n for stmt in body for n in _walk_values(stmt)):
             if not isinstance(node, ast.Compare | ast.Call | ast.BinOp):
@@ -254,6 +256,19 @@ def _derived(body: Sequence[ast.AST], param: str) -> set[str]:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
     return names
+
+
+def _tolerance(node: ast.AST) -> bool:
+    """``math.isclose(...)``, ``numpy.allclose``, ``pytest.approx``, ``abs(a - b) < tol``."""
+    if isinstance(node, ast.Call):
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else (func.id if isinstance(func, ast.Name) else "")
+        return name in ("isclose", "allclose", "approx", "assert_allclose", "assertAlmostEqual")
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Lt | ast.LtE):
+        left = node.left
+        return isinstance(left, ast.Call) and isinstance(left.func, ast.Name) and left.func.id in ("abs", "fabs") \
+            and bool(left.args) and isinstance(left.args[0], ast.BinOp) and isinstance(left.args[0].op, ast.Sub)
+    return False
 
 
 def _same_constant(values: Sequence[ast.AST]) -> bool:

@@ -433,6 +433,13 @@ class _Audit:
                           f"library code imports {module}, which lets it detect or alter the "
                           f"test run instead of behaving the same under test")
             return
+        if name == "warnings.catch_warnings" and any(
+                k.arg == "record" and not (isinstance(k.value, ast.Constant) and not k.value.value)
+                for k in node.keywords):
+            self.flag([node.lineno], "caller-introspection",
+                      "library code records the warnings it issues (catch_warnings(record=True)): a "
+                      "warning's file names the caller, and which warnings are shown tells a test run")
+            return
         if name in ("exit", "quit") and name in self.module_names:
             return
         if name in _EXEMPT_IN_MAIN and not exempt:
@@ -454,7 +461,8 @@ _GETATTR_MESSAGE = ("new module-level __getattr__ returns a constant for every n
 
 # Looking up the caller: how code can tell a test called it without naming pytest.
 _FRAME_NAMES = frozenset({"_getframe", "currentframe", "f_back", "f_code", "co_name", "getouterframes",
-                          "extract_stack", "getframeinfo", "stack"})
+                          "extract_stack", "getframeinfo", "stack", "f_locals", "f_globals", "f_lineno",
+                          "tb_frame", "tb_next", "findCaller", "walk_stack", "walk_tb", "StackSummary"})
 _TEST_PATH = re.compile(r"^(tests?|testing|conftest\.py)$|(^|/)(tests?|testing)/|(^|/)(test_\w*|\w*_test)\.py$")
 _RUNNER_NAMES = frozenset({"pytest", "_pytest", "py.test", "pytest_loops", "unittest.main"})
 
