@@ -219,3 +219,26 @@ def test_the_branch_files_are_git_paths(repo: Path) -> None:
     assert os.path.join(paths.common or "", "HEAD") in state
     assert any(p.startswith(os.path.join(paths.common or "", "refs", "heads") + os.sep) for p in state)
     assert not any(p.endswith(os.sep + "index") for p in state)  # other tools refresh it
+
+
+def test_a_replacement_ref_and_grafts_are_undone(repo: Path) -> None:
+    """``git replace`` makes checkout write other bytes for a file; grafts rewrite history."""
+    with TreeGuard(repo, interpreter=False) as guard:
+        guard.begin()
+
+        def replace() -> None:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+            weak = subprocess.run(["git", "hash-object", "-w", "--stdin"], input="def add(a, b):\n    return 5\n",
+                                  cwd=repo, env=env, capture_output=True, text=True, check=True).stdout.strip()
+            real = subprocess.run(["git", "rev-parse", "HEAD:calc.py"], cwd=repo, env=env, capture_output=True,
+                                  text=True, check=True).stdout.strip()
+            git(repo, "replace", real, weak)
+            (repo / ".git" / "info").mkdir(exist_ok=True)
+            (repo / ".git" / "info" / "grafts").write_text("0" * 40 + "\n")
+
+        found = revise(guard, replace)
+
+    assert {Path(v.path).parent.name for v in found} >= {"replace", "info"}, found
+    assert all(v.restored for v in found)
+    assert not (repo / ".git" / "refs" / "replace").exists() or not any((repo / ".git" / "refs" / "replace").iterdir())
+    assert not (repo / ".git" / "info" / "grafts").exists()

@@ -310,3 +310,31 @@ def test_a_plugin_distribution_on_a_path_directory_outside_the_tree(tmp_path: Pa
     assert sorted(p.name for p in on_path.iterdir()) == ["kept-1.0.dist-info"]
     assert "pytest11" not in points.read_text()
     guard.close()
+
+
+@pytest.mark.parametrize("rel", [
+    ".pdbrc", "CLAUDE.md", "AGENTS.md", ".python-version", "mise.toml", ".npmrc", ".aider.conf.yml",
+    ".github/copilot-instructions.md", ".github/workflows/ci.yml", ".pre-commit-config.yaml", "ruff.toml",
+    ".claude/settings.json", ".mcp.json", ".vscode/tasks.json", ".envrc", ".husky/pre-commit",
+])
+def test_what_tools_and_agents_run_or_read_later_is_read_only(guarded, rel: str) -> None:
+    root, make = guarded
+    guard = make()
+    (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    (root / rel).write_text("runs later\n")
+
+    result = guard.after_revise()
+
+    assert [v.path for v in result.violations] == [rel]
+    assert not (root / rel).exists()
+    guard.close()
+
+
+def test_an_ordinary_new_file_beside_them_is_the_projects(guarded) -> None:
+    root, make = guarded
+    guard = make()
+    (root / "docs").mkdir()
+    (root / "docs" / "notes.md").write_text("fine\n")
+    (root / "README.md").write_text("fine\n")
+    assert guard.after_revise().violations == []
+    guard.close()

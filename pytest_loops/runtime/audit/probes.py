@@ -26,6 +26,8 @@ _CLOCKS = frozenset({
 })
 # the clock read by a call that formats "now" when given no time of its own
 _CLOCK_WITHOUT_TIME = {"time.strftime": 1, "time.asctime": 0, "datetime.datetime.astimezone": 0}
+# a file's times are the clock too: a file made now against one made when the code was written
+_FILE_TIMES = frozenset({"os.path.getmtime", "os.path.getctime", "os.path.getatime"})
 
 
 def _is_clock(name: str | None, call: ast.Call) -> bool:
@@ -157,12 +159,23 @@ class _Probes:
             clock = next((self.audit.qualname(c.func) for c in ast.walk(operand)
                           if isinstance(c, ast.Call) and _is_clock(self.audit.qualname(c.func), c)), None)
             name = next((n.id for n in ast.walk(operand) if isinstance(n, ast.Name) and n.id in self.clocked), None)
+            if not (clock or name) and self.own_age(operand):
+                clock = "the age of its own file (a file time against __file__'s)"
             if clock or name:
-                shown = f"{clock}()" if clock else f"{name}, read from the clock"
+                shown = (clock if clock.startswith("the age") else f"{clock}()") if clock else \
+                    f"{name}, read from the clock"
                 self.audit.flag([node.lineno, *self.origins(operand)], "wall-clock",
                                 f"library code compares the wall clock ({shown}) in a condition, so "
                                 f"its result depends on when it runs instead of on its inputs")
                 return
+
+    def own_age(self, operand: ast.AST) -> bool:
+        """A file's time read in an expression that names the module's own file: its age."""
+        names = [n for n in ast.walk(operand) if isinstance(n, ast.Attribute | ast.Name | ast.Call)]
+        times = any((isinstance(n, ast.Attribute) and n.attr.startswith(("st_mtime", "st_ctime", "st_atime")))
+                    or (isinstance(n, ast.Call) and self.audit.qualname(n.func) in _FILE_TIMES) for n in names)
+        own = any(isinstance(n, ast.Name) and n.id == "__file__" for n in names)
+        return times and own
 
     # ------------------------------------------------------------------ the process around it
 

@@ -8,8 +8,9 @@ file of a linked worktree and the ``commondir`` file it leads to, and the
 (those inside the tree are read-only by name, :data:`GIT_ATTRIBUTES`). The ``.git``
 of every directory from the loop's directory up to the top (up to ``/`` outside a
 repository) is watched too: a new one would change which repository git finds.
-And the branch: ``HEAD``, ``packed-refs`` and the files under ``refs/heads`` (up to
-:data:`MAX_BRANCHES`): a commit made behind the loop's back (a weakened test committed
+And the branch: ``HEAD``, ``packed-refs``, ``info/grafts``, ``shallow`` and the files
+under ``refs/`` but ``refs/remotes`` (up to :data:`MAX_BRANCHES`; ``refs/replace`` too, which
+makes checkout write other bytes for a file): a commit made behind the loop's back (a weakened test committed
 through git's plumbing, the working tree left strong) would be what CI checks out, while
 the loop judged the working tree. The index is not watched: other tools refresh it.
 
@@ -84,18 +85,22 @@ class GitPaths:
             self.common = _common_of(self.gitdir)
             fixed += [os.path.join(self.common, name) for name in ("config", "config.worktree", "info",
                                                                    os.path.join("info", "attributes"), "hooks")]
-            fixed += [os.path.join(self.gitdir, "HEAD"), os.path.join(self.common, "packed-refs")]
+            fixed += [os.path.join(self.gitdir, "HEAD"), os.path.join(self.common, "packed-refs"),
+                      os.path.join(self.common, "info", "grafts"), os.path.join(self.common, "shallow")]
             if self.gitdir != self.common:
                 fixed += [os.path.join(self.gitdir, name) for name in ("commondir", "config.worktree")]
         self.hooks = os.path.join(self.common, "hooks") if self.common else None
-        self.heads = os.path.join(self.common, "refs", "heads") if self.common else None
+        # every ref but the remote-tracking ones (fetches move those): branches, tags and
+        # replacements (`git replace` makes checkout write other bytes for a file)
+        self.heads = os.path.join(self.common, "refs") if self.common else None
         self.fixed = list(dict.fromkeys(fixed))
         self._known = frozenset(self.fixed)
 
     def owns(self, path: str) -> bool:
         """Whether ``path`` is one of the git paths (a hook file included)."""
         return path in self._known or (self.hooks is not None and os.path.dirname(path) == self.hooks) or (
-            self.heads is not None and path.startswith(self.heads + os.sep))
+            self.heads is not None and path.startswith(self.heads + os.sep)
+            and not path.startswith(os.path.join(self.heads, "remotes") + os.sep))
 
     def state(self) -> dict[str, Entry | None]:
         """Each git path's entry now (None: absent), every file in ``hooks/`` included."""
@@ -112,7 +117,7 @@ class GitPaths:
         if self.heads is not None:
             count = 0
             for dirpath, dirnames, filenames in os.walk(self.heads):
-                dirnames.sort()
+                dirnames[:] = sorted(d for d in dirnames if not (dirpath == self.heads and d == "remotes"))
                 for name in sorted(filenames):
                     if count >= MAX_BRANCHES:
                         return found

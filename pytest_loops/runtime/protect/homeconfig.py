@@ -30,7 +30,14 @@ WHOLE = (
     ".gitconfig", ".config/git/config", ".config/git/attributes", ".ssh/config", ".ssh/authorized_keys",
     ".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zprofile", ".zshenv",
     ".config/fish/config.fish", ".npmrc", ".config/pip/pip.conf", ".pip/pip.conf", ".pydistutils.cfg",
+    # instructions every later session of an agent reads first
+    ".claude/CLAUDE.md", ".codex/AGENTS.md", ".gemini/GEMINI.md", ".pdbrc", ".pdbrc.py",
 )
+# directories whose every file is configuration that runs or instructs later: hook scripts a
+# guarded settings file names, custom commands and agents, extensions with their own servers
+TREES = (".claude/hooks", ".claude/commands", ".claude/agents", ".codex/prompts", ".gemini/extensions",
+         ".gemini/commands", ".config/claude/hooks")
+MAX_TREE_FILES = 500
 # JSON files an agent rewrites as it runs: only these keys are the user's
 KEYED = {".claude.json": ("mcpServers", "hooks")}
 MAX_BYTES = 4 << 20
@@ -100,6 +107,7 @@ class HomeConfigGuard:
         self.home = home or os.path.expanduser("~")
         self.whole: dict[str, tuple[bytes | None, int]] = {}  # path -> (bytes at loop start, mode)
         self.keyed: dict[str, tuple[tuple[str, ...], dict[str, Any] | None]] = {}
+        self.trees: list[str] = []
 
     def begin(self) -> None:
         if not self.home or self.home == "~" or not os.path.isdir(self.home):
@@ -112,14 +120,39 @@ class HomeConfigGuard:
                 except OSError:
                     mode = 0o600
                 self.whole[path] = (_read(path), mode)
+        for rel in TREES:
+            top = os.path.join(self.home, rel)
+            if self.inside(top) or os.path.islink(top):
+                continue
+            self.trees.append(top)
+            for path in self._files(top):
+                try:
+                    mode = os.lstat(path).st_mode & 0o7777
+                except OSError:
+                    continue
+                self.whole[path] = (_read(path), mode)
         for rel, keys in KEYED.items():
             path = os.path.join(self.home, rel)
             if not self.inside(path) and not os.path.islink(path):
                 self.keyed[path] = (keys, _programs(_read(path), keys))
 
+    @staticmethod
+    def _files(top: str) -> list[str]:
+        found: list[str] = []
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames.sort()
+            found += [os.path.join(dirpath, n) for n in sorted(filenames)]
+            if len(found) >= MAX_TREE_FILES:
+                return found[:MAX_TREE_FILES]
+        return found
+
     def check(self) -> list[Violation]:
         """Every change since loop start, put back."""
         found: list[Violation] = []
+        for top in self.trees:  # a file new in one of the trees: not there at loop start
+            for path in self._files(top):
+                if path not in self.whole:
+                    self.whole[path] = (None, 0o644)
         for path, (old, mode) in self.whole.items():
             now = _read(path) if not os.path.islink(path) else b"<a link>"
             if now == old:

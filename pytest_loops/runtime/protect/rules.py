@@ -31,13 +31,19 @@ TOOL_CONFIG_NAMES = frozenset({
     "eslint.config.mjs", "jest.config.js", "jest.config.ts", "vitest.config.ts", "vitest.config.js",
     ".pre-commit-config.yaml", ".pre-commit-hooks.yaml", ".gitlab-ci.yml", ".travis.yml", "azure-pipelines.yml",
     "bitbucket-pipelines.yml", "Jenkinsfile", "appveyor.yml", ".appveyor.yml", "cloudbuild.yaml",
+    # read by tools and agents at their next start: the debugger's commands, instructions for
+    # the next agent session, tool managers' hooks and the interpreter they pick
+    ".pdbrc", ".pdbrc.py", "CLAUDE.md", "AGENTS.md", "GEMINI.md", ".cursorrules", ".windsurfrules", ".clinerules",
+    ".aider.conf.yml", "mise.toml", ".mise.toml", ".tool-versions", ".python-version", ".npmrc", ".yarnrc",
+    ".yarnrc.yml", "lefthook.yml", ".lefthook.yml",
 })
 # paths from the root of the tree whose files run later, outside the loop: CI pipelines, git
 # hooks managers, the project's agent and editor settings (hooks, MCP servers, tasks run
 # on opening the folder), dev containers, direnv
 CI_DIRS = (".github/workflows/", ".github/actions/", ".circleci/", ".buildkite/", ".gitlab/", ".woodpecker/",
            ".forgejo/workflows/", ".gitea/workflows/", ".husky/", ".githooks/", ".claude/", ".codex/",
-           ".gemini/", ".cursor/", ".vscode/", ".devcontainer/", ".mcp.json", ".envrc", ".devcontainer.json")
+           ".gemini/", ".cursor/", ".vscode/", ".devcontainer/", ".mcp.json", ".envrc", ".devcontainer.json",
+           ".github/copilot-instructions.md", ".github/instructions/", ".mise/", ".idea/")
 ANCESTOR_NAMES = frozenset({
     "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml",
     "pyproject.toml", "tox.ini", "setup.cfg",
