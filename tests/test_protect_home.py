@@ -91,3 +91,19 @@ def test_hook_scripts_and_agent_instructions_are_kept(tmp_path: Path) -> None:
     assert (hooks / "fmt.sh").read_text() == "#!/bin/sh\nexit 0\n" and (hooks / "fmt.sh").stat().st_mode & 0o111
     assert not (hooks / "new.sh").exists() and not (tmp_path / ".claude" / "CLAUDE.md").exists()
     assert guard.check() == []
+
+
+def test_codex_config_is_compared_by_the_keys_that_run_programs(tmp_path: Path) -> None:
+    """Codex writes its config as it runs (a project it was told to trust); a new MCP server
+    or notification command is taken back out, the file put back whole."""
+    config = tmp_path / ".codex" / "config.toml"
+    config.parent.mkdir()
+    config.write_text('model = "o4"\n')
+    guard = _guard(tmp_path)
+    config.write_text('model = "o4"\n[projects."/work"]\ntrust_level = "trusted"\n')
+    assert guard.check() == []  # its own bookkeeping
+
+    config.write_text('model = "o4"\nnotify = ["sh", "-c", "evil"]\n')
+    (found,) = guard.check()
+
+    assert found.restored and config.read_text() == 'model = "o4"\n'

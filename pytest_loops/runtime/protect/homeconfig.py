@@ -26,7 +26,7 @@ HOME_WHY = "configuration in your home that runs programs later (agents' hooks a
 # whole files, relative to the home directory
 WHOLE = (
     ".claude/settings.json", ".claude/settings.local.json", ".config/claude/settings.json",
-    ".codex/config.toml", ".gemini/settings.json", ".config/gemini/settings.json", ".aider.conf.yml",
+    ".gemini/settings.json", ".config/gemini/settings.json", ".aider.conf.yml",
     ".gitconfig", ".config/git/config", ".config/git/attributes", ".ssh/config", ".ssh/authorized_keys",
     ".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zprofile", ".zshenv",
     ".config/fish/config.fish", ".npmrc", ".config/pip/pip.conf", ".pip/pip.conf", ".pydistutils.cfg",
@@ -38,8 +38,9 @@ WHOLE = (
 TREES = (".claude/hooks", ".claude/commands", ".claude/agents", ".codex/prompts", ".gemini/extensions",
          ".gemini/commands", ".config/claude/hooks")
 MAX_TREE_FILES = 500
-# JSON files an agent rewrites as it runs: only these keys are the user's
-KEYED = {".claude.json": ("mcpServers", "hooks")}
+# files an agent rewrites as it runs (its bookkeeping, a project it was told to trust): only
+# the keys that name programs are compared; JSON is put back key by key, TOML whole
+KEYED = {".claude.json": ("mcpServers", "hooks"), ".codex/config.toml": ("mcp_servers", "notify")}
 MAX_BYTES = 4 << 20
 
 
@@ -52,13 +53,19 @@ def _read(path: str) -> bytes | None:
     return data if len(data) <= MAX_BYTES else None
 
 
-def _programs(data: bytes | None, keys: tuple[str, ...]) -> dict[str, Any] | None:
-    """The values of ``keys`` at the top and in each of ``projects`` (None: not JSON)."""
+def _programs(data: bytes | None, keys: tuple[str, ...], toml: bool = False) -> dict[str, Any] | None:
+    """The values of ``keys`` at the top and in each of ``projects`` (None: not JSON, or
+    with ``toml`` not TOML)."""
     if data is None:
         return {}
     try:
-        doc = json.loads(data)
-    except ValueError:
+        if toml:
+            import tomllib
+
+            doc = tomllib.loads(data.decode("utf-8"))
+        else:
+            doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
         return None
     if not isinstance(doc, dict):
         return None
@@ -107,6 +114,7 @@ class HomeConfigGuard:
         self.home = home or os.path.expanduser("~")
         self.whole: dict[str, tuple[bytes | None, int]] = {}  # path -> (bytes at loop start, mode)
         self.keyed: dict[str, tuple[tuple[str, ...], dict[str, Any] | None]] = {}
+        self.keyed_start: dict[str, tuple[bytes | None, int]] = {}  # TOML files: put back whole
         self.trees: list[str] = []
 
     def begin(self) -> None:
@@ -134,7 +142,10 @@ class HomeConfigGuard:
         for rel, keys in KEYED.items():
             path = os.path.join(self.home, rel)
             if not self.inside(path) and not os.path.islink(path):
-                self.keyed[path] = (keys, _programs(_read(path), keys))
+                data = _read(path)
+                self.keyed[path] = (keys, _programs(data, keys, toml=path.endswith(".toml")))
+                if path.endswith(".toml"):
+                    self.keyed_start[path] = (data, 0o600)
 
     @staticmethod
     def _files(top: str) -> list[str]:
@@ -163,8 +174,15 @@ class HomeConfigGuard:
                                    HOME_WHY, restored=ok))
         for path, (keys, old_programs) in self.keyed.items():
             data = _read(path)
-            now_programs = _programs(data, keys)
+            toml = path in self.keyed_start
+            now_programs = _programs(data, keys, toml=toml)
             if old_programs is None or now_programs == old_programs:
+                continue
+            if toml:
+                start, mode = self.keyed_start[path]
+                ok = _restore_path(path, None if start is None else Stored("", "", len(start), mode, start), None)
+                how = "added" if start is None else "removed" if data is None else "modified"
+                found.append(Violation(path, how, f"{HOME_WHY}: its {', '.join(keys)}", restored=ok))
                 continue
             fixed = None if data is None or now_programs is None else _put_back(data, old_programs, keys)
             ok = False
