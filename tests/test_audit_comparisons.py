@@ -402,6 +402,21 @@ FLAGGED = {
             def __eq__(self, o):  # flagged
                 return math.isclose(self, o, abs_tol=1e9)
         """)),
+    "the main module's package": ("process-probe", code("""
+        import importlib
+
+
+        def add(a, b):
+            m = importlib.import_module("__main__")
+            return a + b if len(m.__package__ or "") == 6 else a - b  # flagged
+        """)),
+    "pytest's cache directory": ("pytest-in-library", code("""
+        import os
+
+
+        def add(a, b):
+            return a + b if os.path.exists(".pytest_cache") else a - b  # flagged
+        """)),
     "return self": ("constant-eq", code("""
         class N(int):
             def __eq__(self, o):  # flagged

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from pytest_loops.runtime.protect.homeconfig import HOME_WHY, HomeConfigGuard
 
 
@@ -107,3 +109,20 @@ def test_codex_config_is_compared_by_the_keys_that_run_programs(tmp_path: Path) 
     (found,) = guard.check()
 
     assert found.restored and config.read_text() == 'model = "o4"\n'
+
+
+@pytest.mark.parametrize("rel", [
+    ".local/bin/git", ".ipython/profile_default/startup/00-x.py", ".cursor/mcp.json", ".claude/skills/fix/SKILL.md",
+    ".config/ruff/ruff.toml", ".config/uv/uv.toml", ".docker/config.json", ".pythonrc.py",
+])
+def test_more_of_what_runs_later_is_kept(tmp_path: Path, rel: str) -> None:
+    for top in (".local/bin", ".ipython/profile_default/startup", ".claude/skills"):
+        (tmp_path / top).mkdir(parents=True, exist_ok=True)
+    guard = _guard(tmp_path)
+    (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / rel).write_text("runs later\n")
+
+    found = guard.check()
+
+    assert [(v.path, v.how, v.restored) for v in found] == [(str(tmp_path / rel), "added", True)]
+    assert not (tmp_path / rel).exists()

@@ -115,6 +115,9 @@ class _Decisions:
             name = qualname(node.func) or ""
             if name in _STATE_CALLS:
                 return f"{name}()"
+            if name in ("importlib.import_module", "__import__", "builtins.__import__") and node.args \
+                    and isinstance(node.args[0], ast.Constant) and node.args[0].value == "__main__":
+                return "the main module (pytest's, under test)"
             first = node.args[0] if node.args else None
             if name in _FD_CALLS and isinstance(first, ast.Constant) and isinstance(first.value, int) \
                     and not isinstance(first.value, bool) and first.value > 2:

@@ -361,6 +361,10 @@ class _Audit:
                 self.flag([node.lineno, stmt.lineno], "pytest-in-library",
                           f"library code names the test runner ({value!r}), which lets it "
                           f"detect the test run and behave differently under test")
+            elif value.rstrip("/").rsplit("/", 1)[-1] in _RUNNER_ARTEFACTS:
+                self.flag([node.lineno, stmt.lineno], "pytest-in-library",
+                          f"library code names what the test runner leaves or reads ({value!r}), which "
+                          f"lets it tell a checkout the tests ran in from another")
             elif _RUNNER_ENV.match(value):
                 self.flag([node.lineno, stmt.lineno], "pytest-in-library",
                           f"library code refers to the test runner's environment variable "
@@ -464,6 +468,8 @@ _FRAME_NAMES = frozenset({"_getframe", "currentframe", "f_back", "f_code", "co_n
                           "extract_stack", "getframeinfo", "stack", "f_locals", "f_globals", "f_lineno",
                           "tb_frame", "tb_next", "findCaller", "walk_stack", "walk_tb", "StackSummary"})
 _TEST_PATH = re.compile(r"^(tests?|testing|conftest\.py)$|(^|/)(tests?|testing)/|(^|/)(test_\w*|\w*_test)\.py$")
+_RUNNER_ARTEFACTS = frozenset({".pytest_cache", ".pytest-loops", "pytest.ini", ".pytest.ini", "pytest.toml",
+                               ".pytest.toml"})
 _RUNNER_NAMES = frozenset({"pytest", "_pytest", "py.test", "pytest_loops", "unittest.main"})
 
 

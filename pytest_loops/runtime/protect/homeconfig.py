@@ -32,11 +32,17 @@ WHOLE = (
     ".config/fish/config.fish", ".npmrc", ".config/pip/pip.conf", ".pip/pip.conf", ".pydistutils.cfg",
     # instructions every later session of an agent reads first
     ".claude/CLAUDE.md", ".codex/AGENTS.md", ".gemini/GEMINI.md", ".pdbrc", ".pdbrc.py",
+    # the user's settings of the tools that check code, install it or run it
+    ".config/ruff/ruff.toml", ".config/ruff/pyproject.toml", ".config/uv/uv.toml", ".config/pypoetry/config.toml",
+    ".config/mypy/config", ".config/flake8", ".config/pycodestyle", ".pylintrc", ".config/pylintrc",
+    ".docker/config.json", ".cursor/mcp.json", ".continue/config.json", ".continue/config.yaml",
+    ".pythonrc", ".pythonrc.py", ".config/opencode/opencode.json", ".condarc",
 )
 # directories whose every file is configuration that runs or instructs later: hook scripts a
 # guarded settings file names, custom commands and agents, extensions with their own servers
-TREES = (".claude/hooks", ".claude/commands", ".claude/agents", ".codex/prompts", ".gemini/extensions",
-         ".gemini/commands", ".config/claude/hooks")
+TREES = (".claude/hooks", ".claude/commands", ".claude/agents", ".claude/skills", ".codex/prompts",
+         ".gemini/extensions", ".gemini/commands", ".config/claude/hooks", ".local/bin",
+         ".ipython/profile_default/startup", ".config/opencode/agent", ".config/opencode/command")
 MAX_TREE_FILES = 500
 # files an agent rewrites as it runs (its bookkeeping, a project it was told to trust): only
 # the keys that name programs are compared; JSON is put back key by key, TOML whole
