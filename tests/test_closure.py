@@ -51,13 +51,13 @@ def flat_project(root: Path) -> Path:
     return root
 
 
-def run_loop(root: Path, revise: str, tier: str) -> subprocess.CompletedProcess[str]:
+def run_loop(root: Path, revise: str, tier: str,
+             verify: str = "python -m pytest -q -p no:cacheprovider test_calc.py") -> subprocess.CompletedProcess[str]:
     (root / "revise.py").write_text(revise)
     env = loop_env(tier)
-    return subprocess.run([sys.executable, "-m", "pytest_loops", "run", "--verify",
-                           "python -m pytest -q -p no:cacheprovider test_calc.py", "--revise", "python revise.py",
-                           "--max-iter", "2", "--no-progress-k", "0"], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=240)
+    return subprocess.run([sys.executable, "-m", "pytest_loops", "run", "--verify", verify, "--revise",
+                           "python revise.py", "--max-iter", "2", "--no-progress-k", "0"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=240)
 
 
 def plain_pytest(root: Path) -> int:
@@ -174,12 +174,7 @@ def test_tests_by_other_names_are_read_only(tmp_path: Path, tier: str) -> None:
     weaken = ("import pathlib\nfor name, old, new in (('check_calc.py', '== 5', '== -1'), "
               "('test_usage.txt', '\\n5\\n', '\\n-1\\n')):\n"
               "    p = pathlib.Path(name)\n    p.write_text(p.read_text().replace(old, new))\n")
-    (root / "revise.py").write_text(weaken)
-    env = loop_env(tier)
-    done = subprocess.run([sys.executable, "-m", "pytest_loops", "run", "--verify",
-                           "python -m pytest -q -p no:cacheprovider", "--revise", "python revise.py",
-                           "--max-iter", "2", "--no-progress-k", "0"], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=240)
+    done = run_loop(root, weaken, tier, verify="python -m pytest -q -p no:cacheprovider")
 
     assert done.returncode != 0 and "SUCCESS" not in done.stdout, done.stdout + done.stderr
     assert (root / "check_calc.py").read_text() == CHECK_TEST
@@ -197,12 +192,7 @@ def test_a_doctest_of_the_code_weakened_is_refused(tmp_path: Path, tier: str) ->
                                          "testpaths = ['calc.py']\n")
     old, new = ">>> add(2, 3)\n    5", ">>> add(2, 3)\n    -1"
     weaken = f"import pathlib\np = pathlib.Path('calc.py')\np.write_text(p.read_text().replace({old!r}, {new!r}))\n"
-    (root / "revise.py").write_text(weaken)
-    env = loop_env(tier)
-    done = subprocess.run([sys.executable, "-m", "pytest_loops", "run", "--verify",
-                           "python -m pytest -q -p no:cacheprovider", "--revise", "python revise.py",
-                           "--max-iter", "2", "--no-progress-k", "0"], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=240)
+    done = run_loop(root, weaken, tier, verify="python -m pytest -q -p no:cacheprovider")
 
     assert done.returncode == 5, done.stdout + done.stderr
     assert "changed what the doctest example `>>> add(2, 3)` of add expects" in done.stdout
