@@ -184,7 +184,7 @@ def test_the_budget_covers_every_candidate_and_nothing_is_left_running(cli, tmp_
 
 @pytest.mark.slow
 def test_sigterm_mid_fan_out_removes_every_copy(tmp_path, tmpdir_env, child_env):
-    work = project(tmp_path / "w", revise="touch started-$LOOP_BRANCH; sleep 30\n", git=True)
+    work = project(tmp_path / "w", revise="touch started-$LOOP_BRANCH; sleep 300\n", git=True)
     env = {**child_env, **tmpdir_env}
     proc = subprocess.Popen([sys.executable, "-m", "pytest_loops", "run", "--verify", "python check.py",
                              "--revise", "sh fix.sh", "--branches", "2", "-q"], cwd=work, env=env,

@@ -344,8 +344,21 @@ def cli(*args: str, cwd: Path, timeout: float = 90) -> subprocess.CompletedProce
 
 
 def start(*args: str, cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "pytest_loops", *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    # -X faulthandler: a watch that never ends is made to print where it waits (ended_by)
+    return subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "pytest_loops", *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def ended_by(proc: subprocess.Popen[str], limit: float = 60.0) -> tuple[str, str]:
+    """The output of a watch that was told to stop; one still running after ``limit``
+    seconds (a hard limit, never a timed assertion) fails the test with its stacks."""
+    try:
+        return proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+        out, err = proc.communicate(timeout=30)
+        raise AssertionError(f"the watch did not end within {limit:g}s of the signal\n"
+                             f"--- stdout ---\n{out}\n--- stderr ---\n{err}") from None
 
 
 def events(cwd: Path) -> list[dict[str, Any]]:
@@ -494,7 +507,7 @@ def test_a_file_watch_fixes_a_change_idles_on_a_rewrite_and_ends_on_silence(work
         (work / "calc.txt").write_text("bad\n")
         wait_for(lambda: [e["event"] for e in events(work)].count("run") == 2, proc)
         (work / "calc.txt").write_text("good\n")  # written again, the same content: an idle tick
-        out, err = proc.communicate(timeout=60)
+        out, err = ended_by(proc)
     finally:
         proc.kill()
     assert proc.returncode == 4, out + err
@@ -530,7 +543,7 @@ def test_ctrl_c_and_sigterm_leave_no_process_behind(work: Path, sig: signal.Sign
         wait_for(lambda: (work / "poll.pid").exists() and (work / "poll.pid").read_text() != "", proc)
         pid = int((work / "poll.pid").read_text())
         proc.send_signal(sig)
-        out, err = proc.communicate(timeout=60)
+        out, err = ended_by(proc)
     finally:
         proc.kill()
     assert proc.returncode == code, out + err
@@ -553,7 +566,7 @@ def test_ctrl_c_during_the_first_run_stops_its_command_and_exits_130(work: Path)
         wait_for(lambda: (work / "check.pid").exists() and (work / "check.pid").read_text() != "", proc)
         pid = int((work / "check.pid").read_text())
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        out, err = ended_by(proc)
     finally:
         proc.kill()
     assert proc.returncode == 130, out + err

@@ -34,8 +34,13 @@ from typing import Any
 from pytest_loops.core.context import LoopContext
 from pytest_loops.errors import LoopUsageError
 from pytest_loops.results import CheckResult, CommandResult, IterationRecord
+from pytest_loops.runtime.threads import leave_signals_to_the_main_thread
 from pytest_loops.runtime.treecopy import Change, TreeCopy, git_top, new_parent
 from pytest_loops.spec import LoopSpec
+
+POOL_OPTIONS: dict[str, Any] = {"thread_name_prefix": "pytest-loops-branch",
+                                "initializer": leave_signals_to_the_main_thread}
+"""How the candidates' threads are made: Ctrl-C and SIGTERM reach the main thread at once."""
 
 BRANCH_VARIABLE = "LOOP_BRANCH"
 BRANCHES_VARIABLE = "LOOP_BRANCHES"
@@ -124,7 +129,7 @@ class FanOut:
         candidates = [Candidate(branch=i) for i in range(self.branches)]
         try:
             workers = max(1, min(self.branches, self.max_parallel))
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pytest-loops-branch") as pool:
+            with ThreadPoolExecutor(max_workers=workers, **POOL_OPTIONS) as pool:
                 # every copy is made before any revise step starts: no git process of the
                 # harness runs beside a candidate's command (whose reaper could take it for
                 # an escaped descendant), and a candidate's change to the repository's git

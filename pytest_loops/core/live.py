@@ -23,6 +23,7 @@ from typing import Any
 
 from pytest_loops.core.usage import Usage, of_record, read_usage, total
 from pytest_loops.redact import strip_control
+from pytest_loops.runtime.threads import leave_signals_to_the_main_thread
 
 TICK_SECONDS = 0.25  # how often the watcher looks
 HEARTBEAT_SECONDS = 10.0  # without a terminal: a status line at least this often (tests shrink it)
@@ -152,6 +153,7 @@ class ReviseWatcher:
             self.changes.close()
 
     def _run(self) -> None:
+        leave_signals_to_the_main_thread()
         while not self.stop.wait(TICK_SECONDS):
             try:
                 self._look(final=False)

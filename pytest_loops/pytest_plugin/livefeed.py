@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pytest_loops.runtime.threads import leave_signals_to_the_main_thread
+
 WORKER_KEY = "loop_live_feed"
 POLL_SECONDS = 1.0
 _MAX_LINE = 2000  # characters of one line shown
@@ -38,6 +40,7 @@ class Feed:
         self._thread.start()
 
     def _run(self) -> None:
+        leave_signals_to_the_main_thread()
         while not self._stop.wait(self._poll):
             self.drain()
 
