@@ -83,3 +83,30 @@ def cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
                               text=True, timeout=timeout)
 
     return run
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """PYTEST_LOOPS_SLOW_SLICE=I/K keeps, of the tests marked slow, the I-th of K slices
+    (by a digest of each test's id, so a test stays in its slice from run to run); the
+    tests not marked slow all stay. CI's slow tail runs one slice per commit, the slices
+    in turn; `-m slow` without the variable runs them all."""
+    value = os.environ.get("PYTEST_LOOPS_SLOW_SLICE", "")
+    if not value:
+        return
+    import zlib
+
+    try:
+        index, count = (int(part) for part in value.split("/"))
+        if not 0 <= index < count:
+            raise ValueError
+    except ValueError:
+        raise pytest.UsageError(f"PYTEST_LOOPS_SLOW_SLICE={value!r}: give I/K with 0 <= I < K, "
+                                "e.g. 0/3") from None
+    keep, drop = [], []
+    for item in items:
+        slow = item.get_closest_marker("slow") is not None
+        mine = zlib.crc32(item.nodeid.encode()) % count == index
+        (keep if not slow or mine else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

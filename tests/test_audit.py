@@ -958,6 +958,7 @@ OUTPUTISH = st.lists(st.sampled_from([
 ]) | st.text(max_size=30), max_size=12).map("".join)
 
 
+@pytest.mark.slow
 @settings(max_examples=50, deadline=None, database=None)
 @given(before=st.none() | PYTHONISH, after=st.none() | PYTHONISH,
        literals=st.lists(st.sampled_from(["2", "3", "5", "'x'", "0", "1"]) | st.text(max_size=8),

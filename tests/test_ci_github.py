@@ -74,6 +74,7 @@ def test_the_summary_and_annotations_appear_under_github_actions(project: Projec
     assert not any("loop ok" in n for n in notes), "a loop that succeeded is not annotated"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["option", "env"])
 def test_annotations_are_off_by_the_setting_and_the_summary_stays(project: Project, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch, how: str) -> None:
@@ -87,6 +88,7 @@ def test_annotations_are_off_by_the_setting_and_the_summary_stays(project: Proje
     assert "| stuck | MAX_ITER |" in (tmp_path / "summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_outside_github_actions_nothing_is_written(project: Project, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GITHUB_STEP_SUMMARY")

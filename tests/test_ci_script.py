@@ -28,6 +28,7 @@ mkdir -p "$3/bin"
 cat > "$3/bin/python" <<'EOF'
 #!/bin/sh
 echo "python $*" >> "$CI_LOG"
+[ -z "$PYTEST_LOOPS_SLOW_SLICE" ] || echo "$PYTEST_LOOPS_SLOW_SLICE" >> "$CI_LOG.slice"
 case "$*" in
   -c*) [ -n "$IMPORT_FAILS" ] && exit 1; exit 0 ;;
   *"-m slow"*) exit "$SLOW_EXIT" ;;
@@ -81,13 +82,47 @@ def test_a_failing_main_run_still_runs_the_rest_and_its_status_wins(tmp_path):
     proc, calls = run_ci(tmp_path, main=1, slow=2, ruff=1)
     assert proc.returncode == 1
     assert [c.split()[0] for c in calls] == ["pip", "python", "python", "ruff", "mypy"]
-    assert "the slow tail (-m slow) failed (exit 2)" in proc.stderr
+    assert "the slow tail (-m slow, slice 0/3) failed (exit 2)" in proc.stderr
 
 
 def test_a_failing_slow_tail_or_ruff_fails_the_script(tmp_path):
     assert run_ci(tmp_path / "a", slow=1)[0].returncode == 1
     assert run_ci(tmp_path / "b", ruff=1)[0].returncode == 1
     assert run_ci(tmp_path / "c", mypy=1)[0].returncode == 1
+
+
+def test_the_slow_tail_runs_the_slice_the_commit_picks(tmp_path):
+    """Outside a git checkout slice 0; in one, the commit's hash picks the slice."""
+    run_ci(tmp_path / "plain")
+    assert (tmp_path / "plain" / "ci.log.slice").read_text().split() == ["0/3"]
+    repo = tmp_path / "git" / "repo"
+    repo.mkdir(parents=True)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "x"], cwd=repo, check=True)
+    head = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=repo, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    run_ci(tmp_path / "git")
+    assert (tmp_path / "git" / "ci.log.slice").read_text().split() == [f"{int(head, 16) % 3}/3"]
+
+
+def test_the_slices_of_the_slow_tail_are_disjoint_and_cover_it(tmp_path):
+    def collected(extra_env: dict[str, str]) -> list[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "LOOP_"))}
+        proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow",
+                               "-p", "no:cacheprovider", "tests/test_fanout.py", "tests/test_docs.py"],
+                              cwd=ROOT, env={**env, **extra_env}, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        return [line for line in proc.stdout.splitlines() if "::" in line]
+
+    whole = collected({})
+    slices = [collected({"PYTEST_LOOPS_SLOW_SLICE": f"{i}/3"}) for i in range(3)]
+    assert sorted(sum(slices, [])) == sorted(whole) and len(whole) > 3
+    assert all(slices)
+    bad = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "tests/test_fanout.py"],
+                         cwd=ROOT, env={**os.environ, "PYTEST_LOOPS_SLOW_SLICE": "3/3"},
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 4 and "PYTEST_LOOPS_SLOW_SLICE='3/3': give I/K with 0 <= I < K" in bad.stderr
 
 
 def test_a_failed_install_stops_after_the_first_stage(tmp_path):

@@ -29,6 +29,7 @@ def run_loop(cli, work: Path, *args: str, env=None, log: Path | None = None):
 # -- the verdicts are the exit codes ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_success_exits_0(cli, work):
     proc, log = run_loop(cli, work, "--verify", "test -f ok",
                          "--revise", "test -f once && touch ok; touch once")
@@ -77,6 +78,7 @@ def test_no_progress_k_zero_turns_it_off(cli, work):
     assert proc.returncode == 2
 
 
+@pytest.mark.slow
 def test_every_verify_must_pass(cli, work):
     proc, log = run_loop(cli, work, "--verify", "true", "--verify", "exit 3", "--max-iter", "1")
     assert proc.returncode == 2
@@ -187,6 +189,7 @@ def test_relative_log_and_episodic_without_cwd(cli, tmp_path):
     assert (tmp_path / "mem" / "l.md").is_file()
 
 
+@pytest.mark.slow
 def test_the_module_is_the_console_script(cli, work, tmp_path, child_env):
     script = Path(sys.executable).with_name("pytest-loops")
     if not script.exists():
@@ -331,6 +334,7 @@ def _one_run(cli, tmp_path: Path) -> Path:
     return tmp_path / "arts"
 
 
+@pytest.mark.slow
 def test_report_says_where_it_wrote(cli, tmp_path):
     arts = _one_run(cli, tmp_path)
     done = cli("report", str(arts))

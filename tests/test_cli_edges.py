@@ -31,6 +31,7 @@ def test_resuming_a_run_that_hit_the_cap_stops_before_any_work(tmp_path: Path) -
     assert (tmp_path / "runs.txt").read_text().count("run") == 2  # the check never ran again
 
 
+@pytest.mark.slow
 def test_the_hand_off_resume_command_raises_the_limit_that_stopped_the_loop(tmp_path: Path) -> None:
     done = cli("run", "--verify", "false", "--max-iter", "2", "--no-progress-k", "0", "-q", cwd=tmp_path)
     assert done.returncode == 2
@@ -73,6 +74,7 @@ def test_a_closed_stdout_never_stops_the_loop(tmp_path: Path) -> None:
     assert (tmp_path / "done.txt").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("enabled", [True, False])
 def test_reflexion_enabled_from_the_loop_config_applies_under_pytest(pytester: pytest.Pytester,
                                                                      enabled: bool) -> None:

@@ -268,6 +268,7 @@ def test_the_context_file_never_carries_a_secret(tmp_path):
     assert "[REDACTED" in payload["sections"]["skills"]["data"][0]["note"]
 
 
+@pytest.mark.slow
 def test_the_context_file_stays_under_its_cap(tmp_path):
     # ten sections' worth under the cap each, and checks flooding their output
     checks = tuple(Check.command_passes(f"head -c 5000 /dev/zero | tr '\\0' x; test -f fixed{i}", name=f"c{i}")
@@ -444,6 +445,7 @@ def test_a_loop_file_under_pytest_gets_the_granted_section_only(pytester):
         "section 'agents' dropped: the loop does not grant it (grants: skills)")
 
 
+@pytest.mark.slow
 def test_the_session_fix_loop_gets_the_context_file(pytester, monkeypatch):
     project = Project(pytester, monkeypatch)
     project.write("test_calc.py", CALC_TESTS)

@@ -128,6 +128,7 @@ def test_harness_install_is_suggested_only_with_consent_and_never_run(cli, work)
     assert not (evidence / "INSTALLED").exists()
 
 
+@pytest.mark.slow
 def test_grants_flag_replaces_the_loop_file_line_and_none_means_none(cli, work) -> None:
     proj, evidence = work
     (proj / "cart.loop").write_text(

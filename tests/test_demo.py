@@ -70,6 +70,7 @@ def write_config(path: Path, **replace: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_demo_succeeds_offline_and_leaves_nothing_behind(cli, dirs, tmp_path):
     guard = tmp_path / "guard"
     guard.mkdir()
@@ -176,6 +177,7 @@ def test_demo_dir_keeps_the_project_and_names_its_artifacts(cli, dirs):
 
 # -- demo --init ----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_init_writes_the_project_config_and_loop_file_and_both_run(cli, dirs):
     target = dirs["cwd"] / "mine"
     proc = cli("demo", "--init", "mine", cwd=dirs["cwd"], env=demo_env(dirs))

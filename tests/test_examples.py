@@ -228,6 +228,7 @@ def _verdict_cases():
     return cases
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("command", "code", "note"), _verdict_cases())
 def test_each_verdict_example_exits_with_its_code(tmp_path, command, code, note):
     work = copy_example("verdicts", tmp_path)
@@ -351,6 +352,7 @@ def test_the_agents_readme_covers_the_common_agent_clis():
     assert agents == {"claude", "codex", "aider", "gemini", "goose"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("title", "text"), _agent_sections())
 def test_an_agent_revise_line_gets_the_prompt_and_fixes_the_project(tmp_path, title, text):
     run_line = next(line for line in shell_lines(text) if line.startswith("pytest-loops run"))
@@ -496,6 +498,7 @@ def test_the_shard_workflow_is_a_matrix_of_shards_then_one_merge():
     assert restored["with"]["path"] == saved["with"]["path"] == ".pytest-loops/index.jsonl"
 
 
+@pytest.mark.slow
 def test_the_shard_workflow_commands_give_the_single_runs_answer(tmp_path):
     """The matrix's command in four copies of fix-a-bug (four jobs), their directories
     laid out as download-artifact lays them, then the merge job's command."""

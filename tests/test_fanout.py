@@ -185,9 +185,11 @@ def test_the_budget_covers_every_candidate_and_nothing_is_left_running(cli, tmp_
 @pytest.mark.slow
 def test_sigterm_mid_fan_out_removes_every_copy(tmp_path, tmpdir_env, child_env):
     work = project(tmp_path / "w", revise="touch started-$LOOP_BRANCH; sleep 300\n", git=True)
-    env = {**child_env, **tmpdir_env}
+    # both candidates at once: not a share of this session's xdist workers
+    env = {k: v for k, v in {**child_env, **tmpdir_env}.items() if not k.startswith("PYTEST_XDIST_")}
     proc = subprocess.Popen([sys.executable, "-m", "pytest_loops", "run", "--verify", "python check.py",
-                             "--revise", "sh fix.sh", "--branches", "2", "-q"], cwd=work, env=env,
+                             "--revise", "sh fix.sh", "--branches", "2", "--max-parallel", "2", "-q"],
+                            cwd=work, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     tmp = Path(tmpdir_env["TMPDIR"])
     deadline = time.monotonic() + 60
@@ -299,6 +301,7 @@ def test_a_tree_copy_names_what_changed_by_content(tmp_path):
     os.rmdir(parent)
 
 
+@pytest.mark.slow
 def test_branches_are_forks_in_the_tine_and_drawn_in_the_report(cli, tmp_path, tmpdir_env):
     from opentine import Run
 

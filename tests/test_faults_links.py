@@ -112,6 +112,7 @@ def add(a, b):
 '''
 
 
+@pytest.mark.slow
 def test_suspects_are_never_written_through_a_link_the_check_planted(cli, tmp_path: Path, victim: Path) -> None:
     project = _project(tmp_path, PLANT_SUSPECTS.format(victim=str(victim)))
     done = _run(cli, project)
@@ -217,6 +218,7 @@ shutil.copy(os.environ["LOOP_PROMPT_FILE"], "prompt-%s.txt" % n)
 '''
 
 
+@pytest.mark.slow
 def test_a_check_output_linked_to_a_hidden_file_is_not_read_back(cli, tmp_path: Path) -> None:
     secret = tmp_path / "outside-key"
     secret.write_text("SECRET-RUNLOG-KEY-0123456789\n")

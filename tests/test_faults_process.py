@@ -147,6 +147,7 @@ def _leaves_of(pid: int, within: float = 10.0) -> list[str]:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_budget_kill_reaches_a_double_forked_revise(entry, token, tmp_path):
     proc = _start(entry, tmp_path, _revise(token), budget=3)

@@ -88,6 +88,7 @@ def wait_until(condition, timeout: float = 30.0) -> None:
 # -- the working tree's lock, end to end --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_stopped_holder_is_named_and_the_budget_ends_the_wait_timeout(project):
     project.marked_test()
     holder = start_holder(project.artifacts / "tree.lock")

@@ -57,6 +57,7 @@ def test_over_the_cap_localization_is_skipped_with_a_reason(project: Project) ->
         "full (no impact map); impact map of 2 test(s) stored for the next loop")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variable", ["CI", "BUILD_NUMBER"])
 def test_a_ci_job_records_no_impact_map_and_says_so(project: Project, monkeypatch, variable: str) -> None:
     """A CI job's state directory is thrown away with it: its judged run is not measured

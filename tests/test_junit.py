@@ -104,6 +104,7 @@ def test_a_test_with_any_failing_case_did_not_pass(tmp_path: Path) -> None:
     assert seconds_by_nodeid(tmp_path / "missing.xml", ids) == {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prefix", [None, "ci"])
 def test_a_session_fix_loop_marks_odd_ids_repaired(pytester: pytest.Pytester, prefix: str | None) -> None:
     """`pytest --loop --loop-revise CMD --junitxml`: the tests the revise step repaired are

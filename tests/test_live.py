@@ -168,6 +168,7 @@ def test_without_a_terminal_a_heartbeat_every_interval(monkeypatch):
     assert printed == [status.format(10), status.format(20)]
 
 
+@pytest.mark.slow
 def test_the_pytest_fix_loop_streams_too(pytester):
     pytester.makepyfile(test_calc="def test_add():\n    import calc\n    assert calc.add(1, 2) == 3\n")
     pytester.makepyfile(calc="def add(a, b):\n    return a - b\n")

@@ -10,6 +10,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from plugin_helpers import clean_env
 
 from pytest_loops.pytest_plugin.livefeed import Feed, WorkerFeed, worker_feed
@@ -68,6 +69,7 @@ Path("calc.py").write_text("def add(a, b):\\n    return a + b\\n")
 """
 
 
+@pytest.mark.slow
 def test_under_xdist_the_revise_steps_output_reaches_the_controller_while_it_runs(tmp_path: Path) -> None:
     """The revise step waits until the test has seen its first line on the controller's
     stdout: were the line shown only at the end, it would never be released."""

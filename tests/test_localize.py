@@ -55,6 +55,7 @@ def run(root: Path, *extra: str) -> subprocess.CompletedProcess[str]:
                           cwd=root, capture_output=True, text=True, timeout=180)
 
 
+@pytest.mark.slow
 def test_the_bug_line_is_the_top_suspect_in_the_prompt_and_suspects_json(tmp_path: Path) -> None:
     project(tmp_path)
     done = run(tmp_path)
@@ -77,6 +78,7 @@ def test_the_bug_line_is_the_top_suspect_in_the_prompt_and_suspects_json(tmp_pat
     assert log["artifacts"]["suspects"] == str(run_dir / "suspects.json")
 
 
+@pytest.mark.slow
 def test_no_suspects_turns_it_off(tmp_path: Path) -> None:
     project(tmp_path)
     done = run(tmp_path, "--no-suspects")
@@ -115,6 +117,7 @@ def test_pytest_option_turns_it_off_and_rejects_bad_values(pytester: pytest.Pyte
     bad.stderr.fnmatch_lines(["ERROR: --loop-suspects: 'maybe' is not a valid suspects; valid: on or off"])
 
 
+@pytest.mark.slow
 def test_a_failing_pytest_command_reruns_narrowed_then_confirms(tmp_path: Path) -> None:
     project(tmp_path)
     # iteration 1's revise changes nothing relevant; iteration 2's fixes mean()

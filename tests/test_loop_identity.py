@@ -106,6 +106,7 @@ def test_a_shared_lessons_page_gives_each_loop_its_own_lines(cli, tmp_path: Path
     assert len(mine["lessons_read"]) == 1 and "b-failed" in mine["lessons_read"][0]
 
 
+@pytest.mark.slow
 def test_the_session_fix_loop_reads_only_its_own_lessons(pytester: pytest.Pytester,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from plugin_helpers import CALC_TESTS, Project

@@ -124,6 +124,7 @@ def test_a_reference_outside_the_directory_is_an_error_answer(artifacts, argumen
     assert says in content.text and "\n" not in content.text.strip()
 
 
+@pytest.mark.slow
 def test_a_signature_is_checked_when_the_server_has_the_key(tmp_path):
     key = "k" * 32
     work, arts = tmp_path / "w", tmp_path / ".pytest-loops"

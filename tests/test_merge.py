@@ -97,6 +97,7 @@ def fresh_out(root: Path, name: str) -> str:
     return name
 
 
+@pytest.mark.slow
 def test_three_jobs_merged_are_the_single_run(run: Path) -> None:
     out = fresh_out(run, "merged")
     done = merge("job1", "job2", "job3", "-o", out, cwd=run)
@@ -238,6 +239,7 @@ def test_bad_input_is_one_line_and_exit_64(run: Path, tmp_path: Path, case: str)
     assert len(done.stderr.strip().splitlines()) == 1 and expected in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_signed_jobs_are_authenticated_by_the_key_given(tmp_path: Path) -> None:
     root = make_project(tmp_path / "proj", loops=2)
     env = clean_env({"LOOPS_HMAC_KEY": "k" * 32, "WRONG_KEY": "w" * 32})

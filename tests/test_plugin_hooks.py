@@ -30,6 +30,7 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Proje
     return Project(pytester, monkeypatch)
 
 
+@pytest.mark.slow
 def test_a_python_revise_step_in_conftest(project: Project) -> None:
     project.write("conftest.py", PYTHON_REVISE.replace("{answer}", "0"))
     project.marked_test(marker="max_iter=3")  # no shell revise at all

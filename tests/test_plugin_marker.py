@@ -75,6 +75,7 @@ def test_without_loop_flag_a_bad_marker_is_not_an_error(project: Project) -> Non
 # -- every verdict under --loop ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_success_repairs_the_test_in_a_fresh_process(project: Project) -> None:
     project.marked_test(marker=f"revise={FIX_ADD!r}, max_iter=3")
     result = project.run("--loop", "-v")
@@ -271,6 +272,7 @@ def test_fan_out_without_git_or_scope_is_a_usage_error(project: Project) -> None
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
 
 
+@pytest.mark.slow
 def test_a_marker_fans_the_repair_out_into_branches(project: Project) -> None:
     # branch 0 fixes the bug; branch 1 breaks the test file (read-only: discarded)
     project.write("fix.sh", f"""\

@@ -175,6 +175,7 @@ def test_each_layer_overrides_the_ones_below(project: Project, monkeypatch: pyte
     assert revise.startswith(f"loops: revise: {r};")
 
 
+@pytest.mark.slow
 def test_the_settings_in_effect_reach_the_loop(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     # revise from ini, max_iter from the environment, no_progress_k from the command line
     project.write("pytest.ini", "[pytest]\nloop_revise = python note.py notes.txt tried\nloop_max_iter = 5\n")

@@ -343,6 +343,7 @@ def test_tests_with_failing_subtests_are_repaired_once_each(project: Project, ar
     assert "regression" not in reasons  # the unittest case "passed" itself while its subTests failed
 
 
+@pytest.mark.slow
 def test_fan_out_judges_each_candidate_in_its_own_copy(project: Project) -> None:
     # branch 0 changes nothing that helps, branch 1 fixes the bug: the candidates' own
     # reruns (in their copies, with the session's --rootdir moved there) tell them apart

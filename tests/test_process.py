@@ -1014,6 +1014,7 @@ def test_one_pump_by_default_stops_after_a_few_chunks_of_an_endless_flood(tmp_pa
     assert len(reads) <= 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cgroup", ["off", None], ids=["no-cgroup", "default"])
 def test_commands_run_at_once_never_take_each_other_for_strays(tmp_path, monkeypatch, cgroup):
     # fan-out runs candidates' commands in threads of one runner: a command that ends

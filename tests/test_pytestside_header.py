@@ -45,6 +45,7 @@ def test_header_names_session_wide_settings_and_points_to_each_loop(project: Pro
     assert "loops: max_iter=" not in result.stdout.str()
 
 
+@pytest.mark.slow
 def test_a_marker_loop_prints_its_own_settings_not_the_session_defaults(project: Project) -> None:
     project.marked_test(marker=f"revise={FIX_ADD!r}, max_iter=3, budget_seconds=45")
     result = project.run("--loop")
@@ -67,6 +68,7 @@ def test_a_loop_file_loop_prints_its_own_settings(project: Project) -> None:
         "escalate_after=0 revise=python note.py done.txt"]
 
 
+@pytest.mark.slow
 def test_the_session_fix_loop_prints_its_settings(project: Project) -> None:
     project.write("test_calc.py", "import calc\n\ndef test_add():\n    assert calc.add(2, 3) == 5\n")
     result = project.run("--loop", f"--loop-revise={FIX_ADD}", "--loop-max-iter=2", "--loop-budget-seconds=0")

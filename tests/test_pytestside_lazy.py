@@ -179,6 +179,7 @@ def test_a_loop_registers_the_per_report_hooks_and_is_not_called_nothing(project
     assert NOTHING_LINE not in result.stdout.str()
 
 
+@pytest.mark.slow
 def test_under_xdist_the_controller_hears_whether_a_worker_had_anything_to_loop(project: Project) -> None:
     project.write("conftest.py", REPORT_HOOKS_PROBE)
     for i in range(3):

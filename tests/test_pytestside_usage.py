@@ -81,6 +81,7 @@ def test_a_bad_option_value_is_one_line(project: Project, mode: str, code: int) 
     one_error_line(result, "--loop-max-iter: 'abc' is not a valid max_iter")
 
 
+@pytest.mark.slow
 def test_resuming_an_untrusted_run_log_is_one_line_and_64(project: Project) -> None:
     project.marked_test(marker="revise='python sleep.py 30', budget_seconds=1")
     first = project.run("--loop", "--loop-exitcode=verdict")

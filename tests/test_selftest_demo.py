@@ -10,6 +10,7 @@ from pytest_loops.artifacts.lessons_page import LessonsPage
 from pytest_loops.cli import selftest
 
 
+@pytest.mark.slow
 def test_selftest_holds_and_writes_nothing_outside_a_temp_dir(cli, tmp_path):
     cwd, home, tmp = tmp_path / "cwd", tmp_path / "home", tmp_path / "tmp"
     for d in (cwd, home, tmp):
@@ -29,6 +30,7 @@ def test_selftest_holds_and_writes_nothing_outside_a_temp_dir(cli, tmp_path):
     assert list(home.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_selftest_quiet_prints_only_the_summary(cli, tmp_path):
     proc = cli("selftest", "--quiet", env={"TMPDIR": str(tmp_path)})
     assert proc.returncode == 0

@@ -159,6 +159,7 @@ def _ran(project: Project, artifacts: str) -> set[str]:
     return {u["id"] for u in record["units"]}
 
 
+@pytest.mark.slow
 def test_three_shards_run_every_loop_once_and_deselect_the_rest(project: Project) -> None:
     for n in range(1, 8):
         project.write(f"l{n}.loop", loop_file(n))
@@ -176,6 +177,7 @@ def test_three_shards_run_every_loop_once_and_deselect_the_rest(project: Project
     assert again.ret == 0 and _ran(project, "again") == seen[1], "the same split on every run"
 
 
+@pytest.mark.slow
 def test_shards_compose_with_xdist(project: Project) -> None:
     for n in range(1, 7):
         project.write(f"l{n}.loop", loop_file(n))
@@ -214,6 +216,7 @@ def test_marker_loops_are_split_and_ordinary_tests_run_everywhere(project: Proje
     assert ran[0].isdisjoint(ran[1]) and len(ran[0] | ran[1]) == 4
 
 
+@pytest.mark.slow
 def test_an_empty_shard_exits_five_like_any_run_with_nothing_selected(project: Project) -> None:
     project.write("l1.loop", loop_file(1))
     results = [project.run("--loop", f"--loop-shard={i}/2", f"--loop-artifacts=art{i}") for i in (1, 2)]
@@ -249,6 +252,7 @@ def _raising_bugs() -> dict[str, str]:
     return files
 
 
+@pytest.mark.slow
 def test_the_fix_loop_splits_failing_tests_by_the_code_they_fail_in(project: Project) -> None:
     for name, text in _raising_bugs().items():
         project.write(name, text)

@@ -176,6 +176,7 @@ SPEND = ("import json, os\n"
          "json.dump(spent, open(os.environ['LOOP_USAGE_FILE'], 'w'))\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["option", "marker"])
 def test_pytest_loops_stop_on_max_cost_with_the_budget_verdict(pytester, how):
     pytester.makepyfile(spend=SPEND)

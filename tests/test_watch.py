@@ -499,6 +499,7 @@ def test_max_iter_zero_is_bad_input_in_run_too(work: Path) -> None:
         "pytest-loops: error: --max-iter: '0' is not a valid max_iter; valid: an integer >= 1 (the cap is always on)"]
 
 
+@pytest.mark.slow
 def test_a_file_watch_fixes_a_change_idles_on_a_rewrite_and_ends_on_silence(work: Path) -> None:
     (work / "w.loop").write_text(LOOP.format(extra="  watch: calc.txt\n  silence: 3s\n"))
     proc = start("watch", "w.loop", "--watch-interval", "0.05", cwd=work)

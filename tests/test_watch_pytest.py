@@ -63,6 +63,7 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
+@pytest.mark.slow
 def test_reruns_only_the_failing_tests_after_an_edit_then_the_whole_selection(project: pytest.Pytester) -> None:
     result = project.runpytest_subprocess(
         "--loop-watch", "--loop-watch-poll=sh poll.sh", "--loop-watch-interval=0.05",
@@ -86,6 +87,7 @@ def test_reruns_only_the_failing_tests_after_an_edit_then_the_whole_selection(pr
         ("NO_PROGRESS", 1, False), ("SUCCESS", 2, True)]
 
 
+@pytest.mark.slow
 def test_an_edit_of_the_code_is_a_tick(project: pytest.Pytester) -> None:
     """The files under the rootdir are the source; what the runs write there is no tick."""
     import subprocess
