@@ -88,8 +88,8 @@ def cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """PYTEST_LOOPS_SLOW_SLICE=I/K keeps, of the tests marked slow, the I-th of K slices
     (by a digest of each test's id, so a test stays in its slice from run to run); the
-    tests not marked slow all stay. CI's slow tail runs one slice per commit, the slices
-    in turn; `-m slow` without the variable runs them all."""
+    tests not marked slow all stay. CI's slow tail runs the slice the commit's hash picks;
+    `-m slow` without the variable runs them all."""
     value = os.environ.get("PYTEST_LOOPS_SLOW_SLICE", "")
     if not value:
         return
@@ -101,7 +101,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise ValueError
     except ValueError:
         raise pytest.UsageError(f"PYTEST_LOOPS_SLOW_SLICE={value!r}: give I/K with 0 <= I < K, "
-                                "e.g. 0/3") from None
+                                "e.g. 0/4") from None
     keep, drop = [], []
     for item in items:
         slow = item.get_closest_marker("slow") is not None

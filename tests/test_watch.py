@@ -350,14 +350,14 @@ def start(*args: str, cwd: Path) -> subprocess.Popen[str]:
 
 
 def ended_by(proc: subprocess.Popen[str], limit: float = 60.0) -> tuple[str, str]:
-    """The output of a watch that was told to stop; one still running after ``limit``
+    """The output of a watch that should end now; one still running after ``limit``
     seconds (a hard limit, never a timed assertion) fails the test with its stacks."""
     try:
         return proc.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
         out, err = proc.communicate(timeout=30)
-        raise AssertionError(f"the watch did not end within {limit:g}s of the signal\n"
+        raise AssertionError(f"the watch did not end within {limit:g}s\n"
                              f"--- stdout ---\n{out}\n--- stderr ---\n{err}") from None
 
 
