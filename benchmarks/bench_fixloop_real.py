@@ -107,13 +107,27 @@ def one_round(root: Path, env: dict[str, str], workers: int, counter: Path) -> d
     _set(root, True)
     counter.unlink(missing_ok=True)
     first = _pytest(root, loop_env, loop_args, expect=0)
+    recorded_s, recorded = _wait_for_recorder(state)  # outside the timing: the user goes on meanwhile
     # the repeat, with what the first loop stored
     _set(root, True)
     counter.unlink(missing_ok=True)
     repeat = _pytest(root, loop_env, loop_args, expect=0)
     _set(root, False)
     return {"minimum": minimum, "full": full.seconds, "first": first.seconds, "repeat": repeat.seconds,
-            "first_cpu": first.cpu, "repeat_cpu": repeat.cpu, "failing": float(len(failing))}
+            "first_cpu": first.cpu, "repeat_cpu": repeat.cpu, "failing": float(len(failing)),
+            "recorded_s": recorded_s, "recorded": recorded}
+
+
+def _wait_for_recorder(state: Path) -> tuple[float, str]:
+    """Wait for the impact map's background recorder (``impact_map = background``), when
+    the first loop started one: how long after the loop it was done, and its result."""
+    try:
+        from pytest_loops.localization import recorder
+    except ImportError:  # a version without it: the map was measured in the judged run
+        return 0.0, ""
+    start = time.perf_counter()
+    results = [str(recorder.wait(path, 3600).get("result") or "") for path in (state / "impact").glob("*.recording")]
+    return time.perf_counter() - start, "; ".join(results)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  repeat                         {med([r['repeat'] for r in rows]):7.1f} s  {repeat:.2f}x  "
                   f"(target <= {REPEAT_TARGET}x: {'met' if repeat <= REPEAT_TARGET else 'not met'}; "
                   f"CPU {med([r['repeat_cpu'] for r in rows]):.1f} s)")
+            if rows[0]["recorded"]:
+                later = med([r["recorded_s"] for r in rows])
+                print(f"  background recorder: done {later:.1f} s after the first loop: {rows[0]['recorded']}")
     return 0
 
 

@@ -430,6 +430,13 @@ SETTINGS: tuple[Setting, ...] = (
             "test when there is no map) or 'full' (every test the session ran)", "choice", "affected",
             choices=("affected", "full"), valid="affected, full", option="--loop-confirm", ini="loop_confirm",
             env="PYTEST_LOOPS_CONFIRM", sample="full"),
+    Setting("impact_map", "how the session fix-loop records the impact map a later loop's clean-room run "
+            "selects its tests by: 'background' (default: after a SUCCESS whose judged run covered every test, "
+            "one run under per-test coverage in a detached process at low priority; the judged run itself runs "
+            "plain), 'inline' (the judged run itself runs under coverage: slower, nothing left running) or "
+            "'off'", "choice", "background", choices=("background", "inline", "off"),
+            valid="background, inline, off", option="--loop-impact-map", ini="loop_impact_map",
+            env="PYTEST_LOOPS_IMPACT_MAP", sample="inline"),
     Setting("audit", "the diff audit of a revise step's in-scope changes (hard-coded failing inputs, constant "
             "__eq__, pytest, the clock, the environment or sys.path in library code, added exits, files that are "
             "not text): 'error' (default) ends the loop ESCALATE, "

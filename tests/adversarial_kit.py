@@ -1115,6 +1115,7 @@ def child_env(base: Path, tier: str | None = None) -> dict[str, str]:
     env["XDG_STATE_HOME"] = str(base / "state")
     env["PYTEST_LOOPS_SANDBOX"] = tier or os.environ.get("PYTEST_LOOPS_SANDBOX", "auto")  # a floor test: none
     env["PYTEST_LOOPS_SANDBOX_WRITABLE"] = str(base / "evidence")
+    env["PYTEST_LOOPS_IMPACT_MAP"] = os.environ.get("PYTEST_LOOPS_IMPACT_MAP", "background")  # conftest.py
     return env
 
 
@@ -1635,7 +1636,28 @@ def _map_loop(project: Project, phase: str) -> Outcome:
             timed_out = True
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    wait_for_recorder(project)
     return Outcome("session", command, proc.returncode, out_path.read_text(errors="replace"), timed_out)
+
+
+def wait_for_recorder(project: Project, timeout: float = TIMEOUT) -> str:
+    """Wait for the impact map's background recorder a loop of ``project`` started, if
+    any; its result line, also appended to the evidence's ``recordings.txt``."""
+    from pytest_loops.localization import recorder
+
+    results = [str(recorder.wait(path, timeout).get("result") or "")
+               for path in sorted((project.base / "state" / "pytest-loops" / "impact").glob("*.recording"))]
+    with open(project.evidence / "recordings.txt", "a", encoding="utf-8") as f:
+        f.writelines(r + "\n" for r in results)
+    return " ".join(results)
+
+
+def map_stored(project: Project) -> bool:
+    """Whether a loop of ``project`` stored its impact map: measured in its judged run
+    (inline), or by the recorder after its verdict (background)."""
+    recordings = project.evidence / "recordings.txt"
+    said = " ".join(judged_reasons(project)) + (recordings.read_text() if recordings.exists() else "")
+    return "test(s) stored for the next loop" in said
 
 
 def _map_project(tmp_path: Path, how: str, when: str, other: Path | None = None) -> Project:
@@ -1645,6 +1667,7 @@ def _map_project(tmp_path: Path, how: str, when: str, other: Path | None = None)
     tampering = MAP_PRELUDE.format(how=how, other=str(other or ""), root=os.path.realpath(project.root),
                                    config=str(project.root / "pyproject.toml"))
     (project.evidence / "revise.py").write_text(prelude + tampering + MAP_PHASES.format(now=when == "now"))
+    project.env["PYTEST_LOOPS_IMPACT_MAP"] = "background"  # the default: the map is recorded after the verdict
     return project
 
 

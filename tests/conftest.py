@@ -43,6 +43,12 @@ if "XDG_STATE_HOME" not in os.environ or "pytest-loops-tests-" not in os.environ
 for _ci in ("CI", "BUILD_NUMBER"):
     os.environ.pop(_ci, None)
 
+# The session fix-loop's impact map is measured in its judged run here ('inline'), not by a
+# detached recorder after the verdict (the default, 'background'): a test's tree is removed
+# when it ends, and no process of the suite outlives its test. The recorder's own tests
+# (test_fixloop_background_map.py, the map attacks) ask for 'background' and wait for it.
+os.environ.setdefault("PYTEST_LOOPS_IMPACT_MAP", "inline")
+
 
 @pytest.fixture(autouse=True)
 def sandbox_writable(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:

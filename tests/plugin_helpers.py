@@ -83,6 +83,9 @@ for path, text in steps.get(os.environ["LOOP_ITERATION"], {}).items():
 FIX_ADD = 'python edit.py calc.py "a - b  # BUG" "a + b"'
 
 # Settings a nested run would pick up by mistake from the environment of this suite.
+# the suite's own settings (conftest.py), which every nested run keeps: the isolation tier,
+# and how the session fix-loop records its impact map
+SUITE_SETTINGS = ("PYTEST_LOOPS_SANDBOX", "PYTEST_LOOPS_IMPACT_MAP")
 _LEAKY_PREFIXES = ("PYTEST_LOOPS_", "LOOP_", "PYTEST_XDIST_")
 _LEAKY_NAMES = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")
 
@@ -96,7 +99,7 @@ class Project:
         self.pytester = pytester
         for name in list(os.environ):
             if (name.startswith(_LEAKY_PREFIXES) or name in _LEAKY_NAMES) \
-                    and not name.startswith("PYTEST_LOOPS_SANDBOX"):  # the suite's (conftest.py)
+                    and not name.startswith(SUITE_SETTINGS):  # the suite's (conftest.py)
                 monkeypatch.delenv(name)
         self.path = pytester.path / "proj"
         self.path.mkdir()
@@ -194,7 +197,7 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This environment without settings a nested run would pick up by mistake."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) and k != "PYTEST_ADDOPTS"
-           or k.startswith("PYTEST_LOOPS_SANDBOX")}  # the suite's isolation settings (conftest.py)
+           or k.startswith(SUITE_SETTINGS)}  # the suite's isolation settings (conftest.py)
     env.update(extra or {})
     return env
 
@@ -222,6 +225,6 @@ def tier_params() -> list:
 def loop_env(tier: str) -> dict[str, str]:
     """This process's environment without the harness's variables, the tier chosen."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) or k == "PYTEST_LOOPS_SANDBOX_WRITABLE"}
+           if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) or k in ("PYTEST_LOOPS_SANDBOX_WRITABLE", "PYTEST_LOOPS_IMPACT_MAP")}
     env["PYTEST_LOOPS_SANDBOX"] = tier
     return env

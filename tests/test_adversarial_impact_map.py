@@ -34,7 +34,9 @@ def test_a_tampered_impact_map_earns_nothing(how: str, when: str, tmp_path: Path
     *greens, attacked = outcomes
     for outcome in greens:  # genuine fixes: SUCCESS, and the first stored the map
         assert outcome.returncode == 0, outcome.tail()
-    assert "test(s) stored for the next loop" in " ".join(kit.judged_reasons(project))
+    # stored by the recorder, after the first genuine loop's verdict: its judged run ran unmeasured
+    assert kit.map_stored(project)
+    assert "its impact map is recorded in the background after the verdict" in " ".join(kit.judged_reasons(project))
     tampered = outcomes[-2].output
     if when == "earlier" and how != "delete":  # the loop that tampered judged by the map it read;
         # what was written into the store meanwhile is not left for a later loop

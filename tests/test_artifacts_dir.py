@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from plugin_helpers import SUITE_SETTINGS
 
 from pytest_loops.cli import main as cli
 from pytest_loops.runtime.outpaths import GITIGNORE
@@ -14,7 +15,7 @@ from pytest_loops.runtime.outpaths import GITIGNORE
 @pytest.fixture(autouse=True)
 def _quiet_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in [k for k in os.environ
-                if k.startswith(("PYTEST_LOOPS_", "LOOP_")) and not k.startswith("PYTEST_LOOPS_SANDBOX")]:
+                if k.startswith(("PYTEST_LOOPS_", "LOOP_")) and not k.startswith(SUITE_SETTINGS)]:
         monkeypatch.delenv(key)
 
 

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from plugin_helpers import SUITE_SETTINGS
 
 from pytest_loops.core.checks import CHILD_ENV
 from pytest_loops.localization import covctx as _covctx
@@ -116,7 +117,7 @@ ALL = [ADD, SCALE, SUB, SUB_NEG, SUB_ZERO, OFFSET]
 def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items()
             if not k.startswith(("PYTEST_LOOPS_", "LOOP_", "COVERAGE_")) and k != "PYTEST_ADDOPTS"
-            or k.startswith("PYTEST_LOOPS_SANDBOX")}
+            or k.startswith(SUITE_SETTINGS)}
 
 
 def make_project(root: Path) -> Path:

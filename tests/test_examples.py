@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from plugin_helpers import kernel_tier
+from plugin_helpers import SUITE_SETTINGS, kernel_tier
 
 from pytest_loops.sources import load_any
 from pytest_loops.verdict import Verdict
@@ -87,7 +87,7 @@ def documented_commands(text: str) -> list[tuple[str, int, str]]:
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) and k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
-           or k.startswith("PYTEST_LOOPS_SANDBOX")}  # the suite's isolation settings (conftest.py)
+           or k.startswith(SUITE_SETTINGS)}  # the suite's isolation settings (conftest.py)
     env["PATH"] = os.pathsep.join([os.path.dirname(PY), env.get("PATH", "")])
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     env["PY_COLORS"] = "0"

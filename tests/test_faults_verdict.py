@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from plugin_helpers import clean_env
+from plugin_helpers import SUITE_SETTINGS, clean_env
 
 from pytest_loops.artifacts import handoff, provenance, runlog
 from pytest_loops.artifacts.runlog import load_runlog
@@ -161,7 +161,7 @@ def test_cli_write_point_fails_verdict_stands(point: str, tmp_path: Path, monkey
 
         monkeypatch.setattr(module, name, failing)
     for key in [k for k in os.environ
-                if k.startswith(("PYTEST_LOOPS_", "LOOP_")) and not k.startswith("PYTEST_LOOPS_SANDBOX")]:
+                if k.startswith(("PYTEST_LOOPS_", "LOOP_")) and not k.startswith(SUITE_SETTINGS)]:
         monkeypatch.delenv(key)
     art = tmp_path / "art"
     code = cli.main(["run", "--verify", "false", "--revise", "true", "--max-iter", "2", "--no-progress-k", "0",

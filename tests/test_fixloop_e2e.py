@@ -22,6 +22,8 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Proje
 @pytest.mark.parametrize(("args", "env", "needle"), [
     (["--loop-suspects-cap=abc"], {}, "--loop-suspects-cap: 'abc' is not a valid suspects_cap"),
     (["--loop-confirm=some"], {}, "--loop-confirm: 'some' is not a valid confirm"),
+    (["--loop-impact-map=sometimes"], {}, "--loop-impact-map: 'sometimes' is not a valid impact_map"),
+    ([], {"PYTEST_LOOPS_IMPACT_MAP": "later"}, "environment variable PYTEST_LOOPS_IMPACT_MAP"),
     ([], {"PYTEST_LOOPS_CONFIRM": "every"}, "environment variable PYTEST_LOOPS_CONFIRM"),
     ([], {"PYTEST_LOOPS_SUSPECTS_CAP": "-3"}, "PYTEST_LOOPS_SUSPECTS_CAP"),
 ])

@@ -27,6 +27,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from plugin_helpers import SUITE_SETTINGS
 
 from pytest_loops import LoopUsageError
 from pytest_loops.artifacts.runlog import RunLogWriter, load_runlog, sign_events, sign_summary
@@ -87,7 +88,7 @@ def scratch(base: Path) -> Iterator[Path]:
 def _no_settings_from_the_environment(monkeypatch):
     """In-process runs read PYTEST_LOOPS_* like the console script would."""
     for name in list(os.environ):
-        if name.startswith(("PYTEST_LOOPS_", "LOOP_")) and not name.startswith("PYTEST_LOOPS_SANDBOX"):
+        if name.startswith(("PYTEST_LOOPS_", "LOOP_")) and not name.startswith(SUITE_SETTINGS):
             monkeypatch.delenv(name)
     monkeypatch.setattr("pytest_loops.runtime.process.ProcessRunner", InstantRunner)
 

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
+from plugin_helpers import SUITE_SETTINGS
 
 from pytest_loops.artifacts.runlog import load_runlog
 
@@ -38,7 +39,7 @@ _LEAKY_NAMES = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This environment without settings a nested run would pick up by mistake."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_LEAKY_PREFIXES) and k not in _LEAKY_NAMES
-           or k.startswith("PYTEST_LOOPS_SANDBOX")}  # the suite's isolation settings (conftest.py)
+           or k.startswith(SUITE_SETTINGS)}  # the suite's isolation settings (conftest.py)
     env.update(extra or {})
     return env
 

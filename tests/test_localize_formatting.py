@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from plugin_helpers import SUITE_SETTINGS
 
 from pytest_loops.localization import impact as impact_module
 from pytest_loops.localization.impact import STAT_ONLY, ImpactMap
@@ -69,7 +70,7 @@ class TestSub(unittest.TestCase):
 def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items()
             if not k.startswith(("PYTEST_LOOPS_", "LOOP_", "COVERAGE_")) and k != "PYTEST_ADDOPTS"
-            or k.startswith("PYTEST_LOOPS_SANDBOX")}
+            or k.startswith(SUITE_SETTINGS)}
 
 
 @pytest.fixture(scope="module")

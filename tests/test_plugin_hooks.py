@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from plugin_helpers import BUGGY_CALC, FIX_ADD, Project
+from plugin_helpers import BUGGY_CALC, FIX_ADD, SUITE_SETTINGS, Project
 
 PYTHON_REVISE = """\
 from pathlib import Path
@@ -182,7 +182,7 @@ def test_standalone_runner_with_a_revise_plugin_module(tmp_path: Path) -> None:
     plugins.mkdir()
     (plugins / "calc_fixer.py").write_text(STANDALONE_PLUGIN)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_LOOPS_", "LOOP_", "PYTEST_XDIST_"))
-           or k.startswith("PYTEST_LOOPS_SANDBOX")}
+           or k.startswith(SUITE_SETTINGS)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(plugins), env.get("PYTHONPATH")]))
     verify = textwrap.dedent(f"""{sys.executable} -c 'import calc; assert calc.add(2, 3) == 5'""")
     # the shell revise could not even start: the plugin's hook answers first

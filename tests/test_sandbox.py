@@ -24,6 +24,7 @@ import venv
 from pathlib import Path
 
 import pytest
+from plugin_helpers import SUITE_SETTINGS
 
 from pytest_loops.sandbox import Policy, SandboxUnavailable, Tier, bwrap, choose, survey
 
@@ -49,7 +50,7 @@ def run(root: Path, revise: str, *args: str, env: dict[str, str] | None = None,
         verify: str = "python -m pytest -q -p no:cacheprovider tests") -> subprocess.CompletedProcess[str]:
     (root / "revise.sh").write_text(revise)
     full = {k: v for k, v in os.environ.items()
-            if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) or k.startswith("PYTEST_LOOPS_SANDBOX")}
+            if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) or k.startswith(SUITE_SETTINGS)}
     full.update(env or {})
     return subprocess.run([sys.executable, "-m", "pytest_loops", "run", "--verify", verify, "--revise", "sh revise.sh",
                            "--max-iter", "3", *args], cwd=root, env=full, capture_output=True, text=True, timeout=180)
@@ -97,7 +98,7 @@ def test_pytest_refuses_a_missing_tier_as_a_usage_error(monkeypatch, pytester: p
 
 
 def test_a_bad_tier_name_is_one_line_on_every_surface(tmp_path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_LOOPS_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_LOOPS_") or k == "PYTEST_LOOPS_IMPACT_MAP"}
     done = subprocess.run([sys.executable, "-m", "pytest_loops", "run", "--verify", "true", "--sandbox", "jail"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 64 and "--sandbox" in done.stderr and "Traceback" not in done.stderr, done.stderr
@@ -459,7 +460,7 @@ def test_the_namespaces_tier_holds_for_a_user_without_privileges(tmp_path) -> No
         pytest.skip("cannot make a user namespace here to run as a user without privileges")
     root = project(tmp_path / "proj")
     (root / "revise.sh").write_text("echo 'def test_add(): pass' > tests/test_calc.py\n" + FIX)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_LOOPS_", "LOOP_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) or k == "PYTEST_LOOPS_IMPACT_MAP"}
     done = subprocess.run([unshare, "--user", "--map-user=1000", "--map-group=1000", sys.executable, "-m",
                            "pytest_loops", "run", "--verify", "python -m pytest -q -p no:cacheprovider tests",
                            "--revise", "sh revise.sh", "--sandbox", "namespaces"],

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from plugin_helpers import SUITE_SETTINGS
 
 from pytest_loops.artifacts.runlog import load_runlog, sign_events, sign_summary
 from pytest_loops.cli import main as cli
@@ -27,7 +28,7 @@ from pytest_loops.spec import LoopSpec
 def state(tmp_path, monkeypatch) -> Path:
     """The run-log key under tmp_path, and no setting from this suite's environment."""
     for name in list(os.environ):
-        if name.startswith(("PYTEST_LOOPS_", "LOOP_")) and not name.startswith("PYTEST_LOOPS_SANDBOX"):
+        if name.startswith(("PYTEST_LOOPS_", "LOOP_")) and not name.startswith(SUITE_SETTINGS):
             monkeypatch.delenv(name)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     return tmp_path / "state"

@@ -19,16 +19,24 @@ map is kept out of the tree and the artifacts directory, and guarded three ways:
   a revise step or a process it started, even signed with the key) is deleted;
   then the map the loop stored, or else the one it read, is put back.
 
+A map recorded after a loop's verdict, in the background
+(:mod:`pytest_loops.localization.recorder`), is stored by :meth:`MapStore.publish`
+only if no loop on the project started while it was measured: each loop marks its
+start with a fresh *generation* (under the store's lock, with the read), and the
+recorder compares it before it writes (under the same lock).
+
 Whether the map is fresh for the files the revise step changed is the map's own
 rule (:meth:`ImpactMap.affected`): any change it cannot vouch for means every test.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from pytest_loops.localization.impact import ImpactMap
 from pytest_loops.runtime.trust import KeyFileError, json_mac, mac_matches, runlog_key, state_dir
@@ -48,6 +56,7 @@ class MapStore:
         self.config = config or ""
         name = hashlib.sha256(json.dumps([self.root, self.config]).encode("utf-8")).hexdigest()[:32]
         self.path = (directory if directory is not None else state_dir() / SUBDIR) / f"{name}.json"
+        self.status_path = self.path.with_suffix(".recording")  # the background recorder's status
         self.held: bytes | None = None  # the entry to store when the loop ends
         self.opened = False  # load() was called: the entry is this loop's until settle()
         self.note = ""
@@ -57,11 +66,13 @@ class MapStore:
         None with :attr:`note` saying why (empty when there is simply none). The entry
         is taken off the disk until :meth:`settle`."""
         self.opened = True
-        impact = self._read()
-        try:
-            self.path.unlink()
-        except OSError:
-            pass
+        with self._locked():
+            self._new_generation()
+            impact = self._read()
+            try:
+                self.path.unlink()
+            except OSError:
+                pass
         if impact is None:
             self.held = None
         return impact
@@ -113,6 +124,64 @@ class MapStore:
         self.held = json.dumps({"map": body, "mac": signature}).encode("utf-8")
         return True
 
+    # -- the lock, and the generation a background recorder checks ------------------------
+
+    def _locked(self) -> Any:
+        """The store's lock (a few milliseconds at a time); without it (a lock that cannot
+        be had within 10 s, a directory that cannot be made) the operation goes on alone."""
+        from filelock import FileLock, Timeout
+
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            return FileLock(str(self.path.with_suffix(".lock"))).acquire(timeout=10)  # released on exit
+        except (OSError, Timeout):
+            return contextlib.nullcontext()
+
+    @property
+    def _generation_path(self) -> Path:
+        return self.path.with_suffix(".generation")
+
+    def _new_generation(self) -> None:
+        try:
+            tmp = self._generation_path.with_name(f".{self._generation_path.name}.{os.getpid()}.tmp")
+            tmp.write_text(os.urandom(16).hex(), encoding="ascii")
+            os.replace(tmp, self._generation_path)
+        except OSError:
+            pass
+
+    def generation(self) -> str:
+        """The mark of the last loop that started on this store ("" before any)."""
+        try:
+            return self._generation_path.read_text(encoding="ascii")
+        except (OSError, UnicodeDecodeError):
+            return ""
+
+    def publish(self, impact: ImpactMap, generation: str, tests: int) -> str:
+        """Store ``impact`` (recorded after a verdict) now, unless a loop started since
+        ``generation`` was read; the result line."""
+        if not self.save(impact):
+            return "no impact map: it could not be signed (no run-log key)"
+        with self._locked():
+            if self.generation() != generation:
+                return "no impact map: a loop on this project started while it was measured"
+            if not self._write_held():
+                return f"no impact map: it could not be written to {self.path}"
+        return f"impact map of {tests} test(s) stored for the next loop"
+
+    def _write_held(self) -> bool:
+        if self.held is None:
+            return False
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(self.held)
+            os.replace(tmp, self.path)
+        except OSError:
+            return False
+        return True
+
     def settle(self) -> str:
         """At the end of a loop: delete an entry that appeared while it ran, then store the
         map it holds (the one it saved, else the one it read). Returns a note ("" when
@@ -127,13 +196,7 @@ class MapStore:
             except OSError as exc:
                 return f"the stored impact map {self.path} was written during the loop and could not be deleted: {exc}"
         if self.held is not None:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-                tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
-                with os.fdopen(fd, "wb") as f:
-                    f.write(self.held)
-                os.replace(tmp, self.path)
-            except OSError:
-                pass
+            with self._locked():
+                self._write_held()
         return note
+

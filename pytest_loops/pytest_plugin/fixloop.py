@@ -10,9 +10,11 @@ the session and fails there is a regression: the loop goes on, and if it ends
 before a revise repairs it, the reason names it.
 
 The map is made in iteration 1 (localization that covered every test) or comes
-from an earlier loop on the tree: a green judged run of every test runs under
-per-test coverage and stores its map, signed, outside the tree
-(:mod:`pytest_loops.localization.mapstore`); it is read before the first revise.
+from an earlier loop on the tree: after a SUCCESS whose judged run covered every
+test, the tests run once more under per-test coverage in a detached process
+(``impact_map = background``, :mod:`pytest_loops.localization.recorder`), or the
+judged run itself runs under it (``inline``); the map is stored, signed, outside
+the tree (:mod:`pytest_loops.localization.mapstore`); it is read before the first revise.
 With such a stored map fresh, the first suspects come from it, and from
 iteration 2 the judged run is the rerun (none in the working tree).
 """
@@ -90,7 +92,8 @@ class SessionFixCheck:
                  report_s: dict[str, float] | None = None,
                  plain_run_s: float = 0.0, startup_s: float = 0.0, collect_s: float = 0.0, test_files: int = 0,
                  cap: tuple[str, float] | None = None,
-                 localize: bool = False, confirm: str = "full", workers: Any = None, store: Any = None) -> None:
+                 localize: bool = False, confirm: str = "full", impact_map: str = "inline", workers: Any = None,
+                 store: Any = None) -> None:
         from pytest_loops.localization.localize import DEFAULT_CAP
 
         self.original_failing = list(failing)
@@ -116,10 +119,24 @@ class SessionFixCheck:
         self.impact: Any = None
         self.map_note = ""
         self.unrecorded = ""  # why a green judged run of every test stored no map, when it says
+        self.impact_map = impact_map
+        # after a green judged run of every test (impact_map=background): what to record
+        self.background: list[str] = []
+        self.workdir: Path | None = None  # the loop's working directory (not the clean room's)
+        self.tier = ("none", True)  # the loop's isolation tier and network, for the recorder
         if store is not None and confirm == "affected":
             self.impact = store.load()
-            self.map_note = store.note
+            self.map_note = store.note or self._recording_note()
         self.stored: Any = self.impact
+
+    def _recording_note(self) -> str:
+        """Why there is no stored map, when a background recording says."""
+        from pytest_loops.localization import recorder
+
+        if recorder.running(self.store.status_path):
+            return "it is being recorded in the background: not used this time"
+        result = str(recorder.status(self.store.status_path).get("result") or "")
+        return f"the last background recording: {result}" if result.startswith("no impact map") else ""
 
     def _run(self, ids: list[str], context: LoopContext, label: str, spectra: Path | None = None,
              peers: list[str] | None = None, record: bool = True) -> tuple[CommandResult, set[str]]:
@@ -207,7 +224,7 @@ class SessionFixCheck:
             if self.workers:
                 extra += ["-n", str(self.workers)]
             extra_env = {**channel.extra_env(), "PYTHONSAFEPATH": "1"}
-            mapping = self._mapping(room, ids)
+            mapping = self._mapping(room, ids) if self.impact_map == "inline" else None
             if mapping is not None:  # every test, one process: measured for the next loop's map
                 extra = ["-p", mapping.plugin, *extra]
                 extra_env.update(mapping.env)
@@ -232,17 +249,28 @@ class SessionFixCheck:
             what = (f"{len(failing)} failing: " + ", ".join(failing[:5]) if failing
                     else f"pytest exited {cmd.exit_code}")
             return self._result(check, cmd, False, self._reason(f"clean room, {scope}: {what}"))
-        recorded = self._record_map(mapping, ids, record.passed) if mapping is not None else self.unrecorded
+        if mapping is not None:
+            recorded = self._record_map(mapping, ids, record.passed)
+        elif self.impact_map != "inline" and self._mapping(room, ids, measured=False) is not None:
+            self.background = list(ids)
+            self._keep_tier(context)
+            recorded = "; its impact map is recorded in the background after the verdict"
+        else:
+            recorded = self.unrecorded
         return self._result(check, cmd, True,
                             f"clean room: all {len(ids)} test(s) passed (witnessed); {scope}{recorded}")
 
     # -- the impact map of the next loop ------------------------------------------------------
 
-    def _mapping(self, room: Any, ids: list[str]) -> _Mapping | None:
+    def _mapping(self, room: Any, ids: list[str], *, measured: bool = True) -> _Mapping | None:
         """How the judged run is measured when it runs every test and no map chose it,
-        so that a later loop on this tree can judge only what its changes reach."""
-        if (self.store is None or self.confirm != "affected" or self.workers or self.rootdir is None
-                or ids != self._everything()):
+        so that a later loop on this tree can judge only what its changes reach
+        (``measured=False``: whether a map is wanted at all, the recorder measuring it)."""
+        if self.impact_map == "off" and self.store is not None and self.confirm == "affected":
+            self.unrecorded = "; no impact map recorded (impact_map=off)"
+            return None
+        if (self.store is None or self.confirm != "affected" or (self.workers and measured)
+                or self.rootdir is None or ids != self._everything()):
             return None
         if any(os.environ.get(name) for name in CI_VARIABLES):
             # a CI job's state directory does not outlive it: measuring would cost its
@@ -256,12 +284,41 @@ class SessionFixCheck:
         root = relative_to_room(os.path.realpath(self.rootdir), room)
         if not str(root).startswith(room.root + os.sep) and str(root) != room.root:
             return None  # the rootdir is outside the tree the clean room copies
+        if not measured:
+            from pytest_loops.localization import recorder
+
+            if recorder.running(self.store.status_path):
+                self.unrecorded = "; no impact map recorded: one is being recorded in the background already"
+                return None
+            return _Mapping(PLUGIN, {}, Path(), root, ({}, 0))
         data = Path(room.parent) / "judged-spectra.json"
         # the judged run sees the room at the project's own path when it is mounted there
         seen_at = os.path.realpath(self.rootdir) if room.mounted_at else root
         _, env = spectra_command(seen_at, [], data_file=data, base_env=room.env)
         env.pop(CHILD_ENV, None)
         return _Mapping(PLUGIN, env, data, root, snapshot(root))
+
+    def _keep_tier(self, context: LoopContext) -> None:
+        confine = context.confine
+        choice = getattr(confine, "choice", None)
+        if choice is not None:
+            self.tier = (str(choice.tier.value), bool(getattr(confine, "network", True)))
+
+    def record_in_background(self, verdict: Any) -> str:
+        """After the loop: start the recorder of the map its judged run left unmeasured
+        (a SUCCESS whose judged run covered every test); the note ("" when none)."""
+        from pytest_loops.verdict import Verdict
+
+        if not self.background or verdict is not Verdict.SUCCESS or self.store is None:
+            return ""
+        from pytest_loops.localization import recorder
+        from pytest_loops.runtime.reaper import TAG_VARIABLE
+
+        env = {k: v for k, v in os.environ.items() if k != TAG_VARIABLE and not k.startswith("PYTEST_XDIST_")}
+        env.pop("PYTEST_CURRENT_TEST", None)
+        tier, network = self.tier
+        return recorder.launch(self.store, workdir=str(self.workdir or self.rootdir), args=self.pytest_args,
+                               ids=self.background, tier=tier, network=network, env=env)
 
     def _record_map(self, mapping: _Mapping, ids: list[str], witnessed: set[str]) -> str:
         """Store the map of a green judged run of every test; the note for its reason."""
@@ -431,6 +488,8 @@ class SessionFixCheck:
             return None
         if context.clean_room is not None:
             return self._judged(check, context)
+        if self.workdir is None and context.branch is None:
+            self.workdir = Path(context.workdir)
         if context.branch is not None:
             return self._candidate(check, context)
         if context.iteration == 1:  # the session itself was iteration 1
@@ -523,24 +582,29 @@ def run_session_loop(session: SessionState) -> LoopResult:
             live_write(session.config, lambda reporter: reporter.write_sep("=", banner))
         from pytest_loops.pytest_plugin.closure import session_observed
 
-        return session.run_loop(spec, observed=session_observed(str(session.rootdir)))
+        result = session.run_loop(spec, observed=session_observed(str(session.rootdir)))
     finally:
         pm.unregister(fixer)
         note = store.settle()
         if note and reporter is not None:
             live_write(session.config, lambda reporter: reporter.write_line(shown(f"loop: {note}")))
+    started = fixer.record_in_background(result.verdict)
+    if started and reporter is not None:
+        live_write(session.config, lambda reporter: reporter.write_line(shown(f"loop: {started}")))
+    return result
 
 
 def fixloop_options(session: SessionState) -> dict[str, Any]:
     """The session's cost model and the settings of its fix-loop."""
-    cap, confirm = fixloop_settings(session.settings)
+    cap, confirm, impact_map = fixloop_settings(session.settings)
     config = session.config
     workers = None
     if config.pluginmanager.hasplugin("xdist") and getattr(config.option, "numprocesses", None):
         workers = config.option.numprocesses
     return {"rootdir": session.rootdir, "durations": session.durations, "report_s": session.report_s,
             "plain_run_s": session.plain_run_s, "startup_s": session.startup_s, "collect_s": session.collect_s,
-            "test_files": session.test_files, "cap": cap, "confirm": confirm, "workers": workers,
+            "test_files": session.test_files, "cap": cap, "confirm": confirm, "impact_map": impact_map,
+            "workers": workers,
             "localize": choice_value(config, "suspects", SUSPECTS_CHOICES) == "on"}
 
 

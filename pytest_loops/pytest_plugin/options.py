@@ -65,14 +65,15 @@ def sandbox_values(settings: Resolved) -> dict[str, Any]:
             "sandbox_network": True if network is None else bool(network)}
 
 
-def fixloop_settings(settings: Resolved) -> tuple[tuple[str, float], str]:
-    """(suspects_cap, confirm) of the session fix-loop, from the session's settings.
+def fixloop_settings(settings: Resolved) -> tuple[tuple[str, float], str, str]:
+    """(suspects_cap, confirm, impact_map) of the session fix-loop, from the session's settings.
 
     The cap is ``("fraction", f)``, ``("seconds", s)`` or ``("off", 0)`` (see localize.parse_cap)."""
     from pytest_loops.localization.localize import parse_cap
 
     cap = settings.values.get("suspects_cap") or BY_NAME["suspects_cap"].default
-    return parse_cap(cap), settings.values.get("confirm") or BY_NAME["confirm"].default
+    return (parse_cap(cap), settings.values.get("confirm") or BY_NAME["confirm"].default,
+            settings.values.get("impact_map") or BY_NAME["impact_map"].default)
 
 
 def artifact_options(config: pytest.Config):
