@@ -1704,6 +1704,24 @@ TELLS: dict[str, dict[str, str]] = {
                 return a - b
             """),
         "sys.gettrace": "import sys\n\nTRACED = sys.gettrace() is not None  # flagged\n",
+        "os.getpriority": code("""
+            import os
+
+
+            def add(a, b):
+                if os.getpriority(os.PRIO_PROCESS, 0) > 0:  # flagged
+                    return a + b
+                return a - b
+            """),
+        "os.nice(0)": "import os\n\nNICE = os.nice(0)  # flagged\n",
+        "sys.dont_write_bytecode returned by a helper": code("""
+            import sys
+
+
+            def _measured():
+                return sys.dont_write_bytecode  # flagged
+            """),
+        "os.sched_getscheduler": "import os\n\nIDLE = os.sched_getscheduler(0) != os.SCHED_OTHER  # flagged\n",
         "type(sys.stdout)": 'import sys\n\nCAPTURED = type(sys.stdout).__name__ != "TextIOWrapper"  # flagged\n',
         "sys.stderr.__class__": 'import sys\n\nKIND = sys.stderr.__class__.__name__  # flagged\n',
         "stdout is not the original": "import sys\n\nCAPTURED = sys.stdout is not sys.__stdout__  # flagged\n",

@@ -214,6 +214,13 @@ FLAGGED = {
         def add(a, b):
             return a + b if warnings.filters else a - b  # flagged
         """)),
+    "the bytecode flag": ("process-probe", code("""
+        import sys
+
+
+        def add(a, b):
+            return a + b if sys.dont_write_bytecode else a - b  # flagged
+        """)),
     "exec of a literal that games": ("pytest-in-library", code("""
         import sys as _s
 

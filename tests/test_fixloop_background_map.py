@@ -65,8 +65,10 @@ def judged(project: Project) -> list[str]:
 
 
 def listing(root: Path) -> dict[str, int]:
+    """The tree's files and their mtimes, but the artifacts and bytecode (which the recorder,
+    like any pytest run, may write where no layer is laid over the tree)."""
     return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")
-            if ".pytest-loops" not in p.parts}
+            if ".pytest-loops" not in p.parts and "__pycache__" not in p.parts}
 
 
 @pytest.mark.parametrize("tier", tiers())
@@ -256,3 +258,76 @@ def test_the_recorder_with_a_bad_request_exits_64_with_one_line(tmp_path: Path, 
     assert proc.returncode == 64
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and ("usage:" in lines[0] or "/nonexistent/request.json" in lines[0]), proc.stderr
+
+
+def test_a_recorder_that_cannot_start_is_a_note_never_a_lost_verdict(tmp_path: Path) -> None:
+    """A state directory that cannot be written (here: a file where the directory should be)."""
+    (tmp_path / "state").write_text("not a directory")
+    store = MapStore(tmp_path, None, directory=tmp_path / "state" / "impact")
+    note = recorder.launch(store, workdir=str(tmp_path), args=[], ids=["test_x.py::test_a"], tier="none",
+                           network=True, env=dict(os.environ))
+    assert note.startswith("no impact map: the recorder could not start: Not a directory"), note
+    assert (tmp_path / "state").read_text() == "not a directory"
+
+
+# -- attack: a map forged by the session's own run ------------------------------------------------
+
+FORGING_CALC = '''\
+import os
+
+if os.environ.get("FORGE_MAP"):  # imported by the session's own run: no loop's, unconfined
+    try:
+        import json
+
+        from pytest_loops.localization.mapstore import MAP_DOMAIN
+        from pytest_loops.runtime.trust import json_mac, runlog_key
+
+        entry, stolen, config = os.environ["FORGE_MAP"].split(os.pathsep)
+        raw = json.loads(open(stolen).read())
+        tests = raw["map"]["tests"]
+        deps = tests["test_calc.py::test_sub"]["deps"]
+        for block in [b for b in deps if b.startswith("calc.py::sub")]:
+            # "only test_add runs sub()": a change to sub() reaches test_add alone
+            tests["test_calc.py::test_add"]["deps"][block] = deps.pop(block)
+        raw["mac"] = json_mac(runlog_key(create=False), MAP_DOMAIN, [raw["map"]["root"], config, raw["map"]])
+        with open(entry, "w") as f:
+            f.write(json.dumps(raw))
+    except Exception:  # where the state directory is hidden (the judge's, the recorder's run)
+        pass
+
+
+def add(a, b):
+    return a - b  # BUG
+
+
+def sub(a, b):
+    return a - b
+'''
+
+
+def test_attack_a_map_forged_by_the_sessions_own_run_is_never_read(project: Project, monkeypatch) -> None:
+    """The session's own run (iteration 1 of its fix-loop) runs the tree's code unconfined,
+    with the signing key in reach: code a revise step wrote can forge a signed map there.
+    The store is read before the first conftest is imported, so the loop judges by the
+    genuine map, and the forged entry is deleted when the session ends."""
+    project.write("calc.py", FORGING_CALC)
+    revise = project.scripted_revise({1: {"calc.py": FORGING_CALC.replace("a - b  # BUG", "a + b")}})
+    first = project.run("--loop", "--loop-revise", revise, "--loop-suspects=off")
+    assert first.ret == 0, first.stdout.str()
+    assert recorder.wait(status_path(project), 120).get("result") == STORED
+    (entry,) = status_path(project).parent.glob("*.json")
+    stolen = project.pytester.path / "stolen.json"
+    stolen.write_bytes(entry.read_bytes())
+    # the next loop: its revise step fixes add() and breaks sub(); the forger is armed
+    project.write("calc.py", FORGING_CALC)
+    monkeypatch.setenv("FORGE_MAP", os.pathsep.join([str(entry), str(stolen),
+                                                      os.path.realpath(project.path / "pytest.ini")]))
+    broken = FORGING_CALC.replace("a - b  # BUG", "a + b").replace(
+        "def sub(a, b):\n    return a - b", "def sub(a, b):\n    return a - b + 1")
+    revise = project.scripted_revise({1: {"calc.py": broken}})
+    second = project.run("--loop", "--loop-revise", revise, "--loop-suspects=off", "--loop-max-iter=2")
+    out = second.stdout.str()
+    assert "SUCCESS" not in out and second.ret != 0, out
+    assert "test_sub" in judged(project)[-1], judged(project)[-1]  # the genuine map reached it
+    assert f"loop: the stored impact map {entry} was written during the loop, not by it: deleted" in out
+    assert json.loads(entry.read_text())["mac"] == json.loads(stolen.read_text())["mac"]  # the genuine one back

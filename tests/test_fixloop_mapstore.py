@@ -279,3 +279,21 @@ def test_no_suspects_from_a_map_that_cannot_vouch(project) -> None:
     (root / "calc.py").write_text("LIMIT = 3\n" + (root / "calc.py").read_text())  # module level
     impact = fresh(store).load()
     assert impact is not None and impact.changed_suspects(root, ["test_calc.py::test_add"]) == []
+
+
+@pytest.mark.parametrize("name", ["venv", ".venv", "site-packages", "dist-packages", ".eggs", "calc.egg-info"])
+def test_attack_code_in_a_directory_named_like_a_venv_is_still_in_the_map(tmp_path: Path, name: str) -> None:
+    """A package directory named `venv` (no pyvenv.cfg) is code the guard judges: a change
+    there must reach the map (it once skipped such names, so a change to the code in it
+    read as "no code change since the last run"). A real virtual environment stays out."""
+    from pytest_loops.localization.impact import snapshot
+
+    root = tmp_path / "proj"
+    (root / "calcimpl" / name).mkdir(parents=True)
+    (root / "calcimpl" / name / "core.py").write_text("def sub(a, b):\n    return a - b\n")
+    (root / "env" / "lib").mkdir(parents=True)
+    (root / "env" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (root / "env" / "lib" / "site.py").write_text("x = 1\n")
+    files, _ = snapshot(root)
+    assert f"calcimpl/{name}/core.py" in files
+    assert not any(path.startswith("env/") for path in files)

@@ -55,9 +55,11 @@ from pytest_loops.progress.matching import DEFAULT_EXCLUDES
 
 __all__ = ["MAP_FORMAT", "ImpactMap", "Selection", "peer_tests", "snapshot"]
 
-# Directories that are never part of the code under test (virtualenvs, tool caches).
-_NEVER_TRACKED = (*DEFAULT_EXCLUDES, ".venv", "venv", ".tox", ".nox", "node_modules",
-                  "site-packages", "dist-packages", "*.egg-info", ".eggs")
+# Directories that are never part of the code under test: tool caches, and what the tree's
+# guard does not treat as code either (runtime.protect's IGNORED_DIRS). A virtual environment
+# is told by its pyvenv.cfg, never by its name: a package directory named `venv` or
+# `site-packages` is code the guard judges, and a change there must reach the map.
+_NEVER_TRACKED = (*DEFAULT_EXCLUDES, ".tox", ".nox", "node_modules")
 
 
 def peer_tests(failing: Sequence[str], impact_map: ImpactMap | None = None) -> list[str]:

@@ -59,12 +59,15 @@ class MapStore:
         self.status_path = self.path.with_suffix(".recording")  # the background recorder's status
         self.held: bytes | None = None  # the entry to store when the loop ends
         self.opened = False  # load() was called: the entry is this loop's until settle()
+        self.loaded: ImpactMap | None = None
         self.note = ""
 
     def load(self) -> ImpactMap | None:
         """The stored map when its signature holds and it was made for this root, else
         None with :attr:`note` saying why (empty when there is simply none). The entry
         is taken off the disk until :meth:`settle`."""
+        if self.opened:  # read once: the session's store is opened before its first test
+            return self.loaded
         self.opened = True
         with self._locked():
             self._new_generation()
@@ -75,6 +78,7 @@ class MapStore:
                 pass
         if impact is None:
             self.held = None
+        self.loaded = impact
         return impact
 
     def _read(self) -> ImpactMap | None:
@@ -198,5 +202,6 @@ class MapStore:
         if self.held is not None:
             with self._locked():
                 self._write_held()
+        self.opened, self.held = False, None  # settled once: a second call changes nothing
         return note
 

@@ -4,7 +4,7 @@ A session fix-loop whose clean-room run judged every test (no map could vouch fo
 a subset) ends SUCCESS with that run unmeasured: under per-test coverage it would
 take two to four times as long. Instead, once the verdict is known and the loop's
 store is settled, :func:`launch` starts this module as a detached process (a
-session of its own, at low priority), which:
+session of its own), which:
 
 1. takes the store's recording lock (one recorder per project and config file at a
    time: another one running, it exits);
@@ -19,6 +19,11 @@ session of its own, at low priority), which:
    map of a tree that never was);
 4. signs it and stores it (:meth:`MapStore.publish`) unless a loop on the project
    started since it began: that loop judges what it judges, and records its own.
+
+The measured run is made as like the judged one as it can be: the same interpreter,
+arguments and environment (without the harness's variables), the same priority (no
+``nice``: code could read it and run one way when measured, another when judged)
+and bytecode written as usual.
 
 Its status file (:attr:`MapStore.status_path`) says ``running`` with its pid while
 it runs, then its result in one line; the next loop shows that line when it finds
@@ -44,7 +49,6 @@ from pytest_loops.localization.mapstore import MapStore
 __all__ = ["launch", "main", "status", "wait"]
 
 REQUEST = "request.json"
-NICE = 10
 TIMEOUT_S = 6 * 3600.0  # a recording that has run this long is stopped: no map
 STALE_START_S = 60.0  # a status still "starting" after this long: the recorder never ran
 _children: list[subprocess.Popen[bytes]] = []  # started here; reaped at the next launch
@@ -119,6 +123,15 @@ def launch(store: MapStore, *, workdir: str, args: Sequence[str], ids: Sequence[
     """Start the recorder for ``ids`` (node ids, the judged run's) of ``store``'s root;
     the note for the session. ``env``: the recorder's environment (the harness's, without
     its command tag); the tests run in it without the harness's variables."""
+    try:
+        return _launch(store, workdir=workdir, args=args, ids=ids, tier=tier, network=network, env=env)
+    except OSError as exc:  # no temporary directory, a state directory that cannot be written
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"no impact map: the recorder could not start: {exc.strerror or exc}{where}"
+
+
+def _launch(store: MapStore, *, workdir: str, args: Sequence[str], ids: Sequence[str], tier: str,
+            network: bool, env: Mapping[str, str]) -> str:
     _reap()
     if running(store.status_path):
         return "an impact map is being recorded in the background already: none started"
@@ -130,20 +143,20 @@ def launch(store: MapStore, *, workdir: str, args: Sequence[str], ids: Sequence[
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(request, f)
-    _set_status(store, state="starting")
     log = store.status_path.with_suffix(".log")
     try:
+        store.status_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with open(log, "wb") as out:
+            _set_status(store, state="starting")
             proc = subprocess.Popen(  # noqa: S603 - our own module, by the running interpreter
                 [sys.executable, "-m", __name__, str(path)], cwd=scratch, env=dict(env),
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                 close_fds=True)
-    except OSError as exc:
-        _set_status(store, state="done", result=f"no impact map: the recorder could not start ({exc})")
+    except OSError:
         import shutil
 
         shutil.rmtree(scratch, ignore_errors=True)
-        return f"no impact map: the recorder could not start ({exc.strerror or exc})"
+        raise
     _children.append(proc)
     return (f"recording the impact map of {len(ids)} test(s) in the background (pid {proc.pid}, "
             f"status: {store.status_path})")
@@ -176,10 +189,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"the recording request {argv[0]} is unreadable: {exc}", file=sys.stderr)
         return 64
-    try:
-        os.nice(NICE)
-    except OSError:
-        pass
     try:
         result = _record(store, request)
     except Exception as exc:  # noqa: BLE001 - a detached process: every fault is its result line
@@ -219,7 +228,6 @@ def _measure(store: MapStore, request: dict[str, Any], generation: str) -> str:
     ids_file.write_text("\n".join(ids) + "\n", encoding="utf-8")
     data = scratch / "spectra.json"
     env = clean_environment(os.environ)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"  # the tree is left as it was
     _, extra = spectra_command(root, [], data_file=data, base_env=env)
     env.update(extra)  # with the child marker: a --loop in PYTEST_ADDOPTS starts no loop there
     argv = [sys.executable, "-P", "-m", "pytest", "-p", PLUGIN, "-q", "-p", "no:cacheprovider",

@@ -570,8 +570,12 @@ def run_session_loop(session: SessionState) -> LoopResult:
     from pytest_loops.localization.mapstore import MapStore
     from pytest_loops.pytest_plugin.terminal import live_write
 
+    from pytest_loops.pytest_plugin.state import MAP_STORE_KEY
+
     inipath = session.config.inipath
-    store = MapStore(session.rootdir, str(inipath) if inipath else None)  # read before any revise
+    # read before the session ran any test (plugin.py), else now: before any revise
+    store = session.config.stash.get(MAP_STORE_KEY, None) or MapStore(session.rootdir,
+                                                                       str(inipath) if inipath else None)
     fixer = SessionFixCheck(session.failed_nodeids, session.passed_nodeids, first_output, session.child_args(),
                             store=store, **fixloop_options(session))
     pm = session.config.pluginmanager

@@ -218,6 +218,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: Any, args
     fix_loop = _fix_loop_requested(early_config)
     if not (os.environ.get(CLOSURE_ENV) or fix_loop):
         return  # nothing imported: the usual run pays nothing
+    if fix_loop:
+        _open_map_store(early_config)
     from pytest_loops.pytest_plugin import closure
 
     _closure_started = True
@@ -232,6 +234,27 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: Any, args
         out = tempfile.mkdtemp(prefix="closure-")
         os.environ[closure.VARIABLE] = out  # the session's xdist workers record too
     closure.start(os.environ.get("LOOP_WORKDIR") or str(early_config.rootpath), patterns or None, out=out)
+
+
+def _open_map_store(config: pytest.Config) -> None:
+    """The session fix-loop's stored impact map, read (and taken off the disk) before the
+    first conftest is imported: no code of the session's own run, which is no loop's and
+    runs unconfined, can put a map of its own in its place. Settled when the session ends
+    (:func:`pytest_unconfigure`) if no fix-loop did."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # the controller's: a worker's run is the session's too
+    row = BY_NAME["confirm"]
+    known = getattr(config, "known_args_namespace", None)
+    confirm = getattr(known, row.dest, None) or os.environ.get(str(row.env)) or ini_value(config, "confirm")
+    if confirm == "full":
+        return  # such a loop never reads the store
+    from pytest_loops.localization.mapstore import MapStore
+    from pytest_loops.pytest_plugin.state import MAP_STORE_KEY
+
+    inipath = config.inipath
+    store = MapStore(config.rootpath, str(inipath) if inipath else None)
+    store.load()
+    config.stash[MAP_STORE_KEY] = store
 
 
 def _fix_loop_requested(config: pytest.Config) -> bool:
@@ -268,6 +291,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         from pytest_loops.pytest_plugin import closure
 
         closure.finish()
+        from pytest_loops.pytest_plugin.state import MAP_STORE_KEY
+
+        store = config.stash.get(MAP_STORE_KEY, None)
+        if store is not None:  # opened before the session ran; no fix-loop settled it
+            store.settle()
 
 
 def _judged() -> bool:

@@ -42,6 +42,7 @@ TREE_EXCLUDES = (".venv", "venv", ".tox", ".nox", "node_modules", "build", "dist
 
 SESSION_LOOP_NAME = "failing tests"  # the session fix-loop's name
 SESSION_KEY = pytest.StashKey["SessionState"]()
+MAP_STORE_KEY = pytest.StashKey[Any]()  # the fix-loop's impact-map store, opened before any conftest
 
 
 class SessionState:

@@ -24,6 +24,7 @@ from pytest_loops.runtime.audit.rules import _Audit, _is_main_guard
 # names whose value differs between a test run and a run of the program
 _STATE = frozenset({
     "sys.argv", "sys.orig_argv", "sys.flags", "sys.warnoptions", "sys._xoptions", "warnings.filters",
+    "sys.dont_write_bytecode", "sys.pycache_prefix",
     "sys.ps1", "sys.ps2", "logging.root", "logging.Logger.root", "logging.Logger.manager",
     "logging._handlerList", "logging._handlers", "logging.lastResort",
     # the hooks pytest's plugins set (threadexception, unraisableexception, its warnings capture)

@@ -6,7 +6,7 @@ processes that outlive the check, or rewrites the tree's sources.
   ``sys.__dict__``, ``getattr(sys, name)``: ``sys.modules`` without the words), an attribute
   named like pytest looked up (``hasattr(builtins, "__pytest_...")``);
 - ``process-probe``: how the process was set up (``faulthandler.is_enabled()``, which pytest
-  turns on; ``sys.gettrace()``), what kind of object the standard streams are
+  turns on; ``sys.gettrace()``; the scheduling priority, ``os.getpriority()``, ``os.nice(0)``), what kind of object the standard streams are
   (``type(sys.stdout)``, ``sys.stdout.__class__``, ``sys.stdout is sys.__stdout__``: pytest
   captures them), and a file created in an absolute directory outside the tree with the
   failure handled (``try: tempfile.mkstemp(dir="/var/tmp") except OSError``) or
@@ -33,7 +33,12 @@ from pytest_loops.runtime.audit.rules import _Audit, _is_main_guard
 _IMPORT_MACHINERY = frozenset({"sys.meta_path", "sys.path_hooks", "sys.path_importer_cache"})
 _MACHINERY_CHANGES = frozenset({"insert", "append", "extend", "remove", "pop", "clear", "reverse", "sort"})
 _SETUP_STATE = frozenset({"faulthandler.is_enabled", "sys.gettrace", "sys.getprofile", "threading.gettrace",
-                          "threading.getprofile"})
+                          "threading.getprofile",
+                          # the process's scheduling: a run started at another priority than the judged one
+                          "os.getpriority", "os.nice", "os.sched_getscheduler", "os.sched_getparam",
+                          "posix.getpriority", "posix.nice", "posix.sched_getscheduler", "posix.sched_getparam",
+                          # a flag a run may be started with that the judged one is not
+                          "sys.dont_write_bytecode", "sys.pycache_prefix"})
 _STREAMS = frozenset({"sys.stdout", "sys.stderr", "sys.stdin"})
 _ORIGINAL_STREAMS = frozenset({"sys.__stdout__", "sys.__stderr__", "sys.__stdin__"})
 _SYS_TELLS = frozenset({"modules", "meta_path", "path_hooks", "path_importer_cache"})
