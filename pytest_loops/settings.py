@@ -432,7 +432,8 @@ SETTINGS: tuple[Setting, ...] = (
             env="PYTEST_LOOPS_CONFIRM", sample="full"),
     Setting("impact_map", "how the session fix-loop records the impact map a later loop's clean-room run "
             "selects its tests by: 'background' (default: after a SUCCESS whose judged run covered every test, "
-            "one run under per-test coverage in a detached process; the judged run itself runs plain), 'inline' (the judged run itself runs under coverage: slower, nothing left running) or "
+            "one run under per-test coverage in a detached process; the judged run itself "
+            "runs plain), 'inline' (the judged run itself runs under coverage: slower, nothing left running) or "
             "'off'", "choice", "background", choices=("background", "inline", "off"),
             valid="background, inline, off", option="--loop-impact-map", ini="loop_impact_map",
             env="PYTEST_LOOPS_IMPACT_MAP", sample="inline"),

@@ -225,6 +225,7 @@ def tier_params() -> list:
 def loop_env(tier: str) -> dict[str, str]:
     """This process's environment without the harness's variables, the tier chosen."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) or k in ("PYTEST_LOOPS_SANDBOX_WRITABLE", "PYTEST_LOOPS_IMPACT_MAP")}
+           if not k.startswith(("PYTEST_LOOPS_", "LOOP_"))
+           or k in ("PYTEST_LOOPS_SANDBOX_WRITABLE", "PYTEST_LOOPS_IMPACT_MAP")}
     env["PYTEST_LOOPS_SANDBOX"] = tier
     return env

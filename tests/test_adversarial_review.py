@@ -35,7 +35,8 @@ def project(root: Path, calc: str = BUGGY) -> Path:
 
 def env_for(tier: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) or k in ("PYTEST_LOOPS_SANDBOX_WRITABLE", "PYTEST_LOOPS_IMPACT_MAP")}
+           if not k.startswith(("PYTEST_LOOPS_", "LOOP_"))
+           or k in ("PYTEST_LOOPS_SANDBOX_WRITABLE", "PYTEST_LOOPS_IMPACT_MAP")}
     env["PYTEST_LOOPS_SANDBOX"] = tier
     return env
 

@@ -61,7 +61,8 @@ def run_loop(root: Path, revise: str, tier: str,
 
 
 def plain_pytest(root: Path) -> int:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) or k == "PYTEST_LOOPS_IMPACT_MAP"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_LOOPS_", "LOOP_"))
+               or k == "PYTEST_LOOPS_IMPACT_MAP"}
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_calc.py"],
                           cwd=root, env=env, capture_output=True, text=True, timeout=120).returncode
 
@@ -69,7 +70,8 @@ def plain_pytest(root: Path) -> int:
 def test_the_recorder_sees_the_golden_file_and_the_helper(tmp_path: Path) -> None:
     root = flat_project(tmp_path / "p")
     out = tmp_path / "closure"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) or k == "PYTEST_LOOPS_IMPACT_MAP"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_LOOPS_", "LOOP_"))
+               or k == "PYTEST_LOOPS_IMPACT_MAP"}
     env.update({"PYTEST_LOOPS_CLOSURE": str(out), "LOOP_WORKDIR": str(root)})
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_calc.py"],
                           cwd=root, env=env, capture_output=True, text=True, timeout=120)
@@ -82,7 +84,8 @@ def test_the_recorder_sees_the_golden_file_and_the_helper(tmp_path: Path) -> Non
 
 def test_without_the_variable_nothing_is_recorded(tmp_path: Path) -> None:
     root = flat_project(tmp_path / "p")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) or k == "PYTEST_LOOPS_IMPACT_MAP"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_LOOPS_", "LOOP_"))
+               or k == "PYTEST_LOOPS_IMPACT_MAP"}
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_calc.py"],
                    cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert not list(tmp_path.rglob("closure-*.json"))
@@ -97,7 +100,8 @@ def test_code_under_test_reading_its_own_data_is_not_taken(tmp_path: Path) -> No
                                   "    k = json.loads(p.read_text())['k']\n"
                                   "    return (a - b) * k\n")
     out = tmp_path / "closure"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) or k == "PYTEST_LOOPS_IMPACT_MAP"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_LOOPS_", "LOOP_"))
+               or k == "PYTEST_LOOPS_IMPACT_MAP"}
     env.update({"PYTEST_LOOPS_CLOSURE": str(out), "LOOP_WORKDIR": str(root)})
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_calc.py"],
                    cwd=root, env=env, capture_output=True, text=True, timeout=120)

@@ -460,7 +460,8 @@ def test_the_namespaces_tier_holds_for_a_user_without_privileges(tmp_path) -> No
         pytest.skip("cannot make a user namespace here to run as a user without privileges")
     root = project(tmp_path / "proj")
     (root / "revise.sh").write_text("echo 'def test_add(): pass' > tests/test_calc.py\n" + FIX)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) or k == "PYTEST_LOOPS_IMPACT_MAP"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_LOOPS_", "LOOP_"))
+               or k == "PYTEST_LOOPS_IMPACT_MAP"}
     done = subprocess.run([unshare, "--user", "--map-user=1000", "--map-group=1000", sys.executable, "-m",
                            "pytest_loops", "run", "--verify", "python -m pytest -q -p no:cacheprovider tests",
                            "--revise", "sh revise.sh", "--sandbox", "namespaces"],

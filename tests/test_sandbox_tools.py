@@ -29,7 +29,8 @@ def run(root: Path, env: dict[str, str], verify: str, revise: str) -> subprocess
 
 
 def base_env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_LOOPS_", "LOOP_")) or k == "PYTEST_LOOPS_IMPACT_MAP"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_LOOPS_", "LOOP_"))
+           or k == "PYTEST_LOOPS_IMPACT_MAP"}
     env["PYTEST_LOOPS_SANDBOX_WRITABLE"] = str(tmp_path)
     return env
 

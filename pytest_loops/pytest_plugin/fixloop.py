@@ -568,9 +568,8 @@ def run_session_loop(session: SessionState) -> LoopResult:
     spec = session.spec_for(SESSION_LOOP_NAME, "make the failing tests pass: " + name_list(session.failed_nodeids),
                             (check,), values, anonymous=True)
     from pytest_loops.localization.mapstore import MapStore
-    from pytest_loops.pytest_plugin.terminal import live_write
-
     from pytest_loops.pytest_plugin.state import MAP_STORE_KEY
+    from pytest_loops.pytest_plugin.terminal import live_write
 
     inipath = session.config.inipath
     # read before the session ran any test (plugin.py), else now: before any revise

@@ -6,7 +6,8 @@ processes that outlive the check, or rewrites the tree's sources.
   ``sys.__dict__``, ``getattr(sys, name)``: ``sys.modules`` without the words), an attribute
   named like pytest looked up (``hasattr(builtins, "__pytest_...")``);
 - ``process-probe``: how the process was set up (``faulthandler.is_enabled()``, which pytest
-  turns on; ``sys.gettrace()``; the scheduling priority, ``os.getpriority()``, ``os.nice(0)``), what kind of object the standard streams are
+  turns on; ``sys.gettrace()``; the scheduling priority, ``os.getpriority()``, ``os.nice(0)``;
+  ``sys.dont_write_bytecode``), what kind of object the standard streams are
   (``type(sys.stdout)``, ``sys.stdout.__class__``, ``sys.stdout is sys.__stdout__``: pytest
   captures them), and a file created in an absolute directory outside the tree with the
   failure handled (``try: tempfile.mkstemp(dir="/var/tmp") except OSError``) or
