@@ -12,7 +12,9 @@ map is kept out of the tree and the artifacts directory, and guarded three ways:
   over the root it was made for and its whole content; a map whose signature
   fails, that was made for another root, or that cannot be read, is not used
   (the judged run runs every test) and the note says why;
-- the loop reads it once, before its first revise step, holds it in memory and
+- the loop reads it once, before its first revise step (the session fix-loop:
+  before the session's first conftest is imported, so no code of the session's
+  own run can replace it), holds it in memory and
   takes the entry off the disk while it runs: a revise step finds nothing to
   edit, and a loop killed before its end leaves no map (the next one judges
   every test). When the loop ends, an entry that appeared meanwhile (written by
