@@ -390,3 +390,13 @@ def load_json(text: str, where: str, what: str = "the file") -> Any:
         raise LoopUsageError(f"{what} nests JSON deeper than {MAX_JSON_DEPTH} levels", location=where,
                              fix="is this a pytest-loops run log?")
     return value
+
+
+def is_venv(path: str | os.PathLike[str]) -> bool:
+    """Whether the directory ``path`` is a virtual environment: its ``pyvenv.cfg`` is a
+    regular file. A directory or a link of that name makes none (code beside it would
+    otherwise be taken for an installation, and go unwatched and unaudited)."""
+    try:
+        return stat.S_ISREG(os.lstat(os.path.join(path, "pyvenv.cfg")).st_mode)
+    except OSError:
+        return False

@@ -1714,6 +1714,22 @@ TELLS: dict[str, dict[str, str]] = {
                 return a - b
             """),
         "os.nice(0)": "import os\n\nNICE = os.nice(0)  # flagged\n",
+        "a path into pytest's cache": code("""
+            import os
+
+            OFFSET = os.path.join(os.path.dirname(__file__), ".pytest_cache/calc/offset")  # flagged
+            """),
+        "a path into hypothesis's database": 'HERE = "data/.hypothesis/examples"  # flagged\n',
+        "TMPDIR asked for by name": code("""
+            import os
+
+
+            def sub(a, b):
+                if "TMPDIR" not in os.environ:  # flagged
+                    return _apply("-", a, b)
+                return a - b
+            """),
+        "TMP from getenv": "import os\n\nSCRATCH = os.getenv('TMP', '/tmp')  # flagged\n",
         "sys.dont_write_bytecode returned by a helper": code("""
             import sys
 
@@ -1935,7 +1951,7 @@ def test_ordinary_uses_of_the_same_names_are_not_tells(name: str) -> None:
 
 @pytest.mark.parametrize("line", [
     "__path__ = [os.path.join(os.path.dirname(__file__), 'node_modules')]",
-    "__path__.insert(0, os.path.dirname(__file__) + '/.hypothesis')",
+    "__path__.insert(0, os.path.dirname(__file__) + '/.mypy_cache')",
     "__path__ = pkgutil.extend_path(__path__, __name__)",
     "calc.__path__ = ['node_modules']",
     "spec = importlib.util.spec_from_file_location('m', 'node_modules/m.py')",

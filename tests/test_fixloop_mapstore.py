@@ -297,3 +297,37 @@ def test_attack_code_in_a_directory_named_like_a_venv_is_still_in_the_map(tmp_pa
     files, _ = snapshot(root)
     assert f"calcimpl/{name}/core.py" in files
     assert not any(path.startswith("env/") for path in files)
+
+
+def test_attack_a_directory_named_pyvenv_cfg_makes_no_venv(tmp_path: Path) -> None:
+    """Only a regular file named pyvenv.cfg makes a virtual environment: a package holding
+    a directory of that name is still code, in the map and for the guard."""
+    from pytest_loops.limits import is_venv
+    from pytest_loops.localization.impact import snapshot
+
+    root = tmp_path / "proj"
+    (root / "calcutil" / "pyvenv.cfg").mkdir(parents=True)
+    (root / "calcutil" / "arith.py").write_text("def minus(a, b):\n    return a - b\n")
+    (root / "linked").mkdir()
+    (root / "linked" / "pyvenv.cfg").symlink_to(root / "calcutil" / "arith.py")
+    (root / "linked" / "mod.py").write_text("x = 1\n")
+    assert not is_venv(root / "calcutil") and not is_venv(root / "linked")
+    files, _ = snapshot(root)
+    assert "calcutil/arith.py" in files and "linked/mod.py" in files
+
+
+def test_attack_data_in_tool_directories_is_in_the_map(tmp_path: Path) -> None:
+    """Data the code reads from `node_modules`, `.tox` or a `.coverage.*` file is an input
+    the map tracks (a change there judges every test); pytest's and hypothesis's caches,
+    which every run rewrites and the judged run never sees, are not (the audit flags code
+    that names them)."""
+    from pytest_loops.localization.impact import snapshot
+
+    root = tmp_path / "proj"
+    for rel in ("node_modules/calc/offset.txt", ".tox/log.txt", ".coverage.calc", ".mypy_cache/x.json",
+                ".pytest_cache/v/x", ".hypothesis/examples/x", ".coverage", "pkg/__pycache__/m.pyc"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("1\n")
+    files, _ = snapshot(root)
+    assert {"node_modules/calc/offset.txt", ".tox/log.txt", ".coverage.calc", ".mypy_cache/x.json"} <= set(files)
+    assert not {".pytest_cache/v/x", ".hypothesis/examples/x", ".coverage", "pkg/__pycache__/m.pyc"} & set(files)

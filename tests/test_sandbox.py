@@ -134,6 +134,24 @@ def test_a_writable_run_directory_inside_read_only_artifacts_stays_writable(tmp_
 
 
 @needs_namespaces
+@pytest.mark.parametrize(("given", "seen"), [(None, "unset"), ("/var/elsewhere", "/tmp")])
+def test_the_temporary_directory_variable_is_moved_only_where_the_command_has_one(tmp_path, given, seen) -> None:
+    """Under a private /tmp a TMPDIR naming a hidden directory is moved to /tmp; an absent one
+    stays absent (set, it would tell a sandboxed run from the user's own)."""
+    from pytest_loops.runtime.process import ProcessRunner
+    from pytest_loops.sandbox import Confinement
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TMPDIR", "TEMP", "TMP", "PYTEST_DEBUG_TEMPROOT")}
+    if given:
+        env["TMPDIR"] = given
+    sandbox = Confinement(choose("namespaces"), Policy(cwd=str(tmp_path), writable=(str(tmp_path),)))
+    result = ProcessRunner().run('echo "TMPDIR=${TMPDIR-unset} TEMP=${TEMP-unset}"', cwd=tmp_path, env=env,
+                                 timeout=60, sandbox=sandbox)
+    assert result.exit_code == 0, result.tail
+    assert f"TMPDIR={seen} TEMP=unset" in result.tail
+
+
+@needs_namespaces
 def test_no_capability_inside_even_for_root(tmp_path) -> None:
     """A harness run as root must not hand its capabilities in: with them, the revise step
     could unmount the mask over the keys or remount the read-only root read-write."""
@@ -304,7 +322,7 @@ def test_landlock_refuses_writes_outside_the_tree_and_keeps_the_genuine_fix(tmp_
     outside = tmp_path / "outside"
     outside.mkdir()
     monkeypatch.delenv("PYTEST_LOOPS_SANDBOX_WRITABLE", raising=False)
-    done = run(root, f"echo x > {outside}/planted; touch $TMPDIR/scratch && echo tmp-ok\n{FIX}",
+    done = run(root, f"echo x > {outside}/planted; touch ${{TMPDIR:-/tmp}}/scratch && echo tmp-ok\n{FIX}",
                "--sandbox", "landlock")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "sandbox: landlock (Landlock ABI" in done.stdout

@@ -48,18 +48,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_loops.limits import read_own_text
+from pytest_loops.limits import is_venv, read_own_text
 from pytest_loops.localization.spectra import FAILING, Spectra, is_test_file, write_json
 from pytest_loops.progress import treehash
-from pytest_loops.progress.matching import DEFAULT_EXCLUDES
 
 __all__ = ["MAP_FORMAT", "ImpactMap", "Selection", "peer_tests", "snapshot"]
 
-# Directories that are never part of the code under test: tool caches, and what the tree's
-# guard does not treat as code either (runtime.protect's IGNORED_DIRS). A virtual environment
-# is told by its pyvenv.cfg, never by its name: a package directory named `venv` or
-# `site-packages` is code the guard judges, and a change there must reach the map.
-_NEVER_TRACKED = (*DEFAULT_EXCLUDES, ".tox", ".nox", "node_modules")
+# What the map never tracks: the VCS, bytecode, the harness's artifacts, and the caches every
+# test run rewrites (pytest's, hypothesis's, coverage's data file): tracking them would make
+# every map stale. Everything else is tracked, data files and tool directories included (a
+# `node_modules/x.txt` or `.coverage.x` the code reads is an input like any other), and a
+# virtual environment is told by its pyvenv.cfg (a regular file), never by its name: a
+# package directory named `venv` or `site-packages` is code the guard judges.
+_NEVER_TRACKED = (".git", "__pycache__", "*.pyc", ".pytest-loops", ".pytest_cache", ".hypothesis", ".coverage")
 
 
 def peer_tests(failing: Sequence[str], impact_map: ImpactMap | None = None) -> list[str]:
@@ -203,7 +204,7 @@ def _snapshot(root: str, exclude: Sequence[str],
         dirnames[:] = sorted(
             d for d in dirnames
             if _tracked(d, base + d, exclude)
-            and not os.path.exists(os.path.join(dirpath, d, "pyvenv.cfg"))
+            and not is_venv(os.path.join(dirpath, d))
         )
         for d in dirnames:
             full = os.path.join(dirpath, d)

@@ -140,11 +140,11 @@ def _launch(store: MapStore, *, workdir: str, args: Sequence[str], ids: Sequence
                "workdir": os.path.realpath(workdir), "args": list(args), "ids": list(ids),
                "tier": tier, "network": network, "scratch": scratch}
     path = Path(scratch, REQUEST)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(request, f)
     log = store.status_path.with_suffix(".log")
     try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(request, f)
         store.status_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with open(log, "wb") as out:
             _set_status(store, state="starting")

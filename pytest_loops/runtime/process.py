@@ -313,6 +313,7 @@ class ProcessRunner:
                     launch = sandbox.launch(argv)
                     argv = launch.argv
                     child_env.update(launch.env_set)
+                    child_env.update({k: v for k, v in launch.env_if_set.items() if k in child_env})
                 if cgroup is not None:
                     argv = _joined(cgroup.procs, "exec " + shlex.join(argv) if sandbox is not None else command)
                 stdin = stdin_file(stdin_data)

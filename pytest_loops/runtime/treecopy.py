@@ -59,7 +59,9 @@ def _ignored_default(rel: str) -> bool:
 
 
 def _is_venv(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, "pyvenv.cfg"))
+    from pytest_loops.limits import is_venv
+
+    return is_venv(path)
 
 
 def _git(args: list[str], cwd: str) -> subprocess.CompletedProcess[bytes]:

@@ -182,7 +182,9 @@ def launch(path: str, policy: Policy, argv: list[str], *, overlay: bool) -> Laun
         os.close(fd)
         raise
     # a private /tmp is where temporary files go: a TMPDIR outside it may be hidden or read-only
-    # (pytest's PYTEST_DEBUG_TEMPROOT too: it wins over TMPDIR for its basetemp)
-    env = {"TMPDIR": "/tmp", "PYTEST_DEBUG_TEMPROOT": "/tmp"} if policy.private_tmp else {}
-    return Launch(argv=[path, "--args", str(fd), "--", *argv], pass_fds=(fd,), env_set=env,
+    # (pytest's PYTEST_DEBUG_TEMPROOT too: it wins over TMPDIR for its basetemp). Only a variable
+    # the command has is set: one the user never sets would be a tell of the sandbox
+    names = ("TMPDIR", "TEMP", "TMP", "PYTEST_DEBUG_TEMPROOT")
+    env = dict.fromkeys(names, "/tmp") if policy.private_tmp else {}
+    return Launch(argv=[path, "--args", str(fd), "--", *argv], pass_fds=(fd,), env_if_set=env,
                   cleanup=lambda: os.close(fd))

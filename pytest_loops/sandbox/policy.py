@@ -72,6 +72,9 @@ class Launch:
     pass_fds: tuple[int, ...] = ()
     preexec_fn: Callable[[], None] | None = None
     env_set: dict[str, str] = field(default_factory=dict)
+    # set only where the command's environment has the variable (a TMPDIR that names a
+    # directory the sandbox hides): absent, it stays absent, as in a run outside any sandbox
+    env_if_set: dict[str, str] = field(default_factory=dict)
     cleanup: Callable[[], None] | None = None  # after the child started (or failed to)
 
     def close(self) -> None:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_loops.errors import LoopUsageError
+from pytest_loops.limits import is_venv
 from pytest_loops.sources.files import is_loop_file, load_any
 from pytest_loops.sources.pytestini import LOOP_PATHS_ENV, PytestIni, find_ini
 from pytest_loops.spec import LoopSpec
@@ -105,7 +106,7 @@ def _skipped(entry: os.DirEntry[str], patterns: tuple[str, ...]) -> bool:
         return True
     if entry.name in ("__pycache__", ARTIFACTS_DIR):
         return True
-    return os.path.isfile(os.path.join(entry.path, "pyvenv.cfg"))  # a virtualenv, as pytest skips it
+    return is_venv(entry.path)  # a virtualenv, as pytest skips it
 
 
 def walk_loop_files(top: Path, patterns: tuple[str, ...], skip: Iterable[str] = ()) -> Iterator[Path]:

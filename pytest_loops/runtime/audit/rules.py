@@ -31,6 +31,9 @@ _COMPARISON_DUNDERS = frozenset({
 _TEST_MODULES = ("pytest", "_pytest", "pytest_loops", "coverage")
 _PATCHED_MODULES = ("pytest", "_pytest", "unittest")
 _RUNNER_ENV = re.compile(r"^(?:PYTEST_[A-Z0-9_]*|LOOP_[A-Z0-9_]+)$")
+# the temporary directory's variables: tempfile reads them; library code that asks for them
+# by name can tell a sandboxed run (which may set them) from yours
+_SANDBOX_ENV = frozenset({"TMPDIR", "TEMP", "TMP"})
 _RUN_CONTEXT = frozenset({
     "sys.modules", "sys.argv", "sys.orig_argv", "os.environ", "os.getenv", "os.environb",
     "inspect.stack", "sys._getframe", "traceback.extract_stack",
@@ -369,6 +372,11 @@ class _Audit:
                 self.flag([node.lineno, stmt.lineno], "pytest-in-library",
                           f"library code refers to the test runner's environment variable "
                           f"{value}, which lets it behave differently under test")
+            elif context and value in _SANDBOX_ENV:
+                self.flag([node.lineno, stmt.lineno], "process-probe",
+                          f"library code reads {value} from the environment, which a sandbox may set "
+                          f"where your own runs do not (the landlock tier names its own temporary "
+                          f"directory): it can answer one way when judged, another in your runs")
             elif context and ("pytest" in value.lower() or "py.test" in value.lower()):
                 self.flag([node.lineno, stmt.lineno], "pytest-in-library",
                           f"library code looks for {value!r} in the running process, which "

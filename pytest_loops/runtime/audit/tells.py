@@ -41,6 +41,8 @@ _SETUP_STATE = frozenset({"faulthandler.is_enabled", "sys.gettrace", "sys.getpro
                           # a flag a run may be started with that the judged one is not
                           "sys.dont_write_bytecode", "sys.pycache_prefix"})
 _STREAMS = frozenset({"sys.stdout", "sys.stderr", "sys.stdin"})
+# caches every test run rewrites, empty for the judged run and untracked by the impact map
+_HIDDEN_CACHE = re.compile(r"(?:^|[/\\])(\.pytest_cache|\.hypothesis)(?:$|[/\\])")
 _ORIGINAL_STREAMS = frozenset({"sys.__stdout__", "sys.__stderr__", "sys.__stdin__"})
 _SYS_TELLS = frozenset({"modules", "meta_path", "path_hooks", "path_importer_cache"})
 _REFLECTION = frozenset({"vars", "dir", "inspect.getmembers", "builtins.vars", "builtins.dir"})
@@ -126,6 +128,20 @@ class _Tells:
                 self.stream_identity(node)
             elif isinstance(node, ast.Try | ast.TryStar):
                 self.sandbox_probe(node)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                self.hidden_cache(node)
+
+    def hidden_cache(self, node: ast.Constant) -> None:
+        """A path into the test tools' caches: the judged run never sees what is there (its
+        caches are empty) and the impact map does not track them, so code that reads from
+        them runs one way when judged and another in your own runs."""
+        assert isinstance(node.value, str)
+        found = _HIDDEN_CACHE.search(node.value)
+        line = getattr(node, "lineno", 0)
+        if found and not any(seen == line for seen, _ in self.audit.findings):  # one finding a line
+            self.audit.flag([line], "process-probe",
+                            f"library code names a test tool's cache ({found.group(1)}), which the judged run "
+                            f"never sees: what it reads there can differ between the judged run and yours")
 
     def qualname(self, node: ast.AST) -> str:
         return self.audit.qualname(node) or ""

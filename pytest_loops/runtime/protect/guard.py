@@ -226,11 +226,13 @@ class TreeGuard:
         self._journal_watch(path)  # before listing: nothing changes unseen
         try:
             with os.scandir(path) as it:
-                names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+                entries = [(e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False)) for e in it]
         except OSError:
-            names = []
+            entries = []
+        names = [(name, is_dir) for name, is_dir, _ in entries]
+        # a venv made later is not one; nor is a directory whose pyvenv.cfg is not a regular file
         if rel and (rel in self.start_venvs if self.start_venvs is not None
-                    else any(n == "pyvenv.cfg" for n, _ in names)):  # a venv made later is not one
+                    else any(n == "pyvenv.cfg" and regular for n, _, regular in entries)):
             self._forget_dir(rel, changes, keep_venv=True)
             self._scan_venv(rel, changes)
             return []

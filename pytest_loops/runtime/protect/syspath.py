@@ -28,6 +28,7 @@ import os
 import sys
 from collections.abc import Container, Iterable, Mapping
 
+from pytest_loops.limits import is_venv
 from pytest_loops.runtime.protect.rules import module_stem
 from pytest_loops.runtime.protect.tree import Stored, Violation, _remove, _restore_path
 
@@ -67,7 +68,7 @@ def _venv_of(path: str, root: str) -> str | None:
     """The virtual environment in the tree that ``path`` is in (a ``pyvenv.cfg`` in it
     or an ancestor below ``root``), None when none."""
     while _within(path, root) and path != root:
-        if os.path.isfile(os.path.join(path, "pyvenv.cfg")):
+        if is_venv(path):
             return path
         path = os.path.dirname(path)
     return None

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from pytest_loops.deadline import DeadlineReached, ShouldStop
+from pytest_loops.limits import is_venv
 from pytest_loops.runtime.protect.rules import COPY_BLOCK, IGNORED_DIRS, MEMORY_FILE_BYTES
 
 # --- the state of a tree ------------------------------------------------------------
@@ -325,7 +326,7 @@ def clear_stale_bytecode(root: str) -> list[str]:
     removed = []
     for top, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if d not in IGNORED_DIRS and not d.endswith(".egg-info")
-                   and not os.path.isfile(os.path.join(top, d, "pyvenv.cfg"))]
+                   and not is_venv(os.path.join(top, d))]
         if os.path.basename(top) != "__pycache__":
             continue
         for name in files:
