@@ -73,22 +73,10 @@ def running(path: Path) -> bool:
         return time.time() - float(now.get("at") or 0) < STALE_START_S
     if state == "running":
         pid = now.get("pid")
-        return isinstance(pid, int) and _alive(pid)
+        from pytest_loops.runtime.pids import pid_alive
+
+        return isinstance(pid, int) and not isinstance(pid, bool) and pid_alive(pid)
     return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
 
 
 def wait(path: Path, timeout: float) -> dict[str, Any]:
