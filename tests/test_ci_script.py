@@ -82,7 +82,7 @@ def test_a_failing_main_run_still_runs_the_rest_and_its_status_wins(tmp_path):
     proc, calls = run_ci(tmp_path, main=1, slow=2, ruff=1)
     assert proc.returncode == 1
     assert [c.split()[0] for c in calls] == ["pip", "python", "python", "ruff", "mypy"]
-    assert "the slow tail (-m slow, slice 0/4) failed (exit 2)" in proc.stderr
+    assert "the slow tail (-m slow, slice 0/5) failed (exit 2)" in proc.stderr
 
 
 def test_a_failing_slow_tail_or_ruff_fails_the_script(tmp_path):
@@ -94,7 +94,7 @@ def test_a_failing_slow_tail_or_ruff_fails_the_script(tmp_path):
 def test_the_slow_tail_runs_the_slice_the_commit_picks(tmp_path):
     """Outside a git checkout slice 0; in one, the commit's hash picks the slice."""
     run_ci(tmp_path / "plain")
-    assert (tmp_path / "plain" / "ci.log.slice").read_text().split() == ["0/4"]
+    assert (tmp_path / "plain" / "ci.log.slice").read_text().split() == ["0/5"]
     repo = tmp_path / "git" / "repo"
     repo.mkdir(parents=True)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
@@ -103,7 +103,7 @@ def test_the_slow_tail_runs_the_slice_the_commit_picks(tmp_path):
     head = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=repo, capture_output=True,
                           text=True, check=True).stdout.strip()
     run_ci(tmp_path / "git")
-    assert (tmp_path / "git" / "ci.log.slice").read_text().split() == [f"{int(head, 16) % 4}/4"]
+    assert (tmp_path / "git" / "ci.log.slice").read_text().split() == [f"{int(head, 16) % 5}/5"]
 
 
 def test_the_slices_of_the_slow_tail_are_disjoint_and_cover_it(tmp_path):
