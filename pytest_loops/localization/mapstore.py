@@ -40,6 +40,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pytest_loops.limits import replace_fresh
 from pytest_loops.localization.impact import ImpactMap
 from pytest_loops.runtime.trust import KeyFileError, json_mac, mac_matches, runlog_key, state_dir
 
@@ -149,9 +150,7 @@ class MapStore:
 
     def _new_generation(self) -> None:
         try:
-            tmp = self._generation_path.with_name(f".{self._generation_path.name}.{os.getpid()}.tmp")
-            tmp.write_text(os.urandom(16).hex(), encoding="ascii")
-            os.replace(tmp, self._generation_path)
+            replace_fresh(self._generation_path, os.urandom(16).hex())
         except OSError:
             pass
 

@@ -44,7 +44,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_loops.limits import replace_fresh
 from pytest_loops.localization.mapstore import MapStore
+from pytest_loops.runtime.pids import pid_alive
 
 __all__ = ["launch", "main", "status", "wait"]
 
@@ -73,8 +75,6 @@ def running(path: Path) -> bool:
         return time.time() - float(now.get("at") or 0) < STALE_START_S
     if state == "running":
         pid = now.get("pid")
-        from pytest_loops.runtime.pids import pid_alive
-
         return isinstance(pid, int) and not isinstance(pid, bool) and pid_alive(pid)
     return False
 
@@ -93,9 +93,7 @@ def _set_status(store: MapStore, **values: Any) -> None:
     values.setdefault("at", time.time())
     try:
         store.status_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = store.status_path.with_name(f".{store.status_path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(values), encoding="utf-8")
-        os.replace(tmp, store.status_path)
+        replace_fresh(store.status_path, json.dumps(values))
     except OSError:
         pass
 

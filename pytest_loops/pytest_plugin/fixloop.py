@@ -251,7 +251,7 @@ class SessionFixCheck:
             return self._result(check, cmd, False, self._reason(f"clean room, {scope}: {what}"))
         if mapping is not None:
             recorded = self._record_map(mapping, ids, record.passed)
-        elif self.impact_map != "inline" and self._mapping(room, ids, measured=False) is not None:
+        elif self.impact_map != "inline" and self._map_root(room, ids, measured=False) is not None:
             self.background = list(ids)
             self._keep_tier(context)
             recorded = "; its impact map is recorded in the background after the verdict"
@@ -262,10 +262,12 @@ class SessionFixCheck:
 
     # -- the impact map of the next loop ------------------------------------------------------
 
-    def _mapping(self, room: Any, ids: list[str], *, measured: bool = True) -> _Mapping | None:
-        """How the judged run is measured when it runs every test and no map chose it,
-        so that a later loop on this tree can judge only what its changes reach
-        (``measured=False``: whether a map is wanted at all, the recorder measuring it)."""
+    def _map_root(self, room: Any, ids: list[str], *, measured: bool) -> Path | None:
+        """The rootdir in the room when the judged run of ``ids`` (every test, no map chose
+        them) should leave a map for a later loop, so that it judges only what its changes
+        reach; None (and :attr:`unrecorded` saying why, where it says) when not.
+        ``measured``: the judged run itself is measured (not under xdist); else the
+        recorder measures the same tests after the verdict."""
         if self.impact_map == "off" and self.store is not None and self.confirm == "affected":
             self.unrecorded = "; no impact map recorded (impact_map=off)"
             return None
@@ -277,8 +279,6 @@ class SessionFixCheck:
             # judged run (up to twice the time under coverage) for a map no loop reads
             self.unrecorded = "; no impact map recorded: a CI job (CI or BUILD_NUMBER is set)"
             return None
-        from pytest_loops.localization.impact import snapshot
-        from pytest_loops.localization.spectra import PLUGIN, spectra_command
         from pytest_loops.runtime.cleanroom import relative_to_room
 
         root = relative_to_room(os.path.realpath(self.rootdir), room)
@@ -290,7 +290,16 @@ class SessionFixCheck:
             if recorder.running(self.store.status_path):
                 self.unrecorded = "; no impact map recorded: one is being recorded in the background already"
                 return None
-            return _Mapping(PLUGIN, {}, Path(), root, ({}, 0))
+        return root
+
+    def _mapping(self, room: Any, ids: list[str]) -> _Mapping | None:
+        """How the judged run is measured to record the map itself (``impact_map=inline``)."""
+        root = self._map_root(room, ids, measured=True)
+        if root is None or self.rootdir is None:  # (a root is only given with a rootdir)
+            return None
+        from pytest_loops.localization.impact import snapshot
+        from pytest_loops.localization.spectra import PLUGIN, spectra_command
+
         data = Path(room.parent) / "judged-spectra.json"
         # the judged run sees the room at the project's own path when it is mounted there
         seen_at = os.path.realpath(self.rootdir) if room.mounted_at else root

@@ -243,10 +243,7 @@ def _open_map_store(config: pytest.Config) -> None:
     (:func:`pytest_unconfigure`) if no fix-loop did."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return  # the controller's: a worker's run is the session's too
-    row = BY_NAME["confirm"]
-    known = getattr(config, "known_args_namespace", None)
-    confirm = getattr(known, row.dest, None) or os.environ.get(str(row.env)) or ini_value(config, "confirm")
-    if confirm == "full":
+    if _early_setting(config, "confirm") == "full":
         return  # such a loop never reads the store
     from pytest_loops.localization.mapstore import MapStore
     from pytest_loops.pytest_plugin.state import MAP_STORE_KEY
@@ -265,8 +262,15 @@ def _fix_loop_requested(config: pytest.Config) -> bool:
     known = getattr(config, "known_args_namespace", None)
     if not getattr(known, "loop", None):
         return False
-    row = BY_NAME["revise"]
-    return bool(getattr(known, row.dest, None) or os.environ.get(str(row.env)) or ini_value(config, "revise"))
+    return bool(_early_setting(config, "revise"))
+
+
+def _early_setting(config: pytest.Config, name: str) -> Any:
+    """A setting as known before the first conftest is imported: the command line's
+    (pytest's known arguments), else its environment variable, else its ini key."""
+    row = BY_NAME[name]
+    known = getattr(config, "known_args_namespace", None)
+    return getattr(known, row.dest, None) or os.environ.get(str(row.env)) or ini_value(config, name)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -291,11 +295,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         from pytest_loops.pytest_plugin import closure
 
         closure.finish()
-        from pytest_loops.pytest_plugin.state import MAP_STORE_KEY
+    from pytest_loops.pytest_plugin.state import MAP_STORE_KEY
 
-        store = config.stash.get(MAP_STORE_KEY, None)
-        if store is not None:  # opened before the session ran; no fix-loop settled it
-            store.settle()
+    store = config.stash.get(MAP_STORE_KEY, None)
+    if store is not None:  # opened before the session ran; settling twice changes nothing
+        store.settle()
 
 
 def _judged() -> bool:
