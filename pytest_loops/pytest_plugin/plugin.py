@@ -295,11 +295,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         from pytest_loops.pytest_plugin import closure
 
         closure.finish()
-    from pytest_loops.pytest_plugin.state import MAP_STORE_KEY
+        # a fix-loop session (the closure's trigger too) opened the map's store early:
+        # nothing is imported for the usual session
+        from pytest_loops.pytest_plugin.state import MAP_STORE_KEY
 
-    store = config.stash.get(MAP_STORE_KEY, None)
-    if store is not None:  # opened before the session ran; settling twice changes nothing
-        store.settle()
+        store = config.stash.get(MAP_STORE_KEY, None)
+        if store is not None:  # opened before the session ran; settling twice changes nothing
+            store.settle()
 
 
 def _judged() -> bool:
